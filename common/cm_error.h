@@ -1,0 +1,42 @@
+/* Project error codes and a heap-owned diagnostic message.
+ * Functions return 0 or a negative code: negative errno where one fits (-ENOMEM, -EINVAL, -ENOENT,
+ * -EIO), the CM_E* codes below otherwise. A `struct cm_diag` carries the human message naming the
+ * file, field, tensor or byte offset; it never decides control flow. Mapping codes to HTTP
+ * statuses belongs to the service issue, not here. */
+#ifndef S1_CM_ERROR_H
+#define S1_CM_ERROR_H
+
+#include <stdarg.h>
+
+enum {
+  CM_EFORMAT = 1000,  /* malformed input file or message (JSON, safetensors header, image bytes) */
+  CM_ESHAPE,          /* tensor shape or size disagrees with the config or the file */
+  CM_EDTYPE,          /* unsupported or unexpected tensor dtype */
+  CM_EHASH,           /* SHA-256 of a file does not match the manifest */
+  CM_EUNSUPPORTED,    /* a valid input that this implementation refuses (named in the message) */
+  CM_ELIMIT,          /* a documented size limit was exceeded */
+  CM_EUTF8,           /* invalid UTF-8 (the message gives the byte offset) */
+  CM_EMISSING,        /* a required file, key or tensor is absent */
+  CM_ECODE_END,
+};
+
+/* A diagnostic: the first error's code and message. Embedded by the caller, zero-initialised. */
+struct cm_diag {
+  int code;  /* 0 while no error was recorded; else the negative code of the first error */
+  char *msg; /* heap string (malloc), NULL when none; freed by cm_diag_fini */
+};
+
+/* Records code + printf-style message in `diag` (if non-NULL and still empty) and returns `code`,
+ * so callers write `return cm_diag_set(d, -CM_EFORMAT, "%s: ...", path);`.
+ * Ownership: the message is copied into diag->msg. Returns: `code` unchanged. */
+int cm_diag_set(struct cm_diag *diag, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int cm_diag_setv(struct cm_diag *diag, int code, const char *fmt, va_list ap);
+
+/* Frees the message and clears the diagnostic; accepts NULL. */
+void cm_diag_fini(struct cm_diag *diag);
+
+/* Static English text for a code (negative errno or -CM_E*). Never NULL. */
+const char *cm_strerror(int code);
+
+#endif
