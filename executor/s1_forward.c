@@ -249,7 +249,6 @@ static json_object *float_array(const float *x, size_t n) {
 static int run(const char *model_dir, const char *in_path, const char *out_path, bool bf16,
                enum ex_gdn_mode gdn, struct cm_diag *diag) {
   struct cm_model_dir *dir = NULL;
-  struct cm_safetensors *adapter = NULL;
   struct ex_qwen35_model *m = NULL;
   struct ex_qwen35_state *st = NULL, *cont = NULL;
   struct input in;
@@ -263,22 +262,16 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     goto done;
   if ((r = ex_qwen35_config_parse(dir->config, &cfg, diag)))
     goto done;
-  json_object *ad = NULL, *f = NULL, *sc = NULL;
   float scale = 0.0f;
-  if (json_object_object_get_ex(dir->manifest, "adapter", &ad) && ad &&
-      !json_object_is_type(ad, json_type_null)) {
-    if (!json_object_object_get_ex(ad, "file", &f) || !json_object_object_get_ex(ad, "scale", &sc)) {
-      r = cm_diag_set(diag, -CM_EFORMAT, "%s: manifest adapter needs file and scale", model_dir);
+  json_object *sc = NULL;
+  if (dir->adapter) {
+    if (!dir->adapter_info || !json_object_object_get_ex(dir->adapter_info, "scale", &sc)) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: manifest adapter has no scale", model_dir);
       goto done;
     }
-    char *ap = join(dir->path, json_object_get_string(f));
-    r = ap ? cm_safetensors_open(ap, &adapter, diag) : -ENOMEM;
-    free(ap);
-    if (r)
-      goto done;
     scale = (float)json_object_get_double(sc);
   }
-  if ((r = ex_qwen35_model_load(&cfg, dir->weights, adapter, scale, &m, diag)))
+  if ((r = ex_qwen35_model_load(&cfg, dir->weights, dir->adapter, scale, &m, diag)))
     goto done;
   m->round_bf16 = bf16;
   m->gdn_mode = gdn;
@@ -442,7 +435,6 @@ done:
   ex_qwen35_state_free(st);
   ex_qwen35_state_free(cont);
   ex_qwen35_model_free(m);
-  cm_safetensors_close(adapter);
   cm_model_dir_free(dir);
   return r;
 }
