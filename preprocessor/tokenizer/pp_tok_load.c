@@ -243,7 +243,7 @@ static int compile_stage(struct tok_stage *st, const char *pat, size_t n, bool l
                          struct cm_diag *diag) {
   int err;
   PCRE2_SIZE off;
-  uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : PCRE2_MULTILINE);
+  uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
   st->re = pcre2_compile((PCRE2_SPTR)pat, n, opts, &err, &off, NULL);
   if (!st->re) {
     PCRE2_UCHAR msg[160];
