@@ -164,6 +164,10 @@ def perturb(model, gen):
                 p.copy_(0.5 * n)
             elif name.endswith("attn.qkv.weight"):
                 p.mul_(8.0)  # sharper attention so that a wrong segment or rotary shows
+            elif name.endswith("mlp.linear_fc1.weight") or name == "merger.linear_fc1.weight":
+                p.mul_(8.0)  # GELU inputs of O(1), where the erf and tanh forms differ
+            elif name.endswith("mlp.linear_fc2.weight"):
+                p.mul_(3.0)  # a block MLP that moves the residual stream
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
 
