@@ -133,7 +133,7 @@ static int render(struct pp_buf *b, json_object *v, struct cm_diag *diag) {
 /* _description: type check, then render (non-finite numbers fail the render). */
 static int description(struct pp_buf *b, json_object *v, struct cm_diag *diag) {
   if (!is_description(v))
-    return cm_diag_set(diag, -EINVAL, "%s", msg_instructions);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s", msg_instructions);
   return render(b, v, diag);
 }
 
@@ -165,7 +165,7 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
   int rc = 0;
   q->id = id;
   if (!json_object_is_type(def, json_type_object))
-    return cm_diag_set(diag, -EINVAL,
+    return cm_diag_set(diag, -CM_EREQUEST,
                        "question IDs must be strings and definitions must be mappings");
   json_object_object_get_ex(def, "type", &type);
   const char *ts = json_object_is_type(type, json_type_string) ? json_object_get_string(type) : "";
@@ -178,7 +178,7 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
   else if (tl == 4 && memcmp(ts, "noul", 4) == 0)
     q->type = PP_OPEN_JEV_NOUL;
   else
-    return cm_diag_set(diag, -EINVAL, "question type must be choice, score, or noul");
+    return cm_diag_set(diag, -CM_EREQUEST, "question type must be choice, score, or noul");
   json_object_object_get_ex(def, "instructions", &instr);
   rc = description(&b, instr, diag);
   if (rc)
@@ -188,7 +188,7 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
     size_t n = json_object_is_type(crit, json_type_object) ? (size_t)json_object_object_length(crit)
                                                            : 0;
     if (n < 1 || n > PP_OPEN_JEV_MAX_CHOICE) {
-      rc = cm_diag_set(diag, -EINVAL, "Choice requires between 1 and %d candidates",
+      rc = cm_diag_set(diag, -CM_EREQUEST, "Choice requires between 1 and %d candidates",
                        PP_OPEN_JEV_MAX_CHOICE);
       goto fail;
     }
@@ -196,7 +196,7 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
   } else if (q->type == PP_OPEN_JEV_SCORE) {
     size_t n = json_object_is_type(crit, json_type_array) ? json_object_array_length(crit) : 0;
     if (n < PP_OPEN_JEV_MIN_SCORE || n > PP_OPEN_JEV_MAX_SCORE) {
-      rc = cm_diag_set(diag, -EINVAL, "Score requires an array of %d to %d descriptive levels",
+      rc = cm_diag_set(diag, -CM_EREQUEST, "Score requires an array of %d to %d descriptive levels",
                        PP_OPEN_JEV_MIN_SCORE, PP_OPEN_JEV_MAX_SCORE);
       goto fail;
     }
@@ -223,7 +223,7 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
     size_t i = 0;
     json_object_object_foreach(crit, key, val) {
       if (val != NULL && !is_description(val)) {
-        rc = cm_diag_set(diag, -EINVAL, "%s", msg_instructions);
+        rc = cm_diag_set(diag, -CM_EREQUEST, "%s", msg_instructions);
         goto fail;
       }
       rc = pp_buf_puts(&b, key);
@@ -255,7 +255,7 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
     if (!json_object_is_type(crit, json_type_object) || json_object_object_length(crit) != 2 ||
         !json_object_object_get_ex(crit, "true", &yes) ||
         !json_object_object_get_ex(crit, "false", &no)) {
-      rc = cm_diag_set(diag, -EINVAL, "Noul criteria must contain true and false descriptions");
+      rc = cm_diag_set(diag, -CM_EREQUEST, "Noul criteria must contain true and false descriptions");
       goto fail;
     }
     rc = pp_buf_put(&b, t->question, t->q_len);
@@ -379,7 +379,7 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
   if (!json_object_is_type(body, json_type_object) ||
       !json_object_object_get_ex(body, "state", &jstate) ||
       !json_object_object_get_ex(body, "questions", &jq)) {
-    rc = cm_diag_set(diag, -EINVAL, "request requires state and questions");
+    rc = cm_diag_set(diag, -CM_EREQUEST, "request requires state and questions");
     goto out;
   }
   /* 2. model */
@@ -393,7 +393,7 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
         ok = strlen(m->aliases[i]) == len && memcmp(name, m->aliases[i], len) == 0;
     }
     if (!ok) {
-      rc = cm_diag_set(diag, -EINVAL, "requested model is not loaded; see /v1/models");
+      rc = cm_diag_set(diag, -CM_EREQUEST, "requested model is not loaded; see /v1/models");
       goto out;
     }
   }
@@ -406,7 +406,7 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
   }
   /* 4. compile: state, then every question */
   if (!is_description(jstate)) {
-    rc = cm_diag_set(diag, -EINVAL, "state must be text, a JSON object, or an array");
+    rc = cm_diag_set(diag, -CM_EREQUEST, "state must be text, a JSON object, or an array");
     goto out;
   }
   rc = render(&state, jstate, diag);
@@ -414,7 +414,7 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
     goto out;
   r->n_questions = (size_t)json_object_object_length(jq);
   if (r->n_questions == 0) {
-    rc = cm_diag_set(diag, -EINVAL, "questions must be a nonempty mapping");
+    rc = cm_diag_set(diag, -CM_EREQUEST, "questions must be a nonempty mapping");
     goto out;
   }
   r->questions = calloc(r->n_questions, sizeof *r->questions);
@@ -484,8 +484,12 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
   }
   r->ids = ids.ids;
   ids.ids = NULL;
-  /* 6. max_length, per reference batch */
+  ids.n = ids.cap = 0;
+  /* 6. max_length, per reference batch; then the program's token bound (s1serve) */
   rc = check_lengths(m, r, diag);
+  if (!rc && r->seq_off[n_seqs] > PP_OPEN_JEV_MAX_TOTAL_TOKENS)
+    rc = cm_diag_set(diag, -CM_ELIMIT, "request has %zu tokens over all sequences; the server "
+                                       "limit is %d", r->seq_off[n_seqs], PP_OPEN_JEV_MAX_TOTAL_TOKENS);
 out:
   if (texts)
     for (size_t i = 0; i < r->n_questions; i++)
@@ -534,11 +538,11 @@ int pp_open_jev_softmax(const double *s, size_t n, double temperature, double *p
   /* format_response: range check, sum check, one more division by the sum */
   for (size_t i = 0; i < n; i++)
     if (!isfinite(p[i]) || p[i] < 0 || p[i] > 1)
-      return cm_diag_set(diag, -EINVAL, "probabilities must be finite and in [0, 1]");
+      return cm_diag_set(diag, -CM_EREQUEST, "probabilities must be finite and in [0, 1]");
   total = py_sum(p, n);
   double diff = fabs(total - 1.0), tol = fmax(1e-6 * fmax(fabs(total), 1.0), 1e-6);
   if (!(diff <= tol))
-    return cm_diag_set(diag, -EINVAL, "probabilities must sum to one");
+    return cm_diag_set(diag, -CM_EREQUEST, "probabilities must sum to one");
   for (size_t i = 0; i < n; i++)
     p[i] /= total;
   return 0;
@@ -642,7 +646,8 @@ int pp_open_jev_finish(const struct pp_open_jev_model *m, const struct pp_open_j
   int rc = 0;
   for (size_t s = 0; s < r->n_seqs; s++)
     if (!isfinite(scores[s]))
-      return cm_diag_set(diag, -EIO, "model inference failed: backend returned invalid logits");
+      return cm_diag_set(diag, -CM_EINTERNAL,
+                         "model inference failed: backend returned invalid logits");
   uint64_t input_tokens = r->n_seqs ? r->seq_off[r->n_seqs] : 0;
   rc = pp_buf_puts(&b, "{\"answers\": {");
   for (size_t qi = 0; qi < r->n_questions && !rc; qi++) {

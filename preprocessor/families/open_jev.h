@@ -23,13 +23,14 @@
 #define PP_OPEN_JEV_MAX_SCORE 10                     /* levels of one score question, at most */
 #define PP_OPEN_JEV_MAX_LENGTH 16384                 /* largest max_length an export may set */
 #define PP_OPEN_JEV_MAX_PROMPT_BYTES ((size_t)32 << 20) /* sum of chat-wrapped prompt bytes */
+#define PP_OPEN_JEV_MAX_TOTAL_TOKENS 4194304 /* tokens over all sequences (= PROTO_MAX_TOKENS) */
 #define PP_OPEN_JEV_BATCH 32 /* reference batch_size: the max_length error names a batch maximum */
 #define PP_OPEN_JEV_MAX_ALIASES 16 /* model aliases in a manifest */
 
-/* Error codes of compile and finish, mapped to HTTP by the service:
- *   -CM_EFORMAT   400 invalid_json      (pp_json_parse_strict)
- *   -EINVAL, -CM_ELIMIT, -CM_EUNSUPPORTED, -ERANGE from rendering: 422 invalid_request
- *   -EIO          500 internal          (non-finite head output: "model inference failed") */
+/* Error codes of compile and finish (HTTP by cm_error_http): -CM_EREQUEST and -CM_ELIMIT 422
+ * invalid_request with the reference's message; -CM_EINTERNAL 500 (non-finite head output, the
+ * reference's "model inference failed"); -ENOMEM 500. Strict JSON (400) is the caller's
+ * pp_json_parse, before compile. */
 
 enum pp_open_jev_type {
   PP_OPEN_JEV_CHOICE, /* criteria object key -> description; answer: choice, probabilities */
@@ -84,10 +85,10 @@ void pp_open_jev_model_fini(struct pp_open_jev_model *model);
  * max_length per reference batch (§4.4, §6.4).
  * Shapes: one sequence per choice option / score level, one per noul question.
  * Ownership: takes a new reference to `body`; *ret_req is heap-owned (pp_open_jev_request_free).
- * Returns: 0; -EINVAL with the spec's 422 message in diag (e.g. "question type must be choice,
- * score, or noul"); -CM_ELIMIT ("request exceeds the candidate limit", "Input length L exceeds
- * max_length=M; no silent truncation", prompt bytes); -ERANGE (non-finite number rendered);
- * -CM_EUTF8 / -ENOMEM from the tokenizer.
+ * Returns: 0; -CM_EREQUEST with the spec's 422 message in diag (e.g. "question type must be
+ * choice, score, or noul"; "Out of range float values are not JSON compliant" for a non-finite
+ * number rendered); -CM_ELIMIT ("request exceeds the candidate limit", "Input length L exceeds
+ * max_length=M; no silent truncation", prompt bytes, total tokens); -ENOMEM.
  * Source: upstream jev/api.py at 3308a15 through the fork wording (spec §8.4). */
 int pp_open_jev_compile(const struct pp_open_jev_model *model, json_object *body, bool keep_prompts,
                         struct pp_open_jev_request **ret_req, struct cm_diag *diag);
@@ -98,7 +99,7 @@ void pp_open_jev_request_free(struct pp_open_jev_request *req);
  * Shapes: scores[req->n_seqs], float32 head outputs in sequence order.
  * Units: inference_seconds is written to metadata as given.
  * Ownership: *ret_json is a malloc'd NUL-terminated string, length *ret_n.
- * Returns: 0; -EIO for a non-finite score (500); -EINVAL for the reference's probability checks
+ * Returns: 0; -CM_EINTERNAL for a non-finite score (500); -CM_EREQUEST for the reference's checks
  * ("probabilities must be finite and in [0, 1]", "probabilities must sum to one"); -ENOMEM.
  * Source: jev/metrics.py softmax (max-subtracted float64), formatter (re-division by the sum). */
 int pp_open_jev_finish(const struct pp_open_jev_model *model, const struct pp_open_jev_request *req,
@@ -107,7 +108,7 @@ int pp_open_jev_finish(const struct pp_open_jev_model *model, const struct pp_op
 
 /* Temperature softmax of one row, as the reference: p_i = exp((s_i - max)/T) / sum_j, float64,
  * summed in order, then divided once more by the sum of the p (the formatter).
- * Shapes: s[n], p[n]. Returns 0, or -EINVAL when the row fails the formatter's checks. */
+ * Shapes: s[n], p[n]. Returns 0, or -CM_EREQUEST when the row fails the formatter's checks. */
 int pp_open_jev_softmax(const double *s, size_t n, double temperature, double *p,
                         struct cm_diag *diag);
 

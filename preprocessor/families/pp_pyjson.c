@@ -158,14 +158,19 @@ int pp_pyjson_dump(struct pp_buf *b, json_object *v, bool sort_keys, struct cm_d
   case json_type_double: {
     double x = json_object_get_double(v);
     if (!isfinite(x))
-      return cm_diag_set(diag, -ERANGE, "Out of range float values are not JSON compliant");
+      return cm_diag_set(diag, -CM_EREQUEST, "Out of range float values are not JSON compliant");
     size_t len = pp_pyjson_float(x, num);
     return pp_buf_put(b, num, len);
   }
   case json_type_int: {
+    /* json-c clamps wider integers to these two values, so they cannot be rendered exactly */
     int64_t i = json_object_get_int64(v);
-    if (i == INT64_MAX && json_object_get_uint64(v) > (uint64_t)INT64_MAX)
-      snprintf(num, sizeof num, "%" PRIu64, json_object_get_uint64(v));
+    uint64_t u = json_object_get_uint64(v);
+    if (i == INT64_MIN || u == UINT64_MAX)
+      return cm_diag_set(diag, -CM_EREQUEST, "integers outside (-2**63, 2**64 - 1) are not "
+                                             "supported");
+    if (i == INT64_MAX && u > (uint64_t)INT64_MAX)
+      snprintf(num, sizeof num, "%" PRIu64, u);
     else
       snprintf(num, sizeof num, "%" PRId64, i);
     return pp_buf_puts(b, num);

@@ -37,8 +37,9 @@ int pp_pyjson_string(struct pp_buf *b, const char *text, size_t n);
 
 /* Appends json.dumps(v) of a json-c value (NULL is JSON null). Objects keep their order, or are
  * sorted by code point (UTF-8 byte order) at every level when sort_keys.
- * Returns 0; -ENOMEM; -ERANGE for a non-finite double (diag: "Out of range float values are not
- * JSON compliant", Python's ValueError text). */
+ * Returns 0; -ENOMEM; -CM_EREQUEST for a non-finite double (diag: "Out of range float values are
+ * not JSON compliant", Python's ValueError text) or an integer json-c may have clamped (exactly
+ * -2**63 or 2**64 - 1: wider JSON integers become these, so they cannot be rendered exactly). */
 int pp_pyjson_dump(struct pp_buf *b, json_object *v, bool sort_keys, struct cm_diag *diag);
 
 #endif

@@ -1,11 +1,12 @@
 """Open-Jev contract fixtures: request -> prompts -> token ids -> given head scores -> response.
 
-A standard-library re-implementation of the reference rules of spec/open_jev.md (upstream jev/api.py
-compile_request / candidate_prompts / format_response, jev/serving.py Predictor.predict and
-candidate_batches, jev/metrics softmax and confidences), plus the s1serve request rules of
-spec/wire.md that the reference does not have (nesting >= 128, lone surrogates: invalid_json;
-integers outside 64 bits and U+0000 in keys: invalid_request). Token ids come from the Python
-`tokenizers` library on the chat-wrapped prompt, as the reference tokenizer call does.
+A standard-library re-implementation of the reference rules of spec/open_jev.md (upstream
+jev/api.py compile_request / candidate_prompts / format_response, jev/serving.py
+Predictor.predict and candidate_batches, jev/metrics softmax and confidences), plus the s1serve
+rules the reference does not have (spec/wire.md: nesting >= 128 and lone surrogates are
+invalid_json; json-c holds 64-bit integers, so a rendered integer at or beyond -2**63 / 2**64 - 1
+is invalid_request). 400 messages are the service's own and are not compared. Token ids come from
+the Python `tokenizers` library on the chat-wrapped prompt, as the reference tokenizer call does.
 
 Sums use CPython >= 3.12 built-in sum() semantics (Neumaier compensation) explicitly, so the
 fixtures do not depend on the Python running this script.
@@ -83,12 +84,12 @@ def strict_loads(raw: bytes):
         seen = {}
         for k, v in items:
             if k in seen:
-                raise invalid_json("duplicate JSON key")
+                raise invalid_json()  # the message is the service's (pp_json)
             seen[k] = v
         return seen
 
     def constant(name):
-        raise invalid_json("non-finite JSON number")
+        raise invalid_json()
 
     try:
         value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
@@ -96,36 +97,43 @@ def strict_loads(raw: bytes):
         raise
     except (ValueError, RecursionError):
         raise invalid_json()
-    # s1serve additions, checked over the parsed tree (the C scanner checks them in byte order;
-    # the fixtures never combine two of them)
+    # s1serve additions (spec/wire.md): nesting >= 128 and lone surrogates are invalid_json
     stack = [(value, 1)]
     while stack:
         v, depth = stack.pop()
         if isinstance(v, (dict, list)):
             if depth > 127:
-                raise invalid_json("JSON nesting deeper than 127 levels")
+                raise invalid_json()
             items = v.items() if isinstance(v, dict) else enumerate(v)
             for k, x in items:
-                if isinstance(k, str):
-                    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in k):
-                        raise invalid_json("lone surrogate in a JSON string")
-                    if "\0" in k:
-                        raise Refusal(422, "invalid_request", None)
+                if isinstance(k, str) and any(0xD800 <= ord(ch) <= 0xDFFF for ch in k):
+                    raise invalid_json()
                 stack.append((x, depth + 1))
-        elif isinstance(v, str):
-            if any(0xD800 <= ord(ch) <= 0xDFFF for ch in v):
-                raise invalid_json("lone surrogate in a JSON string")
-        elif isinstance(v, int) and not isinstance(v, bool):
-            if not -(2 ** 63) <= v <= 2 ** 64 - 1:
-                raise Refusal(422, "invalid_request", None)
+        elif isinstance(v, str) and any(0xD800 <= ord(ch) <= 0xDFFF for ch in v):
+            raise invalid_json()
     return value
 
 
 # ---- compile (jev/api.py) ---------------------------------------------------------------------
 
+def check_ints(value):
+    """s1serve: json-c clamps integers wider than 64 bits to -2**63 / 2**64 - 1, so a rendered
+    value holding either bound is refused rather than rendered wrongly."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool) and not -(2 ** 63) < v < 2 ** 64 - 1:
+            raise invalid_request("integers outside (-2**63, 2**64 - 1) are not supported")
+
+
 def render(value):
     if isinstance(value, str):
         return value
+    check_ints(value)
     try:
         return json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False)
     except ValueError:
@@ -359,7 +367,7 @@ def cases():
         "questions": {"q": {"type": "noul", "instructions": {"y": [3, 2, 1], "x": {"d": 1, "c": 2}}}}},
         lcg_scores(1, 2))
     add("number_forms", '{"state": [1e-7, 123456789.123, 1e22, 5e-324, 1.7976931348623157e308, -0.0, '
-        '0.1, 100.0, 1E5, 12345678901234567890, -9223372036854775808, -0, 0.0001, 0.00001, '
+        '0.1, 100.0, 1E5, 12345678901234567890, -9223372036854775807, 18446744073709551614, -0, 0.0001, 0.00001, '
         '1e15, 1e16, 123456789012345678, 2.5e-5, 9007199254740993, 1.5, -1.25e+20], '
         '"questions": {"n": {"type": "score", "instructions": [0.5, 2e-9], "criteria": ['
         '{"v": 1.0}, {"v": 1e100}]}}}', lcg_scores(2, 3))
@@ -459,6 +467,8 @@ def cases():
     add("json_depth_127_ok", '{"state": ' + "[" * 126 + "]" * 126 + ', "questions": {"q": {"type": "noul", "instructions": "x"}}}', [1.0])
     add("json_depth_128", '{"state": ' + "[" * 127 + "]" * 127 + ', "questions": {"q": {"type": "noul", "instructions": "x"}}}')
     add("json_int_beyond_64_bits", '{"state": [18446744073709551616], "questions": {"q": {"type": "noul", "instructions": "x"}}}')
+    add("json_int_beyond_64_bits_ignored_field", '{"x": 18446744073709551616, "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}', [0.0])
+    add("json_int_min_in_instructions", '{"state": "s", "questions": {"q": {"type": "noul", "instructions": [-9223372036854775808]}}}')
     add("json_overflow_float_in_state", '{"state": [1e400], "questions": {"q": {"type": "noul", "instructions": "x"}}}')
     add("json_overflow_float_in_instructions", '{"state": "s", "questions": {"q": {"type": "noul", "instructions": {"a": -1e999}}}}')
     add("json_overflow_float_ignored_field", '{"x": 1e400, "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}', [0.0])
