@@ -662,7 +662,8 @@ static void handle_health(h2o_req_t *req, char *rid) {
     json_object_object_add(root, "models", models);
   }
   size_t n = 0;
-  const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN, &n);
+  const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
+                                                    JSON_C_TO_STRING_NOSLASHESCAPE, &n);
   respond(req, code ? 503 : 200, s, n, rid, NULL, NULL, 0);
   json_object_put(root);
 }
