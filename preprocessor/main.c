@@ -34,6 +34,8 @@ struct executor {
   nng_socket sock;        /* REQ socket dialled to it */
   atomic_int state;       /* enum proto_state from the last probe (UNAVAILABLE when unreachable) */
   atomic_int in_flight;   /* programs sent and not answered */
+  atomic_int pipes;       /* connected pipes (0: unreachable, a send would wait) */
+  atomic_int connected;   /* ever connected: before that an absent executor is still starting */
   char *revision;         /* from the last READY probe; guarded by probe thread only */
 };
 
@@ -130,8 +132,8 @@ static void probe_executors(void) {
   for (int i = 0; i < g.n_ex; i++) {
     nng_msg *m = NULL;
     struct proto_health h = {0};
-    int st = PROTO_STATE_UNAVAILABLE;
-    if (roundtrip(g.ex[i].sock, &b, PROBE_TIMEOUT_MS, &m) == 0 &&
+    int st = atomic_load(&g.ex[i].connected) ? PROTO_STATE_UNAVAILABLE : PROTO_STATE_STARTING;
+    if (atomic_load(&g.ex[i].pipes) > 0 && roundtrip(g.ex[i].sock, &b, PROBE_TIMEOUT_MS, &m) == 0 &&
         proto_health_decode(nng_msg_body(m), nng_msg_len(m), &h, NULL) == 0)
       st = (int)h.state;
     nng_msg_free(m);
@@ -141,11 +143,25 @@ static void probe_executors(void) {
   proto_bytes_free(&b);
 }
 
-/* The ready executor with the fewest programs in flight, or -1. */
+/* nng thread: an executor connection came or went. A lost one is unavailable at once (a REQ
+ * send without a pipe would wait for the deadline); the next probe decides when it is back. */
+static void on_executor_pipe(nng_pipe p, nng_pipe_ev ev, void *arg) {
+  (void)p;
+  struct executor *e = arg;
+  if (ev == NNG_PIPE_EV_ADD_POST) {
+    atomic_fetch_add(&e->pipes, 1);
+    atomic_store(&e->connected, 1);
+  } else if (ev == NNG_PIPE_EV_REM_POST) {
+    atomic_fetch_sub(&e->pipes, 1);
+    atomic_store(&e->state, PROTO_STATE_UNAVAILABLE);
+  }
+}
+
+/* The ready, connected executor with the fewest programs in flight, or -1. */
 static int pick_executor(void) {
   int best = -1, best_n = 0;
   for (int i = 0; i < g.n_ex; i++) {
-    if (atomic_load(&g.ex[i].state) != PROTO_STATE_READY)
+    if (atomic_load(&g.ex[i].state) != PROTO_STATE_READY || atomic_load(&g.ex[i].pipes) <= 0)
       continue;
     int n = atomic_load(&g.ex[i].in_flight);
     if (best < 0 || n < best_n)
@@ -509,6 +525,8 @@ int main(int argc, char **argv) {
         (rv = nng_socket_set_size(e->sock, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||
         (rv = nng_socket_set_ms(e->sock, NNG_OPT_RECONNMINT, 50)) ||
         (rv = nng_socket_set_ms(e->sock, NNG_OPT_RECONNMAXT, 500)) ||
+        (rv = nng_pipe_notify(e->sock, NNG_PIPE_EV_ADD_POST, on_executor_pipe, e)) ||
+        (rv = nng_pipe_notify(e->sock, NNG_PIPE_EV_REM_POST, on_executor_pipe, e)) ||
         (rv = nng_dial(e->sock, e->url, NULL, NNG_FLAG_NONBLOCK))) {
       fprintf(stderr, "s1-preprocessor: executor %s: %s\n", e->url, nng_strerror(rv));
       return 1;
