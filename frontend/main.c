@@ -243,7 +243,9 @@ static void worker_remove(int i) {
   g.workers[i] = g.workers[--g.n_workers];
 }
 
-/* Health of the pool: 0 ready, or the code and reason of why not. */
+/* Health of the pool: 0 when at least one preprocessor serves (reports READY), else the code and
+ * reason: not_ready while none is connected or all are starting, unavailable when the connected
+ * ones have no executor left. A preprocessor joining later (still starting) changes nothing. */
 static int pool_state(const char **ret_reason) {
   int any = 0, starting = 0, ready = 0;
   const char *why = NULL;
@@ -253,26 +255,22 @@ static int pool_state(const char **ret_reason) {
     any = 1;
     const struct proto_status *s = &g.workers[i].st;
     if (s->state == PROTO_STATE_STARTING)
-      starting = 1, why = s->reason;
+      starting = 1;
     else if (s->state == PROTO_STATE_READY)
       ready++;
-    else if (!why)
+    else
       why = s->reason;
   }
-  if (!any) {
-    *ret_reason = "no preprocessor connected";
+  if (ready) {
+    *ret_reason = NULL;
+    return 0;
+  }
+  if (!any || (starting && !why)) {
+    *ret_reason = any ? "warm-up not finished" : "no preprocessor connected";
     return -CM_ENOTREADY;
   }
-  if (starting) {
-    *ret_reason = why ? why : "warm-up not finished";
-    return -CM_ENOTREADY;
-  }
-  if (!ready) {
-    *ret_reason = why ? why : "no executor available";
-    return -CM_EUNAVAILABLE;
-  }
-  *ret_reason = NULL;
-  return 0;
+  *ret_reason = why ? why : "no executor available";
+  return -CM_EUNAVAILABLE;
 }
 
 static void slot_recv(struct slot *s) {

@@ -56,6 +56,7 @@ static struct {
   int credits;
   char worker_id[128];
   atomic_int busy;                         /* workers inside a job */
+  atomic_int serving;                      /* an executor was ready once: credits are offered */
   volatile sig_atomic_t stop;
 } g;
 
@@ -205,6 +206,8 @@ static void *status_thread(void *arg) {
     const char *reason = NULL;
     s.state = overall_state(&s.executors_ready, &reason);
     s.reason = (char *)reason;
+    if (s.state == PROTO_STATE_READY)
+      atomic_store(&g.serving, 1);
     struct proto_bytes b = {0};
     nng_msg *m = NULL;
     if (proto_status_encode(&s, &b) == 0 && roundtrip(g.front, &b, PROBE_TIMEOUT_MS, &m) == 0)
@@ -373,6 +376,9 @@ static void *worker_thread(void *arg) {
   struct proto_ask ask = {.worker = g.worker_id};
   if (nng_ctx_open(&ctx, g.front) || nng_aio_alloc(&aio, NULL, NULL))
     return NULL;
+  /* no credit before an executor has finished its warm-up: a job would only fail here */
+  while (!g.stop && !atomic_load(&g.serving))
+    usleep(20000);
   while (!g.stop) {
     struct proto_bytes b = {0};
     nng_msg *m = NULL;
