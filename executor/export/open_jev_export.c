@@ -512,6 +512,8 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
   /* manifest */
   json_object *m = manifest, *files, *chat, *lim, *up, *src;
   json_object_object_add(m, "family", json_object_new_string("open_jev"));
+  json_object_object_add(m, "model_id", json_object_new_string(p.model_id));
+  json_object_object_add(m, "revision", json_object_new_string(hex)); /* the package hash */
   chat = json_object_new_object();
   json_object_object_add(chat, "prefix", json_object_new_string(chat_prefix));
   json_object_object_add(chat, "suffix", json_object_new_string(chat_suffix));
