@@ -3,7 +3,7 @@ type in the one error shape, and a correct request between any two of them is an
 import json
 import trio
 
-LONG_STATE = " ".join("word%d" % i for i in range(1500))  # far over max_length=1024 tokens
+LONG_STATE = " ".join("word%d" % i for i in range(4000))  # far over max_length=4096 tokens
 
 
 def q(**kw):

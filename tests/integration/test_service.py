@@ -21,10 +21,10 @@ def test(t):
     assert s == 503 and json.loads(b)["error"]["type"] == "not_ready", (s, b)
     t.start_preprocessor(credits=2)
     h = t.wait_health(200)
-    assert h == {"status": "ready", "models": ["Qwen/Qwen3.5-9B"]}, h
+    assert h == {"status": "ready", "models": [trio.MODEL_ID]}, h
     s, _, b = t.http("GET", "/v1/models")
     m = json.loads(b)["models"]
-    assert s == 200 and len(m) == 1 and m[0]["id"] == "Qwen/Qwen3.5-9B", m
+    assert s == 200 and len(m) == 1 and m[0]["id"] == trio.MODEL_ID, m
     assert m[0]["aliases"] == ["open-jev", "jev-latest"] and m[0]["family"] == "open_jev", m
 
     s, h1, b1 = t.post(trio.VALID, headers={"x-request-id": "client-id-42"})
@@ -37,7 +37,7 @@ def test(t):
     trio.check_valid_answer(s, h2, b2)
     s, h3, b3 = t.post(trio.VALID)
     assert h2["x-request-id"] != h3["x-request-id"] and len(h2["x-request-id"]) >= 8
-    for alias in ("open-jev", "jev-latest", "Qwen/Qwen3.5-9B", None):
+    for alias in ("open-jev", "jev-latest", trio.MODEL_ID, None):
         body = dict(trio.VALID, model=alias)
         s, h, b = t.post(body)
         a = trio.check_valid_answer(s, h, b)

@@ -1,5 +1,6 @@
-"""The real trio for the integration tests: a small random-weight Open-Jev model directory made by
-s1-mkmodel + s1-export (+ its head), then s1-executor, s1-preprocessor and s1-frontend started as
+"""The real trio for the integration tests: the tiny random-weight Open-Jev model directory of the
+GPU oracle (s1-mkmodel --seed 4242 + the committed upstream package in
+tests/fixtures/open_jev/e2e/package, exported by s1-export --family open_jev), then s1-executor, s1-preprocessor and s1-frontend started as
 separate processes (fork + exec) talking over ipc:// in a temporary directory, and HTTP helpers.
 Stdlib only. Every test calls Trio.stop() (also on failure) and prints the process logs then."""
 import http.client
@@ -14,6 +15,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "fixtures", "open_jev", "e2e")
+MODEL_ID = "s1serve/open-jev-tiny-random"
 
 
 class Trio:
@@ -31,16 +34,16 @@ class Trio:
     def bin(self, rel):
         return os.path.join(self.build, rel)
 
-    def make_model(self, name="model", seed=7):
-        """s1-mkmodel tiny (real Qwen3 tokenizer) -> s1-export -> Open-Jev head and manifest."""
+    def make_model(self, name="model", seed=4242):
+        """s1-mkmodel tiny (real Qwen3 tokenizer) + the upstream package -> s1-export."""
         hf = os.path.join(self.tmp, name + "-hf")
         out = os.path.join(self.tmp, name)
-        tok = os.path.join(self.shared, "tokenizers", "qwen3", "tokenizer.json")
+        tokdir = os.path.join(self.shared, "tokenizers", "qwen3")
         run([self.bin("executor/mkmodel/s1-mkmodel"), "--shape", "tiny", "--seed", str(seed),
-             "--tokenizer", tok, "--out", hf])
-        run([self.bin("executor/export/s1-export"), "--family", "qwen3_5", "--base", hf,
-             "--out", out])
-        run([sys.executable, os.path.join(HERE, "open_jev_model.py"), out, "--seed", str(seed)])
+             "--tokenizer", os.path.join(tokdir, "tokenizer.json"), "--out", hf])
+        shutil.copy(os.path.join(tokdir, "tokenizer_config.json"), hf)
+        run([self.bin("executor/export/s1-export"), "--family", "open_jev", "--package",
+             os.path.join(FIXTURES, "package"), "--base", hf, "--out", out])
         if self.model is None:
             self.model = out
         return out
@@ -168,7 +171,7 @@ def check_valid_answer(status, headers, body):
     assert status == 200, (status, body[:500])
     a = json.loads(body)
     assert list(a.keys()) == ["answers", "model", "usage", "metadata"], a.keys()
-    assert a["model"] == "Qwen/Qwen3.5-9B"
+    assert a["model"] == MODEL_ID
     ans = a["answers"]
     assert list(ans.keys()) == ["color", "warmth", "day"], ans.keys()
     p = ans["color"]["probabilities"]
