@@ -6,6 +6,7 @@
 #define S1_CM_MODEL_DIR_H
 
 #include <json-c/json.h>
+#include <stdbool.h>
 
 #include "cm_error.h"
 #include "cm_safetensors.h"
@@ -17,7 +18,19 @@ struct cm_model_dir {
   json_object *config;            /* manifest "config": the Hugging Face config.json object; borrowed */
   struct cm_safetensors *weights; /* weights.safetensors, owned */
   char *tokenizer_path;           /* absolute path of tokenizer.json, heap */
+  bool vision;                    /* manifest "vision": the weights hold the vision tower */
+  struct cm_safetensors *adapter; /* the kept LoRA file of manifest "adapter", owned; NULL if none */
+  json_object *adapter_info;      /* manifest "adapter" {rank, alpha, scale, file}; borrowed; or NULL */
 };
+
+#define CM_MODEL_FORMAT "s1serve-model/1"
+#define CM_MODEL_MANIFEST "s1-model.json"
+
+/* Default request limits written to manifest "limits" by s1-export (documented in README.md). */
+#define CM_LIMIT_MAX_PROMPT_TOKENS 32768    /* tokens per prompt, after image expansion */
+#define CM_LIMIT_MAX_IMAGES 16              /* images per request */
+#define CM_LIMIT_MAX_IMAGE_PIXELS 16777216  /* pixels per image (spec §1.4 longest_edge) */
+#define CM_LIMIT_MAX_ROWS 256               /* continuation rows per request */
 
 /* Opens and verifies a model directory (format, family known, every file's SHA-256, required keys).
  * Ownership: *ret_dir is heap-owned, freed with cm_model_dir_free.
@@ -26,5 +39,17 @@ struct cm_model_dir {
  * `diag` names the file (and tensor or key). */
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag);
 void cm_model_dir_free(struct cm_model_dir *dir);
+
+/* True for a family whose loader this build has ("qwen3_5"); the reserved names "open_jev",
+ * "omnijev" and "jemm" are refused until their issues land. */
+bool cm_model_family_known(const char *family);
+
+/* Hashes dir/name and records {"sha256": hex, "bytes": n} under files[name] (used by writers).
+ * Returns 0 or cm_sha256_file's error. */
+int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
+                          struct cm_diag *diag);
+
+/* Writes `manifest` to dir/s1-model.json (pretty, 2-space indent). Returns 0 or -EIO. */
+int cm_model_dir_write_manifest(const char *dir, json_object *manifest, struct cm_diag *diag);
 
 #endif

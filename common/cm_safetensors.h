@@ -35,14 +35,25 @@ struct cm_tensor_view {
 
 struct cm_safetensors; /* opaque: one or more mapped shards and their merged, sorted index */
 
+/* Largest header accepted, bytes (the format's own readers stop at 100 MB too). */
+#define CM_SAFETENSORS_MAX_HEADER (100 * 1000 * 1000)
+
 /* Opens `path`: a `.safetensors` file, a `model.safetensors.index.json` (shards resolved next to
  * it), or a directory holding either (index preferred). Every shard's header is validated.
  * Ownership: *ret_st is heap-owned by the caller, freed with cm_safetensors_close.
  * Returns: 0; -ENOENT (missing file), -EIO, -ENOMEM, -CM_EFORMAT (bad header, bad index, a tensor
  * named twice, offsets out of bounds or overlapping), -CM_EDTYPE (dtype not F32/F16/BF16),
- * -CM_ESHAPE (shape disagrees with byte size). `diag` gets a message naming the file and tensor.
+ * -CM_ESHAPE (shape disagrees with byte size), -CM_ELIMIT (header over CM_SAFETENSORS_MAX_HEADER),
+ * -CM_EMISSING (the index maps a tensor its shard lacks). The data section must be tiled exactly by
+ * the tensors (no gap, no overlap, no trailing bytes), as the format requires. `diag` gets a message naming the file and tensor.
  * Source: the safetensors format (huggingface/safetensors, docs "Format"). */
 int cm_safetensors_open(const char *path, struct cm_safetensors **ret_st, struct cm_diag *diag);
+
+/* Validates one in-memory file image (8-byte length, JSON header, data section) with the same
+ * rules as cm_safetensors_open, without mapping anything; `path` only names it in messages.
+ * Used by the header fuzz target. Returns 0 and *ret_count (tensors), or open's error codes. */
+int cm_safetensors_validate(const char *path, const void *bytes, size_t n_bytes,
+                            size_t *ret_count, struct cm_diag *diag);
 
 /* Unmaps everything; accepts NULL. */
 void cm_safetensors_close(struct cm_safetensors *st);
@@ -66,5 +77,43 @@ int cm_tensor_to_f32(const struct cm_tensor_view *view, float *out);
 /* Rounds float32 to bfloat16 with round-to-nearest-even (NaN stays NaN), as torch's .to(bfloat16). */
 uint16_t cm_f32_to_bf16(float x);
 float cm_bf16_to_f32(uint16_t x);
+
+/* Parses a header dtype name. Returns 0; -CM_EDTYPE for another format dtype (I8, F64, ...);
+ * -CM_EFORMAT for a name the format does not define. */
+int cm_dtype_parse(const char *name, enum cm_dtype *ret_dtype);
+
+/* ---- writer ----
+ * Collects tensors, then writes one file: header keys in byte order of their names, header padded
+ * with spaces so the data section starts 8-byte aligned, data ordered by element size (F32 first)
+ * then name, with no gaps. Bytes come from a borrowed pointer or from a fill callback called once
+ * per tensor at finish time (so a checkpoint larger than memory can be streamed). */
+struct cm_safetensors_writer; /* opaque */
+
+/* Produces the n_bytes little-endian bytes of tensor `name` into buf. Returns 0 or a negative code. */
+typedef int (*cm_safetensors_fill_fn)(void *ctx, const char *name, void *buf, size_t n_bytes);
+
+/* Ownership: *ret_w heap-owned, freed with cm_safetensors_writer_free (accepts NULL). */
+int cm_safetensors_writer_new(struct cm_safetensors_writer **ret_w);
+void cm_safetensors_writer_free(struct cm_safetensors_writer *w);
+
+/* Adds a "__metadata__" string entry (copied). Returns 0 or -ENOMEM. */
+int cm_safetensors_writer_set_metadata(struct cm_safetensors_writer *w, const char *key,
+                                       const char *value);
+
+/* Queues a tensor. Shapes: shape[n_dims]. Ownership: name and shape are copied; `data`
+ * (product(shape) x element size bytes) is borrowed until cm_safetensors_writer_finish returns.
+ * Returns 0; -EINVAL (bad dtype, dims or name); -EEXIST (name already queued); -ENOMEM. */
+int cm_safetensors_writer_add(struct cm_safetensors_writer *w, const char *name,
+                              enum cm_dtype dtype, int n_dims, const int64_t *shape,
+                              const void *data);
+/* As cm_safetensors_writer_add, with the bytes produced by fill(fill_ctx, ...) at finish time. */
+int cm_safetensors_writer_add_fill(struct cm_safetensors_writer *w, const char *name,
+                                   enum cm_dtype dtype, int n_dims, const int64_t *shape,
+                                   cm_safetensors_fill_fn fill, void *fill_ctx);
+
+/* Writes everything to `path` (created or truncated). The writer may then only be freed.
+ * Returns 0; -errno (create/write); the first fill error. `diag` names the file and tensor. */
+int cm_safetensors_writer_finish(struct cm_safetensors_writer *w, const char *path,
+                                 struct cm_diag *diag);
 
 #endif

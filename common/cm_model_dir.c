@@ -1,0 +1,315 @@
+/* Opening and verifying an s1serve model directory (see cm_model_dir.h): manifest keys, family,
+ * the SHA-256 and size of every listed file, then the weights (and kept adapter) against the
+ * family's tensor inventory. Every refusal is one message naming the file and key or tensor.
+ * It leaves out the family-specific numerics; those read manifest "config" themselves. */
+#include "cm_model_dir.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cm_qwen35.h"
+#include "cm_sha256.h"
+
+static const char *const reserved_families[] = {"open_jev", "omnijev", "jemm"};
+
+bool cm_model_family_known(const char *family) {
+  return strcmp(family, "qwen3_5") == 0;
+}
+
+static char *join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  char *s = malloc(a + b + 2);
+  if (s) {
+    memcpy(s, dir, a);
+    s[a] = '/';
+    memcpy(s + a + 1, name, b + 1);
+  }
+  return s;
+}
+
+static bool plain_name(const char *f) {
+  return f[0] != '\0' && f[0] != '.' && strchr(f, '/') == NULL;
+}
+
+void cm_model_dir_free(struct cm_model_dir *dir) {
+  if (!dir)
+    return;
+  cm_safetensors_close(dir->weights);
+  cm_safetensors_close(dir->adapter);
+  json_object_put(dir->manifest);
+  free(dir->tokenizer_path);
+  free(dir->path);
+  free(dir);
+}
+
+/* Gets manifest[key] of type t, or fails naming the key. */
+static int need(json_object *obj, const char *key, json_type t, const char *mpath,
+                const char *prefix, json_object **ret, struct cm_diag *diag) {
+  json_object *v;
+  if (!json_object_object_get_ex(obj, key, &v))
+    return cm_diag_set(diag, -CM_EMISSING, "%s: key '%s%s' missing", mpath, prefix, key);
+  if (!json_object_is_type(v, t))
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: key '%s%s' must be a %s", mpath, prefix, key,
+                       json_type_to_name(t));
+  *ret = v;
+  return 0;
+}
+
+/* Checks one listed file's size and SHA-256. */
+static int verify_file(const char *dir, const char *mpath, const char *name, json_object *entry,
+                       struct cm_diag *diag) {
+  json_object *jh, *jb;
+  char prefix[300];
+  snprintf(prefix, sizeof prefix, "files.%s.", name);
+  if (!plain_name(name))
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: key 'files.%s' is not a plain file name", mpath,
+                       name);
+  if (!json_object_is_type(entry, json_type_object))
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: key 'files.%s' must be an object", mpath, name);
+  int rc = need(entry, "sha256", json_type_string, mpath, prefix, &jh, diag);
+  if (!rc)
+    rc = need(entry, "bytes", json_type_int, mpath, prefix, &jb, diag);
+  if (rc)
+    return rc;
+  char *p = join(dir, name);
+  if (!p)
+    return -ENOMEM;
+  struct stat sb;
+  if (stat(p, &sb) != 0) {
+    rc = cm_diag_set(diag, -CM_EMISSING, "%s: missing (listed in %s)", p, mpath);
+    goto out;
+  }
+  int64_t want_bytes = json_object_get_int64(jb);
+  if ((int64_t)sb.st_size != want_bytes) {
+    rc = cm_diag_set(diag, -CM_EHASH, "%s: %lld bytes, %s lists %lld (truncated or replaced)", p,
+                     (long long)sb.st_size, mpath, (long long)want_bytes);
+    goto out;
+  }
+  uint8_t dg[CM_SHA256_BYTES];
+  char hex[CM_SHA256_HEX];
+  rc = cm_sha256_file(p, dg, NULL, diag);
+  if (rc)
+    goto out;
+  cm_sha256_hex(dg, hex);
+  if (strcmp(hex, json_object_get_string(jh)) != 0)
+    rc = cm_diag_set(diag, -CM_EHASH, "%s: SHA-256 %s does not match %s (%s)", p, hex, mpath,
+                     json_object_get_string(jh));
+out:
+  free(p);
+  return rc;
+}
+
+/* The kept adapter: every factor pair names a base tensor and has shapes [r, in] / [out, r]. */
+static int check_adapter(struct cm_model_dir *md, const char *mpath, struct cm_diag *diag) {
+  json_object *jr, *jf, *ja, *js;
+  int rc = need(md->adapter_info, "rank", json_type_int, mpath, "adapter.", &jr, diag);
+  if (!rc)
+    rc = need(md->adapter_info, "file", json_type_string, mpath, "adapter.", &jf, diag);
+  if (!rc && !json_object_object_get_ex(md->adapter_info, "alpha", &ja))
+    rc = cm_diag_set(diag, -CM_EMISSING, "%s: key 'adapter.alpha' missing", mpath);
+  if (!rc && !json_object_object_get_ex(md->adapter_info, "scale", &js))
+    rc = cm_diag_set(diag, -CM_EMISSING, "%s: key 'adapter.scale' missing", mpath);
+  if (rc)
+    return rc;
+  int64_t r = json_object_get_int64(jr);
+  char *ap = join(md->path, json_object_get_string(jf));
+  if (!ap)
+    return -ENOMEM;
+  rc = cm_safetensors_open(ap, &md->adapter, diag);
+  size_t n = rc ? 0 : cm_safetensors_count(md->adapter);
+  for (size_t i = 0; i < n && !rc; i++) {
+    struct cm_tensor_view a, b, w;
+    cm_safetensors_at(md->adapter, i, &a);
+    size_t len = strlen(a.name);
+    if (len < 7 || strcmp(a.name + len - 7, ".lora_B") == 0)
+      continue; /* B is checked with its A */
+    if (strcmp(a.name + len - 7, ".lora_A") != 0) {
+      rc = cm_diag_set(diag, -CM_EFORMAT, "%s: tensor '%s' is neither .lora_A nor .lora_B", ap,
+                       a.name);
+      break;
+    }
+    char key[512];
+    snprintf(key, sizeof key, "%.*s.lora_B", (int)(len - 7), a.name);
+    if (cm_safetensors_find(md->adapter, key, &b) != 0) {
+      rc = cm_diag_set(diag, -CM_EMISSING, "%s: tensor '%s' missing", ap, key);
+      break;
+    }
+    snprintf(key, sizeof key, "%.*s.weight", (int)(len - 7), a.name);
+    if (cm_safetensors_find(md->weights, key, &w) != 0 || w.n_dims != 2) {
+      rc = cm_diag_set(diag, -CM_EMISSING, "%s: tensor '%s' adapts '%s', which the weights lack",
+                       ap, a.name, key);
+      break;
+    }
+    if (a.dtype != CM_DTYPE_F32 || b.dtype != CM_DTYPE_F32) {
+      rc = cm_diag_set(diag, -CM_EDTYPE, "%s: tensor '%s': LoRA factors must be F32", ap, a.name);
+      break;
+    }
+    if (a.n_dims != 2 || b.n_dims != 2 || a.shape[0] != r || a.shape[1] != w.shape[1] ||
+        b.shape[0] != w.shape[0] || b.shape[1] != r) {
+      rc = cm_diag_set(diag, -CM_ESHAPE,
+                       "%s: tensor '%s': factors do not fit rank %lld and '%s' [%lld, %lld]", ap,
+                       a.name, (long long)r, key, (long long)w.shape[0], (long long)w.shape[1]);
+      break;
+    }
+  }
+  /* every lora_B has its lora_A */
+  for (size_t i = 0; i < n && !rc; i++) {
+    struct cm_tensor_view b, a;
+    cm_safetensors_at(md->adapter, i, &b);
+    size_t len = strlen(b.name);
+    if (len < 7 || strcmp(b.name + len - 7, ".lora_B") != 0)
+      continue;
+    char key[512];
+    snprintf(key, sizeof key, "%.*s.lora_A", (int)(len - 7), b.name);
+    if (cm_safetensors_find(md->adapter, key, &a) != 0)
+      rc = cm_diag_set(diag, -CM_EMISSING, "%s: tensor '%s' missing", ap, key);
+  }
+  free(ap);
+  return rc;
+}
+
+int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag) {
+  struct cm_model_dir *md = calloc(1, sizeof *md);
+  char *mpath = NULL, *wpath = NULL;
+  struct cm_qwen35_dims dims = {0};
+  int rc = 0;
+  if (!md || !(md->path = strdup(path)) || !(mpath = join(path, CM_MODEL_MANIFEST))) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  struct stat sb;
+  if (stat(mpath, &sb) != 0) {
+    int e = -errno;
+    rc = cm_diag_set(diag, e == -ENOENT ? -ENOENT : e, "%s: cannot open: %s", mpath, strerror(-e));
+    goto fail;
+  }
+  md->manifest = json_object_from_file(mpath);
+  if (!md->manifest || !json_object_is_type(md->manifest, json_type_object)) {
+    const char *why = json_util_get_last_err();
+    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: not valid JSON (%s)", mpath,
+                     md->manifest ? "not an object" : why ? why : "parse error");
+    goto fail;
+  }
+  json_object *m = md->manifest, *jv, *tok, *tfile, *files, *jvis;
+  rc = need(m, "format", json_type_string, mpath, "", &jv, diag);
+  if (rc)
+    goto fail;
+  if (strcmp(json_object_get_string(jv), CM_MODEL_FORMAT) != 0) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: key 'format' is \"%s\", expected \"%s\"", mpath,
+                     json_object_get_string(jv), CM_MODEL_FORMAT);
+    goto fail;
+  }
+  rc = need(m, "family", json_type_string, mpath, "", &jv, diag);
+  if (rc)
+    goto fail;
+  md->family = json_object_get_string(jv);
+  if (!cm_model_family_known(md->family)) {
+    bool reserved = false;
+    for (size_t i = 0; i < sizeof reserved_families / sizeof *reserved_families; i++)
+      reserved |= strcmp(md->family, reserved_families[i]) == 0;
+    rc = cm_diag_set(diag, -CM_EUNSUPPORTED,
+                     reserved ? "%s: key 'family': \"%s\" is reserved; this build has no loader for it"
+                              : "%s: key 'family': unknown family \"%s\"",
+                     mpath, md->family);
+    goto fail;
+  }
+  if ((rc = need(m, "config", json_type_object, mpath, "", &md->config, diag)) ||
+      (rc = need(m, "tokenizer", json_type_object, mpath, "", &tok, diag)) ||
+      (rc = need(tok, "file", json_type_string, mpath, "tokenizer.", &tfile, diag)) ||
+      (rc = need(m, "vision", json_type_boolean, mpath, "", &jvis, diag)) ||
+      (rc = need(m, "files", json_type_object, mpath, "", &files, diag)))
+    goto fail;
+  md->vision = json_object_get_boolean(jvis);
+  if (json_object_object_get_ex(m, "adapter", &md->adapter_info) &&
+      !json_object_is_type(md->adapter_info, json_type_object)) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: key 'adapter' must be an object", mpath);
+    goto fail;
+  }
+  if (md->adapter_info && !json_object_is_type(md->adapter_info, json_type_object))
+    md->adapter_info = NULL;
+  /* Required files must be listed (and so hashed). */
+  const char *required[3] = {"weights.safetensors", json_object_get_string(tfile), NULL};
+  json_object *af;
+  if (md->adapter_info && json_object_object_get_ex(md->adapter_info, "file", &af))
+    required[2] = json_object_get_string(af);
+  for (int i = 0; i < 3; i++) {
+    if (required[i] && !json_object_object_get_ex(files, required[i], NULL)) {
+      rc = cm_diag_set(diag, -CM_EMISSING, "%s: key 'files.%s' missing", mpath, required[i]);
+      goto fail;
+    }
+  }
+  json_object_object_foreach(files, fname, fentry) {
+    rc = verify_file(path, mpath, fname, fentry, diag);
+    if (rc)
+      goto fail;
+  }
+  if (!(md->tokenizer_path = join(path, json_object_get_string(tfile))) ||
+      !(wpath = join(path, "weights.safetensors"))) {
+    rc = -ENOMEM;
+    goto fail;
+  }
+  rc = cm_safetensors_open(wpath, &md->weights, diag);
+  if (rc)
+    goto fail;
+  rc = cm_qwen35_dims_read(md->config, mpath, &dims, diag);
+  if (rc)
+    goto fail;
+  if (md->vision && !dims.has_vision_config) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: key 'vision' is true but config has no vision_config",
+                     mpath);
+    goto fail;
+  }
+  rc = cm_qwen35_check(&dims, md->vision, md->weights, wpath, diag);
+  if (!rc && md->adapter_info)
+    rc = check_adapter(md, mpath, diag);
+  if (rc)
+    goto fail;
+  cm_qwen35_dims_fini(&dims);
+  free(mpath);
+  free(wpath);
+  *ret_dir = md;
+  return 0;
+fail:
+  cm_qwen35_dims_fini(&dims);
+  free(mpath);
+  free(wpath);
+  cm_model_dir_free(md);
+  return rc;
+}
+
+int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
+                          struct cm_diag *diag) {
+  char *p = join(dir, name);
+  if (!p)
+    return -ENOMEM;
+  uint8_t dg[CM_SHA256_BYTES];
+  char hex[CM_SHA256_HEX];
+  uint64_t n = 0;
+  int rc = cm_sha256_file(p, dg, &n, diag);
+  free(p);
+  if (rc)
+    return rc;
+  cm_sha256_hex(dg, hex);
+  json_object *e = json_object_new_object();
+  if (!e)
+    return -ENOMEM;
+  json_object_object_add(e, "sha256", json_object_new_string(hex));
+  json_object_object_add(e, "bytes", json_object_new_int64((int64_t)n));
+  json_object_object_add(files, name, e);
+  return 0;
+}
+
+int cm_model_dir_write_manifest(const char *dir, json_object *manifest, struct cm_diag *diag) {
+  char *p = join(dir, CM_MODEL_MANIFEST);
+  if (!p)
+    return -ENOMEM;
+  int rc = 0;
+  if (json_object_to_file_ext(p, manifest, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                               JSON_C_TO_STRING_NOSLASHESCAPE) != 0)
+    rc = cm_diag_set(diag, -EIO, "%s: write failed (%s)", p, json_util_get_last_err());
+  free(p);
+  return rc;
+}

@@ -1,0 +1,726 @@
+/* s1-mkmodel: writes a seeded random-weight Qwen3.5 checkpoint in Hugging Face layout (config.json,
+ * model.safetensors or shards + index, tokenizer.json, preprocessor_config.json), and on request a
+ * small random PEFT LoRA adapter, for tests, the demo and benchmarks. Output is a pure function of
+ * the arguments: each tensor draws from its own splitmix64 stream seeded by (seed, tensor name), so
+ * the weights do not depend on write order or layout. It leaves out training-quality init. */
+#include <errno.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cm_qwen35.h"
+#include "cm_safetensors.h"
+
+#define SHARD_MAX_BYTES 4000000000ull /* above this the weights are split into shards */
+
+/* ---- PRNG: splitmix64 (Steele, Lea, Flood 2014) + Box-Muller; plain integer arithmetic and the
+ * C library's log/sqrt/cos, so the stream is the same on every platform with a correctly
+ * rounded-enough libm (glibc here; the static build carries its own copy). */
+struct rng {
+  uint64_t s; /* splitmix64 state */
+};
+
+static uint64_t rng_next(struct rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(struct rng *r) {
+  return (double)(rng_next(r) >> 11) * 0x1p-53;
+}
+
+/* Stream for one tensor: FNV-1a of the name, mixed with the seed. */
+static struct rng rng_for(uint64_t seed, const char *name, const char *salt) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char *p = name; *p; p++)
+    h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  for (const char *p = salt; *p; p++)
+    h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  struct rng r = {seed ^ h};
+  rng_next(&r);
+  return r;
+}
+
+/* Fills out[n] with mean + std * N(0, 1), Box-Muller pairs (cos, sin). */
+static void fill_normal(struct rng *r, double mean, double std, float *out, size_t n) {
+  for (size_t i = 0; i < n; i += 2) {
+    double u1 = 1.0 - rng_uniform(r), u2 = rng_uniform(r);
+    double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+    out[i] = (float)(mean + std * rad * cos(th));
+    if (i + 1 < n)
+      out[i + 1] = (float)(mean + std * rad * sin(th));
+  }
+}
+
+/* ---- options and model description ----------------------------------------------------------- */
+
+struct opts {
+  const char *shape;         /* tiny | 4b | 9b | 27b */
+  bool vision;               /* write the vision tower */
+  bool tied;                 /* tie_word_embeddings */
+  bool ratio3;               /* tiny only: linear_num_value_heads 6 */
+  bool causal;               /* Qwen3_5ForCausalLM layout (flat config, model.* keys, no vision) */
+  uint64_t seed;             /* PRNG seed */
+  const char *tokenizer;     /* tokenizer.json to read ids from and copy */
+  const char *out;           /* output folder */
+  const char *adapter_out;   /* PEFT adapter folder, or NULL */
+  int adapter_rank;          /* r */
+  double adapter_alpha;      /* lora_alpha */
+  const char *adapter_targets; /* comma-separated module names */
+  bool adapter_bf16;         /* factors stored as BF16 instead of F32 */
+};
+
+struct special_ids {
+  int64_t image, video, vision_start, vision_end; /* token ids read from the tokenizer */
+  int64_t n_ids;                                  /* highest id + 1 */
+};
+
+/* One tensor to write: canonical (inventory) name, name in the chosen layout, init range. */
+struct gen {
+  const struct cm_qwen35_tensor *t; /* inventory entry (canonical name, shape) */
+  char out_name[128];               /* key in the written layout */
+  uint64_t seed;                    /* model seed */
+  double init_range;                /* std of linear and embedding weights */
+  size_t n_bytes;                   /* BF16 bytes */
+};
+
+static bool has_suffix(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* The values of one weight, by its canonical name (spec §10.4 scales). */
+static void init_values(const struct gen *g, float *v, size_t n) {
+  const char *name = g->t->name;
+  struct rng r = rng_for(g->seed, name, "");
+  if (has_suffix(name, ".A_log")) {
+    for (size_t i = 0; i < n; i++)
+      v[i] = (float)log(0.01 + (16.0 - 0.01) * rng_uniform(&r));
+  } else if (has_suffix(name, ".dt_bias")) {
+    fill_normal(&r, 1.0, 0.5, v, n);
+  } else if (has_suffix(name, "linear_attn.norm.weight") || has_suffix(name, "norm1.weight") ||
+             has_suffix(name, "norm2.weight") || has_suffix(name, "merger.norm.weight")) {
+    fill_normal(&r, 1.0, 0.1, v, n); /* plain-weight norms: 1 + N(0, 0.1) */
+  } else if (has_suffix(name, "layernorm.weight") || has_suffix(name, "q_norm.weight") ||
+             has_suffix(name, "k_norm.weight") ||
+             strcmp(name, "model.language_model.norm.weight") == 0 ||
+             (strstr(name, "norm") && has_suffix(name, ".bias"))) {
+    fill_normal(&r, 0.0, 0.1, v, n); /* zero-centred norms (1 + w) and LayerNorm biases */
+  } else if (has_suffix(name, "conv1d.weight")) {
+    for (size_t i = 0; i < n; i++) /* torch's Conv1d default: U(-1/sqrt(fan_in), ...), fan_in 4 */
+      v[i] = (float)(rng_uniform(&r) - 0.5);
+  } else {
+    fill_normal(&r, 0.0, g->init_range, v, n); /* linears, biases, embeddings */
+  }
+}
+
+static int fill_weight(void *ctx, const char *name, void *buf, size_t n_bytes) {
+  (void)name;
+  const struct gen *g = ctx;
+  size_t n = n_bytes / 2;
+  float *v = malloc(n * sizeof *v);
+  if (!v)
+    return -ENOMEM;
+  init_values(g, v, n);
+  unsigned char *o = buf;
+  for (size_t i = 0; i < n; i++) {
+    uint16_t b = cm_f32_to_bf16(v[i]);
+    o[2 * i] = (unsigned char)b;
+    o[2 * i + 1] = (unsigned char)(b >> 8);
+  }
+  free(v);
+  return 0;
+}
+
+/* ---- config ---------------------------------------------------------------------------------- */
+
+static json_object *int_array(const int64_t *v, int n) {
+  json_object *a = json_object_new_array();
+  for (int i = 0; i < n; i++)
+    json_object_array_add(a, json_object_new_int64(v[i]));
+  return a;
+}
+
+#define ADD(obj, key, val) json_object_object_add(obj, key, val)
+#define I64(x) json_object_new_int64(x)
+#define STR(x) json_object_new_string(x)
+#define BOOL(x) json_object_new_boolean(x)
+#define DBL(x, s) json_object_new_double_s(x, s)
+
+/* Builds config.json for the shape (spec §1.1-1.3, §10.1). */
+static int make_config(const struct opts *o, const struct special_ids *ids, json_object **ret) {
+  /* text: vocab H I L Hq Hkv D Hk Hv dk dv maxpos; vision: depth V heads F npos O */
+  struct shape {
+    const char *name;
+    int64_t H, I, L, Hq, Hkv, D, Hk, Hv, dk, dv, maxpos;
+    int64_t vdepth, V, vheads, F, npos;
+    bool tied;
+    const char *ir_text;
+    double ir;
+  } shapes[] = {
+      {"tiny", 64, 96, 4, 4, 2, 64, 2, 4, 16, 24, 4096, 2, 48, 2, 96, 16, false, "0.05", 0.05},
+      {"4b", 2560, 9216, 32, 16, 4, 256, 16, 32, 128, 128, 262144, 24, 1024, 16, 4096, 2304, true,
+       "0.02", 0.02},
+      {"9b", 4096, 12288, 32, 16, 4, 256, 16, 32, 128, 128, 262144, 27, 1152, 16, 4304, 2304, false,
+       "0.02", 0.02},
+      {"27b", 5120, 17408, 64, 24, 4, 256, 16, 48, 128, 128, 262144, 27, 1152, 16, 4304, 2304,
+       false, "0.02", 0.02},
+  };
+  const struct shape *s = NULL;
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    if (strcmp(o->shape, shapes[i].name) == 0)
+      s = &shapes[i];
+  if (!s) {
+    fprintf(stderr, "s1-mkmodel: --shape must be tiny, 4b, 9b or 27b (got \"%s\")\n", o->shape);
+    return -EINVAL;
+  }
+  if (o->ratio3 && strcmp(s->name, "tiny") != 0) {
+    fprintf(stderr, "s1-mkmodel: --ratio3 applies to --shape tiny only (27b is ratio 3 already)\n");
+    return -EINVAL;
+  }
+  /* Vocabulary: the spec's 248320 rows when they cover every tokenizer id, else the id count
+   * rounded up to a multiple of 128. */
+  int64_t vocab = ids->n_ids <= 248320 ? 248320 : (ids->n_ids + 127) / 128 * 128;
+  bool tied = o->tied || s->tied;
+  bool tiny = strcmp(s->name, "tiny") == 0;
+
+  json_object *tc = json_object_new_object();
+  ADD(tc, "model_type", STR("qwen3_5_text"));
+  ADD(tc, "vocab_size", I64(vocab));
+  ADD(tc, "hidden_size", I64(s->H));
+  ADD(tc, "intermediate_size", I64(s->I));
+  ADD(tc, "num_hidden_layers", I64(s->L));
+  json_object *lt = json_object_new_array();
+  for (int64_t i = 0; i < s->L; i++)
+    json_object_array_add(lt, STR((i + 1) % 4 == 0 ? "full_attention" : "linear_attention"));
+  ADD(tc, "layer_types", lt);
+  ADD(tc, "num_attention_heads", I64(s->Hq));
+  ADD(tc, "num_key_value_heads", I64(s->Hkv));
+  ADD(tc, "head_dim", I64(s->D));
+  ADD(tc, "linear_num_key_heads", I64(s->Hk));
+  ADD(tc, "linear_num_value_heads", I64(o->ratio3 ? 6 : s->Hv));
+  ADD(tc, "linear_key_head_dim", I64(s->dk));
+  ADD(tc, "linear_value_head_dim", I64(s->dv));
+  ADD(tc, "linear_conv_kernel_dim", I64(4));
+  ADD(tc, "hidden_act", STR("silu"));
+  ADD(tc, "rms_norm_eps", DBL(1e-6, "1e-06"));
+  ADD(tc, "attention_bias", BOOL(false));
+  ADD(tc, "max_position_embeddings", I64(s->maxpos));
+  ADD(tc, "tie_word_embeddings", BOOL(tied));
+  ADD(tc, "initializer_range", DBL(s->ir, s->ir_text));
+  ADD(tc, "partial_rotary_factor", DBL(0.25, "0.25"));
+  json_object *rp = json_object_new_object();
+  ADD(rp, "rope_type", STR("default"));
+  ADD(rp, "rope_theta", I64(10000000));
+  ADD(rp, "partial_rotary_factor", DBL(0.25, "0.25"));
+  ADD(rp, "mrope_interleaved", BOOL(true));
+  ADD(rp, "mrope_section", int_array(tiny ? (const int64_t[]){3, 3, 2} : (const int64_t[]){11, 11, 10}, 3));
+  ADD(tc, "rope_parameters", rp);
+  if (o->causal) {
+    json_object *a = json_object_new_array();
+    json_object_array_add(a, STR("Qwen3_5ForCausalLM"));
+    json_object_object_add(tc, "architectures", a);
+    ADD(tc, "dtype", STR("bfloat16"));
+    *ret = tc;
+    return 0;
+  }
+  json_object *vc = json_object_new_object();
+  ADD(vc, "model_type", STR("qwen3_5_vision"));
+  ADD(vc, "depth", I64(s->vdepth));
+  ADD(vc, "hidden_size", I64(s->V));
+  ADD(vc, "num_heads", I64(s->vheads));
+  ADD(vc, "intermediate_size", I64(s->F));
+  ADD(vc, "hidden_act", STR("gelu_pytorch_tanh"));
+  ADD(vc, "in_channels", I64(3));
+  ADD(vc, "patch_size", I64(16));
+  ADD(vc, "temporal_patch_size", I64(2));
+  ADD(vc, "spatial_merge_size", I64(2));
+  ADD(vc, "num_position_embeddings", I64(s->npos));
+  ADD(vc, "out_hidden_size", I64(s->H));
+  ADD(vc, "deepstack_visual_indexes", json_object_new_array());
+  ADD(vc, "initializer_range", DBL(s->ir, s->ir_text));
+
+  json_object *c = json_object_new_object();
+  json_object *a = json_object_new_array();
+  json_object_array_add(a, STR("Qwen3_5ForConditionalGeneration"));
+  ADD(c, "architectures", a);
+  ADD(c, "model_type", STR("qwen3_5"));
+  ADD(c, "image_token_id", I64(ids->image));
+  ADD(c, "video_token_id", I64(ids->video));
+  ADD(c, "vision_start_token_id", I64(ids->vision_start));
+  ADD(c, "vision_end_token_id", I64(ids->vision_end));
+  ADD(c, "tie_word_embeddings", BOOL(tied));
+  ADD(c, "dtype", STR("bfloat16"));
+  ADD(c, "text_config", tc);
+  ADD(c, "vision_config", vc);
+  *ret = c;
+  return 0;
+}
+
+static json_object *make_preprocessor(void) {
+  json_object *p = json_object_new_object(), *sz = json_object_new_object();
+  ADD(sz, "shortest_edge", I64(65536));
+  ADD(sz, "longest_edge", I64(16777216));
+  ADD(p, "size", sz);
+  ADD(p, "patch_size", I64(16));
+  ADD(p, "temporal_patch_size", I64(2));
+  ADD(p, "merge_size", I64(2));
+  json_object *mean = json_object_new_array(), *std = json_object_new_array();
+  for (int i = 0; i < 3; i++) {
+    json_object_array_add(mean, DBL(0.5, "0.5"));
+    json_object_array_add(std, DBL(0.5, "0.5"));
+  }
+  ADD(p, "image_mean", mean);
+  ADD(p, "image_std", std);
+  ADD(p, "resample", I64(3));
+  ADD(p, "rescale_factor", DBL(1.0 / 255.0, "0.00392156862745098"));
+  ADD(p, "do_convert_rgb", BOOL(true));
+  ADD(p, "do_resize", BOOL(true));
+  ADD(p, "do_rescale", BOOL(true));
+  ADD(p, "do_normalize", BOOL(true));
+  ADD(p, "processor_class", STR("Qwen3VLProcessor"));
+  ADD(p, "image_processor_type", STR("Qwen2VLImageProcessorFast"));
+  return p;
+}
+
+/* ---- tokenizer ------------------------------------------------------------------------------- */
+
+static int read_tokenizer(const char *path, struct special_ids *ids) {
+  json_object *t = json_object_from_file(path);
+  if (!t) {
+    fprintf(stderr, "s1-mkmodel: %s: cannot read tokenizer JSON (%s)\n", path,
+            json_util_get_last_err());
+    return -CM_EFORMAT;
+  }
+  int64_t max_id = -1;
+  json_object *model, *vocab, *added;
+  if (json_object_object_get_ex(t, "model", &model) &&
+      json_object_object_get_ex(model, "vocab", &vocab) &&
+      json_object_is_type(vocab, json_type_object)) {
+    json_object_object_foreach(vocab, k, v) {
+      (void)k;
+      if (json_object_get_int64(v) > max_id)
+        max_id = json_object_get_int64(v);
+    }
+  }
+  memset(ids, 0xff, sizeof *ids); /* -1 = not found */
+  if (json_object_object_get_ex(t, "added_tokens", &added) &&
+      json_object_is_type(added, json_type_array)) {
+    for (size_t i = 0; i < json_object_array_length(added); i++) {
+      json_object *e = json_object_array_get_idx(added, i), *jid, *jc;
+      if (!json_object_object_get_ex(e, "id", &jid) || !json_object_object_get_ex(e, "content", &jc))
+        continue;
+      int64_t id = json_object_get_int64(jid);
+      const char *c = json_object_get_string(jc);
+      if (id > max_id)
+        max_id = id;
+      if (strcmp(c, "<|image_pad|>") == 0)
+        ids->image = id;
+      else if (strcmp(c, "<|video_pad|>") == 0)
+        ids->video = id;
+      else if (strcmp(c, "<|vision_start|>") == 0)
+        ids->vision_start = id;
+      else if (strcmp(c, "<|vision_end|>") == 0)
+        ids->vision_end = id;
+    }
+  }
+  json_object_put(t);
+  const char *missing = ids->image < 0          ? "<|image_pad|>"
+                        : ids->video < 0        ? "<|video_pad|>"
+                        : ids->vision_start < 0 ? "<|vision_start|>"
+                        : ids->vision_end < 0   ? "<|vision_end|>"
+                                                : NULL;
+  if (missing) {
+    fprintf(stderr, "s1-mkmodel: %s: added token %s not found\n", path, missing);
+    return -CM_EMISSING;
+  }
+  ids->n_ids = max_id + 1;
+  return 0;
+}
+
+static int copy_file(const char *from, const char *to) {
+  FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+  int rc = 0;
+  if (!in || !out) {
+    fprintf(stderr, "s1-mkmodel: cannot copy %s to %s: %s\n", from, to, strerror(errno));
+    rc = -EIO;
+  }
+  char buf[1 << 16];
+  size_t n;
+  while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+    if (fwrite(buf, 1, n, out) != n)
+      rc = -EIO;
+  if (in)
+    fclose(in);
+  if (out && fclose(out) != 0)
+    rc = -EIO;
+  return rc;
+}
+
+static char *path_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = malloc(n);
+  if (p)
+    snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}
+
+static int write_json(const char *dir, const char *name, json_object *obj) {
+  char *p = path_join(dir, name);
+  int rc = json_object_to_file_ext(p, obj, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                               JSON_C_TO_STRING_NOSLASHESCAPE)
+               ? -EIO
+               : 0;
+  if (rc)
+    fprintf(stderr, "s1-mkmodel: cannot write %s\n", p);
+  free(p);
+  return rc;
+}
+
+/* Canonical key -> key in the written layout. */
+static void layout_name(const char *canon, bool causal, char *out, size_t n) {
+  const char *P = "model.language_model.";
+  if (causal && strncmp(canon, P, strlen(P)) == 0)
+    snprintf(out, n, "model.%s", canon + strlen(P));
+  else
+    snprintf(out, n, "%s", canon);
+}
+
+/* ---- weights --------------------------------------------------------------------------------- */
+
+static int write_weights(const struct opts *o, const struct cm_qwen35_dims *dims,
+                         const struct cm_qwen35_tensor *list, size_t n, double init_range) {
+  struct gen *g = calloc(n, sizeof *g);
+  int *shard_of = calloc(n, sizeof *shard_of);
+  int rc = 0, n_shards = 1;
+  uint64_t total = 0, in_shard = 0;
+  (void)dims;
+  if (!g || !shard_of) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    g[i].t = &list[i];
+    layout_name(list[i].name, o->causal, g[i].out_name, sizeof g[i].out_name);
+    g[i].seed = o->seed;
+    g[i].init_range = init_range;
+    g[i].n_bytes = 2;
+    for (int k = 0; k < list[i].n_dims; k++)
+      g[i].n_bytes *= (size_t)list[i].shape[k];
+    if (in_shard > 0 && in_shard + g[i].n_bytes > SHARD_MAX_BYTES) {
+      n_shards++;
+      in_shard = 0;
+    }
+    shard_of[i] = n_shards - 1;
+    in_shard += g[i].n_bytes;
+    total += g[i].n_bytes;
+  }
+  json_object *wm = json_object_new_object();
+  for (int s = 0; s < n_shards && !rc; s++) {
+    char fname[64];
+    if (n_shards == 1)
+      snprintf(fname, sizeof fname, "model.safetensors");
+    else
+      snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+    struct cm_safetensors_writer *w = NULL;
+    rc = cm_safetensors_writer_new(&w);
+    for (size_t i = 0; i < n && !rc; i++) {
+      if (shard_of[i] != s)
+        continue;
+      rc = cm_safetensors_writer_add_fill(w, g[i].out_name, CM_DTYPE_BF16, list[i].n_dims,
+                                          list[i].shape, fill_weight, &g[i]);
+      json_object_object_add(wm, g[i].out_name, json_object_new_string(fname));
+    }
+    if (!rc)
+      rc = cm_safetensors_writer_set_metadata(w, "format", "pt");
+    char *p = path_join(o->out, fname);
+    struct cm_diag d = {0};
+    if (!rc)
+      rc = cm_safetensors_writer_finish(w, p, &d);
+    if (rc)
+      fprintf(stderr, "s1-mkmodel: %s\n", d.msg ? d.msg : strerror(-rc));
+    cm_diag_fini(&d);
+    cm_safetensors_writer_free(w);
+    free(p);
+  }
+  if (!rc && n_shards > 1) {
+    json_object *idx = json_object_new_object(), *meta = json_object_new_object();
+    ADD(meta, "total_size", I64((int64_t)total));
+    ADD(idx, "metadata", meta);
+    ADD(idx, "weight_map", json_object_get(wm));
+    rc = write_json(o->out, "model.safetensors.index.json", idx);
+    json_object_put(idx);
+  }
+  json_object_put(wm);
+out:
+  free(g);
+  free(shard_of);
+  return rc;
+}
+
+/* ---- PEFT adapter ---------------------------------------------------------------------------- */
+
+/* Module name (key without ".weight") whose last component is in the comma list. */
+static bool targeted(const char *module, const char *targets) {
+  const char *last = strrchr(module, '.');
+  last = last ? last + 1 : module;
+  size_t ln = strlen(last);
+  for (const char *t = targets; *t;) {
+    const char *c = strchr(t, ',');
+    size_t tn = c ? (size_t)(c - t) : strlen(t);
+    if (tn == ln && strncmp(t, last, ln) == 0)
+      return true;
+    if (!c)
+      break;
+    t = c + 1;
+  }
+  return false;
+}
+
+struct lora_gen {
+  char key[200];        /* PEFT key */
+  uint64_t seed;        /* model seed */
+  bool bf16;            /* stored dtype */
+  size_t n;             /* elements */
+};
+
+static int fill_lora(void *ctx, const char *name, void *buf, size_t n_bytes) {
+  (void)n_bytes;
+  const struct lora_gen *lg = ctx;
+  struct rng r = rng_for(lg->seed, name, "lora");
+  float *v = malloc(lg->n * sizeof *v);
+  if (!v)
+    return -ENOMEM;
+  fill_normal(&r, 0.0, 0.1, v, lg->n);
+  unsigned char *o = buf;
+  for (size_t i = 0; i < lg->n; i++) {
+    if (lg->bf16) {
+      uint16_t b = cm_f32_to_bf16(v[i]);
+      o[2 * i] = (unsigned char)b;
+      o[2 * i + 1] = (unsigned char)(b >> 8);
+    } else {
+      memcpy(o + 4 * i, &v[i], 4);
+    }
+  }
+  free(v);
+  return 0;
+}
+
+static int write_adapter(const struct opts *o, const struct cm_qwen35_tensor *list, size_t n) {
+  if (o->adapter_rank <= 0 || !(o->adapter_alpha > 0) || !o->adapter_targets ||
+      !*o->adapter_targets) {
+    fprintf(stderr, "s1-mkmodel: --adapter-out needs --adapter-rank > 0, --adapter-alpha > 0 and "
+                    "--adapter-targets\n");
+    return -EINVAL;
+  }
+  if (mkdir(o->adapter_out, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "s1-mkmodel: %s: %s\n", o->adapter_out, strerror(errno));
+    return -errno;
+  }
+  struct lora_gen *lg = calloc(2 * n, sizeof *lg);
+  struct cm_safetensors_writer *w = NULL;
+  int rc = lg ? cm_safetensors_writer_new(&w) : -ENOMEM;
+  int64_t r = o->adapter_rank;
+  size_t used = 0;
+  json_object *tm = json_object_new_array();
+  for (size_t i = 0; i < n && !rc; i++) {
+    const struct cm_qwen35_tensor *t = &list[i];
+    if (t->n_dims != 2 || !has_suffix(t->name, ".weight") || strstr(t->name, "embed"))
+      continue;
+    char module[160], lname[160];
+    layout_name(t->name, o->causal, lname, sizeof lname);
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(lname) - 7), lname);
+    if (!targeted(module, o->adapter_targets))
+      continue;
+    for (int ab = 0; ab < 2 && !rc; ab++) {
+      struct lora_gen *g = &lg[used++];
+      int64_t shape[2] = {ab == 0 ? r : t->shape[0], ab == 0 ? t->shape[1] : r};
+      snprintf(g->key, sizeof g->key, "base_model.model.%s.lora_%c.weight", module, ab ? 'B' : 'A');
+      g->seed = o->seed;
+      g->bf16 = o->adapter_bf16;
+      g->n = (size_t)(shape[0] * shape[1]);
+      rc = cm_safetensors_writer_add_fill(w, g->key, o->adapter_bf16 ? CM_DTYPE_BF16 : CM_DTYPE_F32,
+                                          2, shape, fill_lora, g);
+    }
+  }
+  if (!rc && used == 0) {
+    fprintf(stderr, "s1-mkmodel: --adapter-targets \"%s\" matches no linear weight\n",
+            o->adapter_targets);
+    rc = -EINVAL;
+  }
+  char *p = path_join(o->adapter_out, "adapter_model.safetensors");
+  struct cm_diag d = {0};
+  if (!rc)
+    rc = cm_safetensors_writer_set_metadata(w, "format", "pt");
+  if (!rc)
+    rc = cm_safetensors_writer_finish(w, p, &d);
+  if (rc && d.msg)
+    fprintf(stderr, "s1-mkmodel: %s\n", d.msg);
+  cm_diag_fini(&d);
+  free(p);
+  if (!rc) {
+    for (const char *t = o->adapter_targets; *t;) {
+      const char *c = strchr(t, ',');
+      size_t tn = c ? (size_t)(c - t) : strlen(t);
+      json_object_array_add(tm, json_object_new_string_len(t, (int)tn));
+      if (!c)
+        break;
+      t = c + 1;
+    }
+    json_object *ac = json_object_new_object();
+    ADD(ac, "peft_type", STR("LORA"));
+    ADD(ac, "task_type", STR("CAUSAL_LM"));
+    ADD(ac, "base_model_name_or_path", STR(o->out));
+    ADD(ac, "r", I64(r));
+    if (o->adapter_alpha == floor(o->adapter_alpha) && o->adapter_alpha < 1e15)
+      ADD(ac, "lora_alpha", I64((int64_t)o->adapter_alpha));
+    else
+      ADD(ac, "lora_alpha", json_object_new_double(o->adapter_alpha));
+    ADD(ac, "lora_dropout", DBL(0.0, "0.0"));
+    ADD(ac, "target_modules", json_object_get(tm));
+    ADD(ac, "bias", STR("none"));
+    ADD(ac, "use_dora", BOOL(false));
+    ADD(ac, "use_rslora", BOOL(false));
+    ADD(ac, "modules_to_save", NULL);
+    ADD(ac, "rank_pattern", json_object_new_object());
+    ADD(ac, "alpha_pattern", json_object_new_object());
+    ADD(ac, "fan_in_fan_out", BOOL(false));
+    ADD(ac, "init_lora_weights", BOOL(true));
+    ADD(ac, "inference_mode", BOOL(true));
+    rc = write_json(o->adapter_out, "adapter_config.json", ac);
+    json_object_put(ac);
+  }
+  json_object_put(tm);
+  cm_safetensors_writer_free(w);
+  free(lg);
+  return rc;
+}
+
+/* ---- main ------------------------------------------------------------------------------------ */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: s1-mkmodel --shape tiny|4b|9b|27b [--vision] [--tied] [--ratio3] [--causal]\n"
+          "                  [--seed N] --tokenizer FILE --out HF_DIR\n"
+          "                  [--adapter-out DIR --adapter-rank R --adapter-alpha A\n"
+          "                   --adapter-targets q_proj,v_proj,... [--adapter-bf16]]\n");
+}
+
+int main(int argc, char **argv) {
+  struct opts o = {.shape = NULL};
+  enum { O_VISION = 256, O_TIED, O_RATIO3, O_CAUSAL, O_AOUT, O_ARANK, O_AALPHA, O_ATGT, O_ABF16 };
+  static const struct option lo[] = {
+      {"shape", required_argument, 0, 's'},       {"seed", required_argument, 0, 'S'},
+      {"tokenizer", required_argument, 0, 't'},   {"out", required_argument, 0, 'o'},
+      {"vision", no_argument, 0, O_VISION},       {"tied", no_argument, 0, O_TIED},
+      {"ratio3", no_argument, 0, O_RATIO3},       {"causal", no_argument, 0, O_CAUSAL},
+      {"adapter-out", required_argument, 0, O_AOUT},
+      {"adapter-rank", required_argument, 0, O_ARANK},
+      {"adapter-alpha", required_argument, 0, O_AALPHA},
+      {"adapter-targets", required_argument, 0, O_ATGT},
+      {"adapter-bf16", no_argument, 0, O_ABF16},  {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c;
+  char *end;
+  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    switch (c) {
+    case 's': o.shape = optarg; break;
+    case 'S':
+      errno = 0;
+      o.seed = strtoull(optarg, &end, 0);
+      if (errno || *end || !*optarg) {
+        fprintf(stderr, "s1-mkmodel: --seed must be an unsigned integer\n");
+        return 2;
+      }
+      break;
+    case 't': o.tokenizer = optarg; break;
+    case 'o': o.out = optarg; break;
+    case O_VISION: o.vision = true; break;
+    case O_TIED: o.tied = true; break;
+    case O_RATIO3: o.ratio3 = true; break;
+    case O_CAUSAL: o.causal = true; break;
+    case O_AOUT: o.adapter_out = optarg; break;
+    case O_ARANK:
+      o.adapter_rank = (int)strtol(optarg, &end, 10);
+      if (*end || o.adapter_rank <= 0 || o.adapter_rank > 4096) {
+        fprintf(stderr, "s1-mkmodel: --adapter-rank must be 1..4096\n");
+        return 2;
+      }
+      break;
+    case O_AALPHA:
+      o.adapter_alpha = strtod(optarg, &end);
+      if (*end || !(o.adapter_alpha > 0)) {
+        fprintf(stderr, "s1-mkmodel: --adapter-alpha must be a positive number\n");
+        return 2;
+      }
+      break;
+    case O_ATGT: o.adapter_targets = optarg; break;
+    case O_ABF16: o.adapter_bf16 = true; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (!o.shape || !o.tokenizer || !o.out || optind != argc) {
+    usage(stderr);
+    return 2;
+  }
+  if (o.causal && o.vision) {
+    fprintf(stderr, "s1-mkmodel: --causal has no vision tower; drop --vision\n");
+    return 2;
+  }
+  struct special_ids ids;
+  json_object *config = NULL;
+  struct cm_qwen35_dims dims = {0};
+  struct cm_qwen35_tensor *list = NULL;
+  size_t n = 0;
+  struct cm_diag d = {0};
+  int rc = read_tokenizer(o.tokenizer, &ids);
+  if (!rc)
+    rc = make_config(&o, &ids, &config);
+  if (!rc && mkdir(o.out, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "s1-mkmodel: %s: %s\n", o.out, strerror(errno));
+    rc = -errno;
+  }
+  if (!rc)
+    rc = cm_qwen35_dims_read(config, "config.json", &dims, &d);
+  if (!rc)
+    rc = cm_qwen35_inventory(&dims, o.vision, &list, &n);
+  if (rc && d.msg)
+    fprintf(stderr, "s1-mkmodel: %s\n", d.msg);
+  json_object *tc = NULL;
+  double ir = 0.02;
+  if (!rc) {
+    if (!json_object_object_get_ex(config, "text_config", &tc))
+      tc = config;
+    json_object *jir;
+    if (json_object_object_get_ex(tc, "initializer_range", &jir))
+      ir = json_object_get_double(jir);
+    rc = write_json(o.out, "config.json", config);
+  }
+  if (!rc) {
+    json_object *pp = make_preprocessor();
+    rc = write_json(o.out, "preprocessor_config.json", pp);
+    json_object_put(pp);
+  }
+  if (!rc) {
+    char *tp = path_join(o.out, "tokenizer.json");
+    rc = copy_file(o.tokenizer, tp);
+    free(tp);
+  }
+  if (!rc)
+    rc = write_weights(&o, &dims, list, n, ir);
+  if (!rc && o.adapter_out)
+    rc = write_adapter(&o, list, n);
+  cm_diag_fini(&d);
+  free(list);
+  cm_qwen35_dims_fini(&dims);
+  json_object_put(config);
+  return rc ? 1 : 0;
+}
