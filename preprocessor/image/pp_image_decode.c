@@ -16,11 +16,19 @@ enum fmt { FMT_UNKNOWN, FMT_PNG, FMT_JPEG, FMT_WEBP, FMT_OTHER };
 static pthread_once_t vips_once = PTHREAD_ONCE_INIT;
 static int vips_status;
 
+/* libvips reports loader warnings (truncated data, bad chunks) with g_warning; a library does not
+ * log, and the caller gets the failure as a diagnostic, so they are dropped. */
+static void quiet(const gchar *domain, GLogLevelFlags level, const gchar *msg, gpointer user) {
+  (void)domain, (void)level, (void)msg, (void)user;
+}
+
 static void vips_start(void) {
   if (VIPS_INIT("s1serve")) {
     vips_status = -CM_EUNSUPPORTED;
     return;
   }
+  g_log_set_handler("VIPS", G_LOG_LEVEL_WARNING | G_LOG_LEVEL_MESSAGE | G_LOG_LEVEL_INFO,
+                    quiet, NULL);
   vips_block_untrusted_set(TRUE);
   vips_cache_set_max(0);
   vips_concurrency_set(1); /* parallelism is across images, one per caller thread */
