@@ -171,10 +171,13 @@ static void test_bad_images(void) {
   CHECK(prepare_fails((const uint8_t *)"", 0, 1, &l, -CM_EFORMAT, "image 1 could not be decoded"));
   CHECK(prepare_fails((const uint8_t *)"hello world", 11, 1, &l, -CM_EFORMAT,
                       "image 1 could not be decoded"));
-  const char *others[] = {"GIF89a\x01\x00\x01\x00", "BM\x3a\x00\x00\x00", "II*\0\x08\0\0\0",
-                          "P6\n1 1\n255\n\0\0\0"};
+  static const struct {
+    const char *p;
+    size_t n;
+  } others[] = {{"GIF89a\x01\x00\x01\x00", 10}, {"BM\x3a\x00\x00\x00", 6},
+                {"II*\0\x08\0\0\0", 8}, {"P6\n1 1\n255\n\0\0\0", 14}};
   for (size_t k = 0; k < sizeof(others) / sizeof(others[0]); k++)
-    CHECK(prepare_fails((const uint8_t *)others[k], 10, 2, &l, -CM_EFORMAT,
+    CHECK(prepare_fails((const uint8_t *)others[k].p, others[k].n, 2, &l, -CM_EFORMAT,
                         "image 2 is not PNG, JPEG or WebP"));
   /* Bomb-sized headers: refused from the header, before any pixel allocation (fast). */
   uint8_t png[128];
