@@ -134,33 +134,47 @@ static inline uint8_t clamp_shift(int32_t acc, int p) {
   return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* Width pass: every row, in_w -> out_w, 3 channels interleaved. */
-static void pass_h(const uint8_t *src, uint32_t rows, uint32_t in_w, uint32_t out_w,
-                   const struct axis *ax, uint8_t *dst) {
+enum { HROWS = 8, HLANES = HROWS * 3 }; /* rows per block of the width pass, and its sums */
+
+/* Width pass: every row, in_w -> out_w, 3 channels interleaved. Blocks of 8 rows are first
+ * regrouped column-major ([in_w][8 rows][3]) in `tmp`, so each tap is one 24-lane multiply-add
+ * that the compiler vectorises. Integer sums are exact: the order does not change a bit. */
+static void pass_h(const uint8_t *restrict src, uint32_t rows, uint32_t in_w, uint32_t out_w,
+                   const struct axis *ax, uint8_t *restrict tmp, uint8_t *restrict dst) {
   const int32_t half = 1 << (ax->precision - 1);
-  for (uint32_t y = 0; y < rows; y++) {
-    const uint8_t *s = src + (size_t)y * in_w * 3;
-    uint8_t *d = dst + (size_t)y * out_w * 3;
+  for (uint32_t y0 = 0; y0 < rows; y0 += HROWS) {
+    uint32_t nr = rows - y0 < HROWS ? rows - y0 : HROWS;
+    memset(tmp, 0, (size_t)in_w * HLANES);
+    for (uint32_t r = 0; r < nr; r++) {
+      const uint8_t *s = src + (size_t)(y0 + r) * in_w * 3;
+      for (uint32_t x = 0; x < in_w; x++)
+        memcpy(tmp + (size_t)x * HLANES + r * 3, s + (size_t)x * 3, 3);
+    }
     for (uint32_t x = 0; x < out_w; x++) {
       const int16_t *w = ax->w + (size_t)x * ax->ksize;
-      const uint8_t *p = s + (size_t)ax->min[x] * 3;
-      int32_t r = half, g = half, b = half;
-      for (int32_t j = 0; j < ax->size[x]; j++) {
-        r += p[3 * j] * w[j];
-        g += p[3 * j + 1] * w[j];
-        b += p[3 * j + 2] * w[j];
+      const uint8_t *t = tmp + (size_t)ax->min[x] * HLANES;
+      int32_t acc[HLANES];
+      for (int e = 0; e < HLANES; e++)
+        acc[e] = half;
+      for (int32_t j = 0; j < ax->size[x]; j++, t += HLANES) {
+        const int32_t wj = w[j];
+        for (int e = 0; e < HLANES; e++)
+          acc[e] += t[e] * wj;
       }
-      d[3 * x] = clamp_shift(r, ax->precision);
-      d[3 * x + 1] = clamp_shift(g, ax->precision);
-      d[3 * x + 2] = clamp_shift(b, ax->precision);
+      for (uint32_t r = 0; r < nr; r++) {
+        uint8_t *d = dst + ((size_t)(y0 + r) * out_w + x) * 3;
+        d[0] = clamp_shift(acc[r * 3], ax->precision);
+        d[1] = clamp_shift(acc[r * 3 + 1], ax->precision);
+        d[2] = clamp_shift(acc[r * 3 + 2], ax->precision);
+      }
     }
   }
 }
 
 /* Height pass: in_h -> out_h rows of `row` bytes, accumulated a whole row at a time. */
-static int pass_v(const uint8_t *src, size_t row, uint32_t out_h, const struct axis *ax,
-                  uint8_t *dst) {
-  int32_t *acc = malloc(sizeof(int32_t) * row);
+static int pass_v(const uint8_t *restrict src, size_t row, uint32_t out_h, const struct axis *ax,
+                  uint8_t *restrict dst) {
+  int32_t *restrict acc = malloc(sizeof(int32_t) * row);
   if (!acc)
     return -ENOMEM;
   const int32_t half = 1 << (ax->precision - 1);
@@ -169,7 +183,7 @@ static int pass_v(const uint8_t *src, size_t row, uint32_t out_h, const struct a
     for (size_t e = 0; e < row; e++)
       acc[e] = half;
     for (int32_t j = 0; j < ax->size[y]; j++) {
-      const uint8_t *s = src + (size_t)(ax->min[y] + j) * row;
+      const uint8_t *restrict s = src + (size_t)(ax->min[y] + j) * row;
       const int32_t wj = w[j];
       for (size_t e = 0; e < row; e++)
         acc[e] += s[e] * wj;
@@ -203,11 +217,14 @@ int pp_image_resample(const struct pp_rgb *src, uint32_t out_width, uint32_t out
     if (rc)
       goto fail;
     mid = do_v ? malloc((size_t)out_width * in_h * 3) : out;
-    if (!mid) {
+    uint8_t *tmp = malloc((size_t)in_w * HLANES);
+    if (!mid || !tmp) {
+      free(tmp);
       rc = -ENOMEM;
       goto fail;
     }
-    pass_h(src->data, in_h, in_w, out_width, &ah, mid);
+    pass_h(src->data, in_h, in_w, out_width, &ah, tmp, mid);
+    free(tmp);
     cur = mid;
   }
   if (do_v) {
