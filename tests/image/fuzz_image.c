@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   lim.max_side = 2048;
   lim.max_src_pixels = 1 << 20;
   lim.min_pixels = 1024; /* smaller than the model's: keeps each run cheap */
-  lim.max_pixels = 65536;
+  lim.max_pixels = 4096;
   struct pp_image img = {0};
   struct cm_diag diag = {0};
   int rc;

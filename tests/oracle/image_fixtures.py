@@ -154,12 +154,38 @@ def make_png_variants():
     return src
 
 
+def make_encoded_variants():
+    """name -> bytes: JPEG and WebP encodings beyond the processor cases (Pillow saves them)."""
+    from PIL import Image
+    src = {}
+
+    def save(name, img, fmt, **kw):
+        bio = io.BytesIO()
+        img.save(bio, fmt, **kw)
+        src[name] = bio.getvalue()
+
+    a = Image.fromarray(synth(75, 101, 80, 1))
+    save("q95_444_101x75.jpg", a, "JPEG", quality=95, subsampling=0)
+    save("q75_422_101x75.jpg", a, "JPEG", quality=75, subsampling=1)
+    save("q30_prog_opt_101x75.jpg", a, "JPEG", quality=30, progressive=True, optimize=True)
+    save("restart_101x75.jpg", a, "JPEG", quality=80, restart_marker_blocks=2)
+    save("gray_prog_101x75.jpg", a.convert("L"), "JPEG", quality=85, progressive=True)
+    save("cmyk_prog_101x75.jpg", Image.fromarray(np.dstack([synth(75, 101, 81, 0), synth(75, 101, 82, 2)[:, :, :1]]),
+                                                 "CMYK"), "JPEG", quality=85, progressive=True)
+    rgba = Image.fromarray(np.dstack([synth(75, 101, 83, 2), synth(75, 101, 84, 0)[:, :, :1]]), "RGBA")
+    save("lossy_rgba_101x75.webp", rgba, "WEBP", quality=70)
+    frames = [Image.fromarray(synth(60, 80, 85 + k, 2)) for k in range(3)]
+    save("anim_80x60.webp", frames[0], "WEBP", save_all=True, append_images=frames[1:], duration=100, lossless=True)
+    save("anim_80x60.png", frames[0], "PNG", save_all=True, append_images=frames[1:], duration=100)
+    return src
+
+
 def decode_only(out):
     from PIL import Image
     import PIL
     os.makedirs(os.path.join(out, "sources"), exist_ok=True)
     res = {"pillow": PIL.__version__, "cases": []}
-    for name, data in make_png_variants().items():
+    for name, data in list(make_png_variants().items()) + list(make_encoded_variants().items()):
         with open(os.path.join(out, "sources", name), "wb") as f:
             f.write(data)
         im = Image.open(io.BytesIO(data))
