@@ -76,6 +76,9 @@ static void test_base64(void) {
   CHECK(b64_fails("QU\xc3\xa9JD", 5,
                   "image 5 could not be decoded (string argument should contain only ASCII "
                   "characters)"));
+  CHECK(b64_fails("Q.JD\xc3\xa9", 5, /* Python encodes to ASCII before it validates */
+                  "image 5 could not be decoded (string argument should contain only ASCII "
+                  "characters)"));
   CHECK(b64_fails("QUJD\xe2\x80\x8b", 5, /* U+200B is not whitespace for Python */
                   "image 5 could not be decoded (string argument should contain only ASCII "
                   "characters)"));
