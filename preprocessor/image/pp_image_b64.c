@@ -20,8 +20,8 @@ static size_t whitespace_len(const unsigned char *s, size_t n) {
     return 0;
   if (c == 0xe1 && s[1] == 0x9a && s[2] == 0x80)
     return 3;
-  if (c == 0xe2 && s[1] == 0x80 &&
-      (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf) && s[2] >= 0x80)
+  if (c == 0xe2 && s[1] == 0x80 && (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf) &&
+      s[2] >= 0x80)
     return 3;
   if (c == 0xe2 && s[1] == 0x81 && s[2] == 0x9f)
     return 3;

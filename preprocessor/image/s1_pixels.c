@@ -109,7 +109,8 @@ static int one(const char *path, unsigned i, const struct pp_image_limits *lim, 
   json_object_object_add(o, "n_image_tokens", json_object_new_int64(img.n_tokens));
   json_object_object_add(o, "min_pixels", json_object_new_int64((int64_t)lim->min_pixels));
   json_object_object_add(o, "max_pixels", json_object_new_int64((int64_t)lim->max_pixels));
-  const char *js = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+  const char *js =
+      json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
   rc = write_file(out, i, "json", js, strlen(js));
   json_object_put(o);
   /* x86-64 and aarch64 are little-endian: the fp32 rows are written as they are in memory. */
