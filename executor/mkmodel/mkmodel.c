@@ -15,7 +15,7 @@
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 
-#define SHARD_MAX_BYTES 4000000000ull /* above this the weights are split into shards */
+#define SHARD_MAX_BYTES 4000000000ull /* default: above this the weights are split into shards */
 
 /* ---- PRNG: splitmix64 (Steele, Lea, Flood 2014) + Box-Muller; plain integer arithmetic and the
  * C library's log/sqrt/cos, so the stream is the same on every platform with a correctly
@@ -75,6 +75,7 @@ struct opts {
   double adapter_alpha;      /* lora_alpha */
   const char *adapter_targets; /* comma-separated module names */
   bool adapter_bf16;         /* factors stored as BF16 instead of F32 */
+  uint64_t shard_bytes;      /* largest shard, bytes (--max-shard-bytes; tests use small ones) */
 };
 
 struct special_ids {
@@ -417,7 +418,7 @@ static int write_weights(const struct opts *o, const struct cm_qwen35_dims *dims
     g[i].n_bytes = 2;
     for (int k = 0; k < list[i].n_dims; k++)
       g[i].n_bytes *= (size_t)list[i].shape[k];
-    if (in_shard > 0 && in_shard + g[i].n_bytes > SHARD_MAX_BYTES) {
+    if (in_shard > 0 && in_shard + g[i].n_bytes > o->shard_bytes) {
       n_shards++;
       in_shard = 0;
     }
@@ -611,14 +612,16 @@ static int write_adapter(const struct opts *o, const struct cm_qwen35_tensor *li
 static void usage(FILE *f) {
   fprintf(f,
           "usage: s1-mkmodel --shape tiny|4b|9b|27b [--vision] [--tied] [--ratio3] [--causal]\n"
-          "                  [--seed N] --tokenizer FILE --out HF_DIR\n"
+          "                  [--seed N] [--max-shard-bytes N] --tokenizer FILE --out HF_DIR\n"
           "                  [--adapter-out DIR --adapter-rank R --adapter-alpha A\n"
           "                   --adapter-targets q_proj,v_proj,... [--adapter-bf16]]\n");
 }
 
 int main(int argc, char **argv) {
-  struct opts o = {.shape = NULL};
-  enum { O_VISION = 256, O_TIED, O_RATIO3, O_CAUSAL, O_AOUT, O_ARANK, O_AALPHA, O_ATGT, O_ABF16 };
+  struct opts o = {.shard_bytes = SHARD_MAX_BYTES};
+  enum {
+    O_VISION = 256, O_TIED, O_RATIO3, O_CAUSAL, O_AOUT, O_ARANK, O_AALPHA, O_ATGT, O_ABF16, O_SHARD
+  };
   static const struct option lo[] = {
       {"shape", required_argument, 0, 's'},       {"seed", required_argument, 0, 'S'},
       {"tokenizer", required_argument, 0, 't'},   {"out", required_argument, 0, 'o'},
@@ -629,6 +632,7 @@ int main(int argc, char **argv) {
       {"adapter-alpha", required_argument, 0, O_AALPHA},
       {"adapter-targets", required_argument, 0, O_ATGT},
       {"adapter-bf16", no_argument, 0, O_ABF16},  {"help", no_argument, 0, 'h'},
+      {"max-shard-bytes", required_argument, 0, O_SHARD},
       {0, 0, 0, 0}};
   int c;
   char *end;
@@ -666,6 +670,14 @@ int main(int argc, char **argv) {
       break;
     case O_ATGT: o.adapter_targets = optarg; break;
     case O_ABF16: o.adapter_bf16 = true; break;
+    case O_SHARD:
+      errno = 0;
+      o.shard_bytes = strtoull(optarg, &end, 0);
+      if (errno || *end || o.shard_bytes == 0) {
+        fprintf(stderr, "s1-mkmodel: --max-shard-bytes must be a positive integer\n");
+        return 2;
+      }
+      break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }

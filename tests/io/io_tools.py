@@ -192,6 +192,15 @@ def case_mkmodel(tmp):
     export("--base", s, "--out", os.path.join(tmp, "h"))
     check(sha(tmp + "/h/weights.safetensors") == sha(g_ + "/weights.safetensors"),
           "sharded checkpoint exports to the same weights")
+    # s1-mkmodel's own sharding (index + shards) holds the same bytes
+    mkmodel(os.path.join(tmp, "k"), "--seed", "7", "--vision", "--max-shard-bytes", "20000000")
+    idx = json.load(open(tmp + "/k/model.safetensors.index.json"))
+    shards = sorted(set(idx["weight_map"].values()))
+    check(len(shards) == 4 and shards[0] == "model-00001-of-00004.safetensors" and
+          not os.path.exists(tmp + "/k/model.safetensors"), f"mkmodel shards: {shards}")
+    export("--base", os.path.join(tmp, "k"), "--out", os.path.join(tmp, "kx"))
+    check(sha(tmp + "/kx/weights.safetensors") == sha(g_ + "/weights.safetensors"),
+          "mkmodel's sharded checkpoint exports to the same weights")
     # a wrong shape in the checkpoint is refused at export, naming file and tensor
     bad = dict(src)
     bad[L + "1.mlp.up_proj.weight"] = ("BF16", np.zeros((95, 64), np.uint16))
@@ -283,6 +292,9 @@ def case_baddir(tmp):
     expect("nokey", manifest(lambda m: m.pop("config")), "{d}/s1-model.json: key 'config' missing")
     expect("config", manifest(lambda m: m["config"]["text_config"].pop("hidden_size")),
            "{d}/s1-model.json: key 'text_config.hidden_size' missing")
+    expect("mrope", manifest(lambda m: m["config"]["text_config"]["rope_parameters"].__setitem__(
+        "mrope_section", [3, 3, 3])),
+           "{d}/s1-model.json: key 'text_config.rope_parameters.mrope_section' sums to 9, rotary dims / 2 is 8")
     expect("unlisted", manifest(lambda m: m["files"].pop(W)),
            f"{{d}}/s1-model.json: key 'files.{W}' missing")
 
