@@ -308,10 +308,11 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
   }
   size_t k = 0;
   for (size_t i = 0, img = 0; i < in.n_tokens; i++) {
-    if (in.tokens[i] == cfg.image_token_id)
-      for (int64_t j = 0; j < in.images[img++].n_merged; j++)
+    if (in.tokens[i] == cfg.image_token_id) {
+      for (int64_t j = 0; j < in.images[img].n_merged; j++)
         tok[k++] = cfg.image_token_id;
-    else
+      img++;
+    } else
       tok[k++] = in.tokens[i];
   }
   if ((r = ex_qwen35_embed(m, tok, n, emb, diag)))
