@@ -1,0 +1,20 @@
+/* GELU activations of the vision tower, float32: the exact-erf form (nn.GELU(), the merger and
+ * hidden_act "gelu") and the tanh approximation (hidden_act "gelu_pytorch_tanh", the blocks of every
+ * released Qwen3.5). Other ACT2FN names are refused by the config parser, not here. */
+#ifndef S1_EX_CPU_VISION_GELU_H
+#define S1_EX_CPU_VISION_GELU_H
+
+#include <stddef.h>
+
+enum ex_gelu_kind {
+  EX_GELU_ERF,  /* 0.5·x·(1 + erf(x/√2)) */
+  EX_GELU_TANH, /* 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
+  EX_GELU_COUNT,
+};
+
+/* y = gelu(x) elementwise.
+ * Shapes: x, y [n] (y may alias x). Units: none. Ownership: caller's host buffers.
+ * Source: torch.nn.functional.gelu(approximate="none" | "tanh"); twin of the CUDA vision gelu. */
+void ex_cpu_gelu(const float *x, float *y, size_t n, enum ex_gelu_kind kind);
+
+#endif
