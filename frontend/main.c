@@ -164,26 +164,33 @@ static void respond(h2o_req_t *req, int status, const char *body, size_t n, cons
   h2o_send_inline(req, body, n);
 }
 
-/* The error shape of wire.md for a code. */
+/* The error shape of wire.md, {"error": {"type", "message"}}, JSON-escaped by json-c. */
+static void respond_shape(h2o_req_t *req, int status, const char *type, const char *message,
+                          const char *rid, int retry_after_s) {
+  json_object *root = json_object_new_object(), *err = json_object_new_object();
+  json_object_object_add(err, "type", json_object_new_string(type));
+  json_object_object_add(err, "message", json_object_new_string(message ? message : type));
+  json_object_object_add(root, "error", err);
+  size_t n = 0;
+  const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
+                                                    JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+  respond(req, status, s, n, rid, NULL, NULL, retry_after_s);
+  json_object_put(root);
+}
+
+/* The error answer for a code (cm_error_http is the one mapping). */
 static void respond_error(h2o_req_t *req, int code, const char *message, const char *rid,
                           int retry_after_s) {
   const char *type = NULL;
   int status = cm_error_http(code, &type);
   if (!type)
     type = "internal", status = 500;
-  /* message texts here are fixed ASCII without quotes or backslashes */
-  char body[512];
-  int n = snprintf(body, sizeof(body), "{\"error\":{\"type\":\"%s\",\"message\":\"%s\"}}", type,
-                   message);
-  respond(req, status, body, (size_t)n, rid, NULL, NULL, retry_after_s);
+  respond_shape(req, status, type, message, rid, retry_after_s);
 }
 
 static void respond_plain_error(h2o_req_t *req, int status, const char *type, const char *message,
                                 const char *rid) {
-  char body[512];
-  int n = snprintf(body, sizeof(body), "{\"error\":{\"type\":\"%s\",\"message\":\"%s\"}}", type,
-                   message);
-  respond(req, status, body, (size_t)n, rid, NULL, NULL, 0);
+  respond_shape(req, status, type, message, rid, 0);
 }
 
 /* ---- the 413 shape filter ------------------------------------------------------------------- */

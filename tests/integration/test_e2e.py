@@ -35,6 +35,13 @@ def test(t):
     with open(os.path.join(trio.FIXTURES, "e2e.json")) as f:
         fx = json.load(f)
     t.make_model()
+    import hashlib
+    with open(os.path.join(t.tmp, "model-hf", "model.safetensors"), "rb") as f:
+        got = hashlib.sha256(f.read()).hexdigest()
+    want = fx["base"]["sha256"]["model.safetensors"]
+    assert got == want, ("s1-mkmodel output drifted (%s, the GPU oracle used %s): the fixtures of "
+                         "tests/fixtures/open_jev/e2e need regenerating with "
+                         "tests/oracle/open_jev_e2e.py on the GPU machine" % (got, want))
     t.start_all(credits=2)
     worst = 0.0
     for r in fx["requests"]:
