@@ -296,7 +296,7 @@ int main(int argc, char **argv) {
       break;
     }
     pthread_mutex_lock(&g.mu);
-    while (!g.head && !g.stop) {
+    if (!g.head && !g.stop) { /* one wait: the loop re-checks retirement every second */
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       ts.tv_sec += 1;
