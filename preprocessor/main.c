@@ -49,15 +49,15 @@ struct model {
 
 static struct {
   nng_socket front;                        /* REQ socket to the frontend */
-  struct executor ex[MAX_EXECUTORS];
-  int n_ex;
-  struct model models[MAX_MODELS];
-  int n_models;
-  int credits;
-  char worker_id[128];
+  struct executor ex[MAX_EXECUTORS];       /* executors dialled */
+  int n_ex;                                /* entries in ex */
+  struct model models[MAX_MODELS];         /* loaded models */
+  int n_models;                            /* entries in models */
+  int credits;                             /* worker threads = credits offered (--credits) */
+  char worker_id[128];                     /* "host:pid:id", sent with every message */
   atomic_int busy;                         /* workers inside a job */
   atomic_int serving;                      /* an executor was ready once: credits are offered */
-  volatile sig_atomic_t stop;
+  volatile sig_atomic_t stop;              /* SIGTERM seen */
 } g;
 
 static int64_t mono_us(void) {
