@@ -47,7 +47,7 @@ struct slot {
 struct ev {
   h2o_multithread_message_t super; /* queue link */
   enum ev_type type;               /* what happened */
-  struct slot *slot;               /* EV_RECV: the context that received
+  struct slot *slot;               /* EV_RECV: the context that received */
   nng_msg *msg;   /* EV_RECV: the message received (owned by the event) */
   uint64_t job_id; /* EV_SEND_FAILED */
   uint32_t pipe;   /* EV_PIPE_REM */
