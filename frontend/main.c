@@ -193,6 +193,8 @@ static void respond_plain_error(h2o_req_t *req, int status, const char *type, co
   respond_shape(req, status, type, message, rid, 0);
 }
 
+static char *request_id(h2o_req_t *req);
+
 /* ---- the 413 shape filter ------------------------------------------------------------------- */
 
 /* h2o answers an oversize body itself (text/plain). This filter replaces that answer's body with
@@ -218,6 +220,11 @@ static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t *
     if (i >= 0)
       req->res.headers.entries[i].value = h2o_iovec_init(H2O_STRLIT("application/json"));
     req->res.content_length = sizeof(too_large_body) - 1;
+    char *rid = request_id(req);
+    add_hdr(req, "x-request-id", rid, strlen(rid));
+    add_hdr(req, "server-timing", H2O_STRLIT("queue;dur=0.000, preprocess;dur=0.000, "
+                                             "execute;dur=0.000, finish;dur=0.000"));
+    fe_metrics_count_status(&g.metrics, 413);
     h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
     o->do_send = too_large_send;
     slot = &o->next;
