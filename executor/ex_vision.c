@@ -347,10 +347,22 @@ int ex_vision_count(const struct ex_vision *v, const int32_t *grid_thw, int n_im
   return 0;
 }
 
-/* Scratch of one forward call, one allocation each. */
+/* Scratch of one forward call, one allocation each (n patches, nm merged rows, S segments). */
 struct scratch {
-  float *x, *a, *qkv, *o, *f, *cos_t, *sin_t, *wts, *scores, *mrg, *out;
-  int32_t *pos, *taps, *cu;
+  float *x;       /* [n, V] residual stream */
+  float *a;       /* [n, V] norm output / projection output */
+  float *qkv;     /* [n, 3V] q | k | v, rotated in place */
+  float *o;       /* [n, V] attention output */
+  float *f;       /* [n, F] block MLP hidden */
+  float *cos_t;   /* [n, head_dim] rotary cos */
+  float *sin_t;   /* [n, head_dim] rotary sin */
+  float *wts;     /* [n, 4] position interpolation weights */
+  float *scores;  /* [longest segment] attention row */
+  float *mrg;     /* [nm, m²V] merger hidden */
+  float *out;     /* [nm, O] result, copied to ret_embeds on success */
+  int32_t *pos;   /* [n, 2] (row, col) of each patch */
+  int32_t *taps;  /* [n, 4] position table rows */
+  int32_t *cu;    /* [S + 1] cu_seqlens, one segment per frame */
 };
 
 static void scratch_free(struct scratch *s) {
