@@ -302,6 +302,8 @@ static struct tok_thread *thread_get(const struct pp_tok *ctok) {
 
 static int emit(struct enc *e, const int32_t *v, size_t n) {
   struct pp_tok_ids *ids = e->ids;
+  if (n == 0)
+    return 0;
   if (ids->cap - ids->n < n) {
     int rc = pp_tok_ids_reserve(ids, n);
     if (rc)
@@ -451,7 +453,7 @@ static int bpe(struct enc *e, const char *s, size_t n) {
   if (k < 0)
     return k;
   const int32_t *res = (const int32_t *)t->heap;
-  if (cacheable) {
+  if (cacheable && k > 0) {
     if (t->cache_words >= CACHE_MAX_WORDS || t->ids_len + (size_t)k > CACHE_MAX_ID_ARENA) {
       cache_clear(t);
       for (slot = h & (CACHE_SLOTS - 1); t->cache[slot].key_len != UINT32_MAX;
