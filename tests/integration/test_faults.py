@@ -86,12 +86,12 @@ def queue_bound(t):
     t.start_preprocessor(name="pp", credits=1)
     t.wait_health(200, want="ready")
     t0 = time.time()
-    s, _, b = t.post(slow_request(12))
+    s, _, b = t.post(slow_request(8))
     one = time.time() - t0
     assert s == 200, (s, b[:300])
     slow = []
     def run(i):
-        s, h, b = t.post(slow_request(12), headers={"x-request-id": "slow-%d" % i})
+        s, h, b = t.post(slow_request(8), headers={"x-request-id": "slow-%d" % i})
         slow.append((s, b))
     th = [threading.Thread(target=run, args=(i,)) for i in range(3)]
     for x in th:
