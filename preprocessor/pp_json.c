@@ -360,7 +360,7 @@ int pp_json_parse(const char *text, size_t n_bytes, json_object **ret_root, stru
     root = json_tokener_parse_ex(tok, " ", 1);
     e = json_tokener_get_error(tok);
   }
-  if (!root || e != json_tokener_success) {
+  if (e != json_tokener_success) { /* root may be NULL on success: the JSON value null */
     r = cm_diag_set(diag, -CM_EJSON, "invalid JSON: %s", json_tokener_error_desc(e));
     json_object_put(root);
   }
