@@ -35,8 +35,8 @@ enum pend_state { PEND_QUEUED, PEND_IN_FLIGHT };
 
 /* One REP context: receiving, holding a credit (an ASK waiting for a job) or sending. */
 struct slot {
-  nng_ctx ctx;
-  nng_aio *aio;
+  nng_ctx ctx;           /* REP context */
+  nng_aio *aio;          /* its aio (callback on_aio) */
   enum slot_phase phase; /* touched by the loop, and by the callback only while not HOLD */
   uint32_t pipe;         /* pipe of the ASK held */
   uint64_t job_id;       /* job being sent */
@@ -45,9 +45,9 @@ struct slot {
 
 /* An event from an nng thread to the loop. */
 struct ev {
-  h2o_multithread_message_t super;
-  enum ev_type type;
-  struct slot *slot;
+  h2o_multithread_message_t super; /* queue link */
+  enum ev_type type;               /* what happened */
+  struct slot *slot;               /* EV_RECV: the context that received */
   nng_msg *msg;   /* EV_RECV: the message received (owned by the event) */
   uint64_t job_id; /* EV_SEND_FAILED */
   uint32_t pipe;   /* EV_PIPE_REM */
@@ -55,14 +55,14 @@ struct ev {
 
 /* One POST waiting for its answer; allocated from the request's pool. */
 struct pending {
-  h2o_req_t *req;
-  uint64_t job_id;
+  h2o_req_t *req;      /* the HTTP request (valid until answered) */
+  uint64_t job_id;     /* id of its job */
   char *rid;           /* x-request-id, in the request pool */
   char *model_header;  /* x-model header value or NULL */
   int64_t deadline_us; /* proto_now_us clock */
   int64_t start_us;    /* monotonic, arrival */
   int64_t dispatch_us; /* monotonic, handed to a preprocessor */
-  enum pend_state state;
+  enum pend_state state; /* queued or in flight */
   uint32_t pipe;       /* preprocessor pipe while in flight */
   h2o_linklist_t link; /* in g.queue or g.in_flight */
 };
@@ -72,33 +72,33 @@ struct worker {
   uint32_t pipe;            /* its pipe */
   int64_t seen_us;          /* monotonic, last message */
   struct proto_status st;   /* last STATUS (zeroed until one arrives) */
-  int has_status;
+  int has_status;           /* st is set */
 };
 
 static struct {
-  h2o_globalconf_t config;
-  h2o_context_t ctx;
-  h2o_accept_ctx_t accept_ctx;
-  h2o_socket_t *listener;
-  h2o_multithread_queue_t *mq;
-  h2o_multithread_receiver_t recv;
-  h2o_timeout_t tick;
-  h2o_timeout_entry_t tick_entry;
-  nng_socket pool;
-  struct slot *slots;
-  int n_slots;
-  h2o_linklist_t credits;   /* slots holding a credit */
-  h2o_linklist_t queue;     /* pending, waiting for a credit */
-  h2o_linklist_t in_flight; /* pending, sent to a preprocessor */
-  size_t queue_len, queue_max;
-  size_t max_body;
-  int64_t timeout_us;
-  uint64_t next_job;
-  struct worker workers[MAX_WORKERS];
-  int n_workers;
-  struct fe_metrics metrics;
-  volatile sig_atomic_t term;
-  int draining;
+  h2o_globalconf_t config;          /* h2o configuration (one host, one path) */
+  h2o_context_t ctx;                /* the one h2o context and its event loop */
+  h2o_accept_ctx_t accept_ctx;      /* for h2o_accept */
+  h2o_socket_t *listener;           /* HTTP listen socket; NULL once draining */
+  h2o_multithread_queue_t *mq;      /* nng threads → loop */
+  h2o_multithread_receiver_t recv;  /* its receiver (on_messages) */
+  h2o_timeout_t tick;               /* TICK_MS timer */
+  h2o_timeout_entry_t tick_entry;   /* its entry (on_tick) */
+  nng_socket pool;                  /* REP socket the preprocessors dial */
+  struct slot *slots;               /* [n_slots] REP contexts */
+  int n_slots;                      /* = --contexts */
+  h2o_linklist_t credits;           /* slots holding a credit */
+  h2o_linklist_t queue;             /* pending, waiting for a credit */
+  h2o_linklist_t in_flight;         /* pending, sent to a preprocessor */
+  size_t queue_len, queue_max;      /* queued now, and the bound (--queue) */
+  size_t max_body;                  /* body limit, bytes (--max-body) */
+  int64_t timeout_us;               /* request deadline after arrival (--timeout-ms) */
+  uint64_t next_job;                /* last job id handed out */
+  struct worker workers[MAX_WORKERS]; /* known preprocessors */
+  int n_workers;                    /* entries in workers */
+  struct fe_metrics metrics;        /* /metrics */
+  volatile sig_atomic_t term;       /* SIGTERM seen (signal handler) */
+  int draining;                     /* admission stopped */
 } g;
 
 static int64_t mono_us(void) {
@@ -193,6 +193,8 @@ static void respond_plain_error(h2o_req_t *req, int status, const char *type, co
   respond_shape(req, status, type, message, rid, 0);
 }
 
+static char *request_id(h2o_req_t *req);
+
 /* ---- the 413 shape filter ------------------------------------------------------------------- */
 
 /* h2o answers an oversize body itself (text/plain). This filter replaces that answer's body with
@@ -218,6 +220,11 @@ static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t *
     if (i >= 0)
       req->res.headers.entries[i].value = h2o_iovec_init(H2O_STRLIT("application/json"));
     req->res.content_length = sizeof(too_large_body) - 1;
+    char *rid = request_id(req);
+    add_hdr(req, "x-request-id", rid, strlen(rid));
+    add_hdr(req, "server-timing", H2O_STRLIT("queue;dur=0.000, preprocess;dur=0.000, "
+                                             "execute;dur=0.000, finish;dur=0.000"));
+    fe_metrics_count_status(&g.metrics, 413);
     h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
     o->do_send = too_large_send;
     slot = &o->next;
@@ -548,6 +555,10 @@ static void on_tick(h2o_timeout_entry_t *entry) {
     else
       i++;
   g.metrics.preprocessors = (uint64_t)g.n_workers;
+  g.metrics.preprocessors_ready = 0;
+  for (int i = 0; i < g.n_workers; i++)
+    g.metrics.preprocessors_ready += g.workers[i].has_status &&
+                                     g.workers[i].st.state == PROTO_STATE_READY;
   if (g.term && !g.draining) {
     g.draining = 1;
     fprintf(stderr, "s1-frontend: SIGTERM: admission stopped, draining %zu queued, %llu in "

@@ -36,7 +36,7 @@ struct executor {
   atomic_int in_flight;   /* programs sent and not answered */
   atomic_int pipes;       /* connected pipes (0: unreachable, a send would wait) */
   atomic_int connected;   /* ever connected: before that an absent executor is still starting */
-  char *revision;         /* from the last READY probe; guarded by probe thread only */
+  char reason[320];       /* why not ready, from the last probe (status thread only) */
 };
 
 struct model {
@@ -49,15 +49,15 @@ struct model {
 
 static struct {
   nng_socket front;                        /* REQ socket to the frontend */
-  struct executor ex[MAX_EXECUTORS];
-  int n_ex;
-  struct model models[MAX_MODELS];
-  int n_models;
-  int credits;
-  char worker_id[128];
+  struct executor ex[MAX_EXECUTORS];       /* executors dialled */
+  int n_ex;                                /* entries in ex */
+  struct model models[MAX_MODELS];         /* loaded models */
+  int n_models;                            /* entries in models */
+  int credits;                             /* worker threads = credits offered (--credits) */
+  char worker_id[128];                     /* "host:pid:id", sent with every message */
   atomic_int busy;                         /* workers inside a job */
   atomic_int serving;                      /* an executor was ready once: credits are offered */
-  volatile sig_atomic_t stop;
+  volatile sig_atomic_t stop;              /* SIGTERM seen */
 } g;
 
 static int64_t mono_us(void) {
@@ -134,9 +134,14 @@ static void probe_executors(void) {
     nng_msg *m = NULL;
     struct proto_health h = {0};
     int st = atomic_load(&g.ex[i].connected) ? PROTO_STATE_UNAVAILABLE : PROTO_STATE_STARTING;
+    snprintf(g.ex[i].reason, sizeof(g.ex[i].reason), "executor %s: %s", g.ex[i].url,
+             st == PROTO_STATE_STARTING ? "not connected yet" : "unreachable");
     if (atomic_load(&g.ex[i].pipes) > 0 && roundtrip(g.ex[i].sock, &b, PROBE_TIMEOUT_MS, &m) == 0 &&
-        proto_health_decode(nng_msg_body(m), nng_msg_len(m), &h, NULL) == 0)
+        proto_health_decode(nng_msg_body(m), nng_msg_len(m), &h, NULL) == 0) {
       st = (int)h.state;
+      snprintf(g.ex[i].reason, sizeof(g.ex[i].reason), "executor %s: %s", g.ex[i].url,
+               h.reason ? h.reason : "ready");
+    }
     nng_msg_free(m);
     proto_health_fini(&h);
     atomic_store(&g.ex[i].state, st);
@@ -172,19 +177,23 @@ static int pick_executor(void) {
 }
 
 static enum proto_state overall_state(uint32_t *ret_ready, const char **ret_reason) {
-  uint32_t ready = 0, starting = 0;
+  uint32_t ready = 0;
+  int starting = -1, other = -1;
   for (int i = 0; i < g.n_ex; i++) {
     int s = atomic_load(&g.ex[i].state);
     ready += s == PROTO_STATE_READY;
-    starting += s == PROTO_STATE_STARTING;
+    if (s == PROTO_STATE_STARTING && starting < 0)
+      starting = i;
+    if (s == PROTO_STATE_UNAVAILABLE && other < 0)
+      other = i;
   }
   *ret_ready = ready;
-  if (starting) {
-    *ret_reason = "an executor is still warming up";
+  if (starting >= 0) {
+    *ret_reason = g.ex[starting].reason;
     return PROTO_STATE_STARTING;
   }
   if (!ready) {
-    *ret_reason = "no executor is ready (retired or unreachable)";
+    *ret_reason = other >= 0 ? g.ex[other].reason : "no executor is ready";
     return PROTO_STATE_UNAVAILABLE;
   }
   *ret_reason = NULL;

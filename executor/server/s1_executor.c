@@ -38,8 +38,8 @@ struct slot {
 };
 
 static struct {
-  nng_socket sock;
-  struct slot slots[N_CTX];
+  nng_socket sock;           /* REP socket preprocessors dial */
+  struct slot slots[N_CTX];  /* its contexts */
   pthread_mutex_t mu;        /* guards the queue */
   pthread_cond_t cv;         /* signals work or stop */
   struct slot *head, *tail;  /* FIFO of programs */
@@ -47,7 +47,7 @@ static struct {
   atomic_ullong programs;    /* programs run */
   char *model_id, *revision; /* for health replies (set once before READY) */
   char reason[256];          /* why not ready */
-  volatile sig_atomic_t stop;
+  volatile sig_atomic_t stop; /* SIGTERM seen */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static int64_t mono_us(void) {
@@ -296,7 +296,7 @@ int main(int argc, char **argv) {
       break;
     }
     pthread_mutex_lock(&g.mu);
-    while (!g.head && !g.stop) {
+    if (!g.head && !g.stop) { /* one wait: the loop re-checks retirement every second */
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       ts.tv_sec += 1;
