@@ -12,7 +12,7 @@
 
 #include "cm_error.h"
 
-/* Vision geometry of Qwen3.5 (spec/qwen3_5.md §1.4): 16-px patches, 2x2 merge, 2 temporal copies. */
+/* Vision geometry of Qwen3.5 (spec/qwen3_5.md §1.4): 16-px patches, 2x2 merge, 2 time copies. */
 enum {
   PP_IMAGE_PATCH = 16,                               /* patch side, pixels */
   PP_IMAGE_MERGE = 2,                                /* spatial merge */
@@ -106,10 +106,11 @@ int pp_smart_resize(uint32_t height, uint32_t width, uint32_t factor, uint64_t m
 /* Resizes 8-bit RGB to out_width x out_height exactly as torch 2.11's CPU uint8 antialiased
  * bicubic (`interpolate(..., "bicubic", antialias=True)`, a = -0.5): width pass first with a
  * uint8 intermediate, then height; int16 weights at one precision per axis; an axis whose size
- * does not change is copied. Shapes: src [src->height][src->width][3] -> [out_height][out_width][3].
- * Ownership: ret_dst->data malloc'd. Returns: 0; -EINVAL (zero size); -ENOMEM.
- * Source: pytorch aten/src/ATen/native/cpu/UpSampleKernel.cpp (`_compute_index_ranges_int16_weights`,
- * `basic_loop_aa_horizontal/vertical<uint8_t>`); checked bit-exact on every CPU capability. */
+ * does not change is copied. Shapes: src [src->height][src->width][3] ->
+ * [out_height][out_width][3]. Ownership: ret_dst->data malloc'd. Returns: 0; -EINVAL (zero size);
+ * -ENOMEM. Source: pytorch aten/src/ATen/native/cpu/UpSampleKernel.cpp
+ * (`_compute_index_ranges_int16_weights`, `basic_loop_aa_horizontal/vertical<uint8_t>`); checked
+ * bit-exact on every CPU capability. */
 int pp_image_resample(const struct pp_rgb *src, uint32_t out_width, uint32_t out_height,
                       struct pp_rgb *ret_dst);
 

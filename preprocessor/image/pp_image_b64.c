@@ -20,8 +20,8 @@ static size_t whitespace_len(const unsigned char *s, size_t n) {
     return 0;
   if (c == 0xe1 && s[1] == 0x9a && s[2] == 0x80)
     return 3;
-  if (c == 0xe2 && s[1] == 0x80 &&
-      (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf) && s[2] >= 0x80)
+  if (c == 0xe2 && s[1] == 0x80 && (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf) &&
+      s[2] >= 0x80)
     return 3;
   if (c == 0xe2 && s[1] == 0x81 && s[2] == 0x9f)
     return 3;
@@ -63,57 +63,54 @@ int pp_image_b64_decode(const char *text, size_t n_text, uint32_t index,
     n_payload = comma ? n_text - n_header - 1 : 0;
   }
 
-  /* Pass 1: drop whitespace, keep the ASCII characters. */
-  char *clean = malloc(n_payload + 1);
-  if (!clean)
-    return -ENOMEM;
-  size_t n = 0;
+  /* Pass 1, no allocation: skip whitespace, refuse non-ASCII, check the shape validate=True
+   * accepts ([A-Za-z0-9+/]*={0,2}) and count the data characters. */
   const unsigned char *p = (const unsigned char *)payload;
+  size_t n_data = 0, n_pad = 0;
+  bool ok = true;
   for (size_t i = 0; i < n_payload;) {
     size_t w = whitespace_len(p + i, n_payload - i);
     if (w) {
       i += w;
       continue;
     }
-    if (p[i] >= 0x80) {
-      free(clean);
+    if (p[i] >= 0x80)
       return cm_diag_set(diag, -CM_EFORMAT,
                          "image %u could not be decoded (string argument should contain only "
                          "ASCII characters)",
                          index);
-    }
-    clean[n++] = (char)p[i++];
+    if (p[i] == '=')
+      n_pad++;
+    else if (n_pad > 0 || b64_value(p[i]) < 0)
+      ok = false; /* keep scanning: a later non-ASCII character is Python's first error */
+    else
+      n_data++;
+    i++;
   }
-
-  /* Pass 2: the shape validate=True accepts: [A-Za-z0-9+/]*={0,2}, then complete quads. */
-  size_t n_data = n;
-  while (n_data > 0 && clean[n_data - 1] == '=')
-    n_data--;
-  size_t n_pad = n - n_data;
   size_t rem = n_data % 4;
-  bool ok = n_pad <= 2 && rem != 1 && !(rem == 2 && n_pad != 2) && !(rem == 3 && n_pad == 0);
-  for (size_t i = 0; ok && i < n_data; i++)
-    ok = b64_value((unsigned char)clean[i]) >= 0;
-  if (!ok) {
-    free(clean);
+  ok = ok && n_pad <= 2 && rem != 1 && !(rem == 2 && n_pad != 2) && !(rem == 3 && n_pad == 0);
+  if (!ok)
     return cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
-  }
   size_t n_out = n_data / 4 * 3 + (rem ? rem - 1 : 0);
-  if (n_out > lim->max_bytes) {
-    free(clean);
+  if (n_out > lim->max_bytes)
     return cm_diag_set(diag, -CM_ELIMIT, "image %u exceeds %llu bytes", index,
                        (unsigned long long)lim->max_bytes);
-  }
+
+  /* Pass 2: decode the data characters; leftover bits of the last one are ignored, as Python
+   * ignores them. */
   uint8_t *out = malloc(n_out ? n_out : 1);
-  if (!out) {
-    free(clean);
+  if (!out)
     return -ENOMEM;
-  }
   size_t o = 0;
   uint32_t acc = 0;
   int bits = 0;
-  for (size_t i = 0; i < n_data; i++) {
-    acc = (acc << 6) | (uint32_t)b64_value((unsigned char)clean[i]);
+  for (size_t i = 0; i < n_payload && o < n_out;) {
+    size_t w = whitespace_len(p + i, n_payload - i);
+    if (w) {
+      i += w;
+      continue;
+    }
+    acc = (acc << 6) | (uint32_t)b64_value(p[i++]);
     bits += 6;
     if (bits >= 8) {
       bits -= 8;
@@ -121,7 +118,6 @@ int pp_image_b64_decode(const char *text, size_t n_text, uint32_t index,
       acc &= (1u << bits) - 1;
     }
   }
-  free(clean);
   *ret_bytes = out;
   *ret_n = o;
   return 0;

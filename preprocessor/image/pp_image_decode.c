@@ -27,8 +27,8 @@ static void vips_start(void) {
     vips_status = -CM_EUNSUPPORTED;
     return;
   }
-  g_log_set_handler("VIPS", G_LOG_LEVEL_WARNING | G_LOG_LEVEL_MESSAGE | G_LOG_LEVEL_INFO,
-                    quiet, NULL);
+  g_log_set_handler("VIPS", G_LOG_LEVEL_WARNING | G_LOG_LEVEL_MESSAGE | G_LOG_LEVEL_INFO, quiet,
+                    NULL);
   vips_block_untrusted_set(TRUE);
   vips_cache_set_max(0);
   vips_concurrency_set(1); /* parallelism is across images, one per caller thread */
@@ -68,8 +68,7 @@ static enum fmt sniff(const uint8_t *b, size_t n) {
       (n >= 2 && memcmp(b, "BM", 2) == 0) ||
       (n >= 4 && (memcmp(b, "II*\0", 4) == 0 || memcmp(b, "MM\0*", 4) == 0)) ||
       (n >= 4 && memcmp(b, "\0\0\1\0", 4) == 0) || (n >= 4 && memcmp(b, "8BPS", 4) == 0) ||
-      (n >= 4 && memcmp(b, "qoif", 4) == 0) ||
-      (n >= 12 && memcmp(b + 4, "ftyp", 4) == 0) ||
+      (n >= 4 && memcmp(b, "qoif", 4) == 0) || (n >= 12 && memcmp(b + 4, "ftyp", 4) == 0) ||
       (n >= 12 && memcmp(b, "\0\0\0\x0cjP  ", 8) == 0) ||
       (n >= 3 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6' &&
        (b[2] == ' ' || b[2] == '\n' || b[2] == '\r' || b[2] == '\t')))
@@ -170,8 +169,8 @@ int pp_image_decode(const uint8_t *bytes, size_t n_bytes, uint32_t index,
     goto fail_vips;
   }
   if (w > lim->max_side || h > lim->max_side) {
-    rc = cm_diag_set(diag, -CM_ELIMIT, "image %u is %ux%u, a side exceeds %u pixels", index, w,
-                     h, lim->max_side);
+    rc = cm_diag_set(diag, -CM_ELIMIT, "image %u is %ux%u, a side exceeds %u pixels", index, w, h,
+                     lim->max_side);
     goto fail_vips;
   }
   if ((uint64_t)w * h > lim->max_src_pixels) {

@@ -52,11 +52,11 @@ static double aa_cubic(double x) {
 /* Per-axis taps: output i reads `size[i]` inputs from `min[i]` with int16 weights
  * w[i * ksize + j], fixed point with `precision` fractional bits. */
 struct axis {
-  int ksize;      /* taps per output (max_interp_size) */
-  int precision;  /* fractional bits of the int16 weights */
-  int32_t *min;   /* [out] first input index */
-  int32_t *size;  /* [out] number of taps used */
-  int16_t *w;     /* [out * ksize] weights */
+  int ksize;     /* taps per output (max_interp_size) */
+  int precision; /* fractional bits of the int16 weights */
+  int32_t *min;  /* [out] first input index */
+  int32_t *size; /* [out] number of taps used */
+  int16_t *w;    /* [out * ksize] weights */
 };
 
 static void axis_fini(struct axis *ax) {

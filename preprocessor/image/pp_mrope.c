@@ -24,8 +24,8 @@ int pp_mrope_positions(const int32_t *ids, size_t n_ids, int32_t image_token_id,
       return cm_diag_set(diag, -CM_EFORMAT, "unexpected image placeholders at token %zu", i);
     const struct pp_grid *gr = &grids[g];
     if (gr->t != 1 || gr->h <= 0 || gr->w <= 0 || gr->h % 2 || gr->w % 2)
-      return cm_diag_set(diag, -CM_EFORMAT, "invalid image grid (%d, %d, %d) of image %zu",
-                         gr->t, gr->h, gr->w, g);
+      return cm_diag_set(diag, -CM_EFORMAT, "invalid image grid (%d, %d, %d) of image %zu", gr->t,
+                         gr->h, gr->w, g);
     if ((uint64_t)run != (uint64_t)(gr->h / 2) * (uint64_t)(gr->w / 2))
       return cm_diag_set(diag, -CM_EFORMAT,
                          "image grid placeholder mismatch: image %zu has %zu placeholders, its "

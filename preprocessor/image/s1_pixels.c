@@ -109,7 +109,8 @@ static int one(const char *path, unsigned i, const struct pp_image_limits *lim, 
   json_object_object_add(o, "n_image_tokens", json_object_new_int64(img.n_tokens));
   json_object_object_add(o, "min_pixels", json_object_new_int64((int64_t)lim->min_pixels));
   json_object_object_add(o, "max_pixels", json_object_new_int64((int64_t)lim->max_pixels));
-  const char *js = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
+  const char *js =
+      json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
   rc = write_file(out, i, "json", js, strlen(js));
   json_object_put(o);
   /* x86-64 and aarch64 are little-endian: the fp32 rows are written as they are in memory. */
@@ -128,7 +129,7 @@ int main(int argc, char **argv) {
   struct pp_image_limits lim;
   pp_image_limits_default(&lim);
   const char *out = NULL;
-  int want_rgb = 0, n_in = 0;
+  int want_rgb = 0, n_in = 0, rc = 2;
   const char **in = calloc((size_t)argc, sizeof(*in));
   if (!in)
     return 1;
@@ -139,29 +140,35 @@ int main(int argc, char **argv) {
       want_rgb = 1;
     } else if (!strcmp(argv[a], "--min-pixels") && a + 1 < argc) {
       if (parse_u64(argv[++a], &lim.min_pixels))
-        return free(in), usage();
+        goto usage;
     } else if (!strcmp(argv[a], "--max-pixels") && a + 1 < argc) {
       if (parse_u64(argv[++a], &lim.max_pixels))
-        return free(in), usage();
+        goto usage;
     } else if (argv[a][0] == '-' && argv[a][1] == '-') {
-      return free(in), usage();
+      goto usage;
     } else {
       in[n_in++] = argv[a];
     }
   }
   if (!out || n_in == 0 || lim.min_pixels == 0 || lim.max_pixels < lim.min_pixels)
-    return free(in), usage();
+    goto usage;
+  rc = 1;
   if (mkdir(out, 0777) && errno != EEXIST) {
     fprintf(stderr, "s1-pixels: %s: %s\n", out, strerror(errno));
-    return free(in), 1;
+    goto done;
   }
   if (pp_image_global_init()) {
     fprintf(stderr, "s1-pixels: libvips could not start\n");
-    return free(in), 1;
+    goto done;
   }
   int failed = 0;
   for (int i = 0; i < n_in; i++)
     failed |= one(in[i], (unsigned)i, &lim, out, want_rgb) != 0;
+  rc = failed ? 1 : 0;
+  goto done;
+usage:
+  rc = usage();
+done:
   free(in);
-  return failed ? 1 : 0;
+  return rc;
 }

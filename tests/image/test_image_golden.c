@@ -72,7 +72,8 @@ static void check_case(json_object *c) {
     return;
   }
   int bad0 = failures;
-  CHECK(rgb.width == (uint32_t)idx(get(c, "wh"), 0) && rgb.height == (uint32_t)idx(get(c, "wh"), 1));
+  CHECK(rgb.width == (uint32_t)idx(get(c, "wh"), 0) &&
+        rgb.height == (uint32_t)idx(get(c, "wh"), 1));
   CHECK(sha_eq(rgb.data, (size_t)rgb.width * rgb.height * 3, get(c, "decoded_rgb_sha256")));
   struct pp_image_limits lim;
   pp_image_limits_default(&lim);
@@ -222,14 +223,14 @@ static void check_decode_only(void) {
   CHECK(root != NULL);
   json_object *cases = get(root, "cases");
   size_t nc = cases ? json_object_array_length(cases) : 0;
-  CHECK(nc == 18);
+  CHECK(nc == 19);
   for (size_t i = 0; i < nc; i++) {
     json_object *c = json_object_array_get_idx(cases, i);
     struct pp_rgb rgb = {0};
     int bad0 = failures;
     CHECK(case_rgb(c, &rgb) == 0);
-    CHECK(rgb.data && sha_eq(rgb.data, (size_t)rgb.width * rgb.height * 3,
-                             get(c, "decoded_rgb_sha256")));
+    CHECK(rgb.data &&
+          sha_eq(rgb.data, (size_t)rgb.width * rgb.height * 3, get(c, "decoded_rgb_sha256")));
     if (failures != bad0)
       fprintf(stderr, "  in decode case %s\n", json_object_get_string(get(c, "source")));
     pp_rgb_fini(&rgb);

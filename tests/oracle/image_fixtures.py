@@ -172,6 +172,11 @@ def make_encoded_variants():
     save("gray_prog_101x75.jpg", a.convert("L"), "JPEG", quality=85, progressive=True)
     save("cmyk_prog_101x75.jpg", Image.fromarray(np.dstack([synth(75, 101, 81, 0), synth(75, 101, 82, 2)[:, :, :1]]),
                                                  "CMYK"), "JPEG", quality=85, progressive=True)
+    # The same CMYK JPEG without its APP14 "Adobe" segment: Pillow still reads it inverted.
+    b = src["cmyk_prog_101x75.jpg"]
+    i = b.find(b"\xff\xee")
+    assert i > 0 and b[i + 4:i + 9] == b"Adobe"
+    src["cmyk_noadobe_101x75.jpg"] = b[:i] + b[i + 2 + int.from_bytes(b[i + 2:i + 4], "big"):]
     rgba = Image.fromarray(np.dstack([synth(75, 101, 83, 2), synth(75, 101, 84, 0)[:, :, :1]]), "RGBA")
     save("lossy_rgba_101x75.webp", rgba, "WEBP", quality=70)
     frames = [Image.fromarray(synth(60, 80, 85 + k, 2)) for k in range(3)]
