@@ -16,6 +16,7 @@
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "open_jev_export.h"
 
 #define EXPORT_VERSION "s1-export 0.1.0"
 
@@ -359,7 +360,8 @@ static int copy_file(const char *from, const char *to) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: s1-export --family qwen3_5 --base HF_DIR [--adapter PEFT_DIR]\n"
-             "                 [--lora merge|keep] --out DIR\n");
+             "                 [--lora merge|keep] --out DIR\n"
+             "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n");
 }
 
 int main(int argc, char **argv) {
@@ -371,6 +373,9 @@ int main(int argc, char **argv) {
                                      {"out", required_argument, 0, 'o'},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
+  for (int i = 1; i + 1 < argc; i++) /* --family open_jev: executor/export/open_jev_export.c */
+    if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "open_jev") == 0)
+      return ex_export_open_jev_main(argc, argv, main);
   int c;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
