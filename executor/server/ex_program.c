@@ -104,8 +104,18 @@ int ex_runner_new(const struct cm_model_dir *dir, const struct ex_runner_options
     r = -ENOMEM;
     goto fail;
   }
+  json_object *listed = NULL; /* manifest "head_kinds": the only kinds to load, when present */
+  if (!json_object_object_get_ex(dir->manifest, "head_kinds", &listed) ||
+      !json_object_is_type(listed, json_type_array))
+    listed = NULL;
   for (size_t i = 0; i < n_kinds; i++) {
     struct loaded_head *h = &x->heads[x->n_heads];
+    bool wanted = !listed;
+    for (size_t j = 0; listed && j < json_object_array_length(listed) && !wanted; j++)
+      wanted = strcmp(json_object_get_string(json_object_array_get_idx(listed, j)),
+                      kinds[i]->name) == 0;
+    if (!wanted)
+      continue;
     r = kinds[i]->load(dir, (size_t)cfg.hidden_size, &h->state, &h->n_out, diag);
     if (r == -ENOENT) {
       r = 0;
