@@ -1,8 +1,10 @@
 /* The OmniJev family behind the preprocessor's family interface (pp_family.h): one program per
  * request with the image, the shared prefix (parent -1), one row per option continuing it, and one
  * HEAD readout "omnijev" per question over its consecutive rows (executor/heads/ex_head_omnijev.h
- * documents the readout's layout). Finish reads each question's μ and writes the answers. */
+ * documents the readout's layout); a request of only empty choices sends a one-token program
+ * whose output nothing reads. Finish reads each question's μ and writes the answers. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +104,17 @@ static void ctx_free(void *p) {
 static int build_program(const struct pp_omnijev_request *r, struct proto_program *p,
                          int32_t *readout_of) {
   uint32_t img, pre;
+  bool any = false;
+  for (size_t i = 0; i < r->n_questions; i++) {
+    readout_of[i] = -1;
+    any |= r->questions[i].n_options > 0;
+  }
+  if (!any) { /* only empty choices: nothing to read; a one-token program keeps the protocol */
+    int32_t pos[3] = {0, 0, 0};
+    uint32_t row;
+    int rc = proto_program_add_row(p, r->prefix_ids, pos, 1, -1, &row);
+    return rc ? rc : proto_program_add_readout(p, PROTO_READOUT_HIDDEN, row, 0, NULL, 0, NULL, NULL);
+  }
   int rc = proto_program_add_image(p, r->image.pixel_values, r->image.n_patches,
                                    r->image.grid_thw, &img);
   if (!rc)
@@ -111,7 +124,6 @@ static int build_program(const struct pp_omnijev_request *r, struct proto_progra
   size_t cap = 0;
   for (size_t i = 0; !rc && i < r->n_questions; i++) {
     const struct pp_omnijev_question *q = &r->questions[i];
-    readout_of[i] = -1;
     if (!q->n_options)
       continue; /* an empty choice: its marker-less row only counts in usage */
     uint32_t first = 0;

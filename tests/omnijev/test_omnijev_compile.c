@@ -102,14 +102,18 @@ static void check_program(const char *name, const struct pp_family *fam, const v
   struct pp_request_info info = {0};
   int rc = fam->compile(state, req, &info, &p, &ctx, &d);
   CHECK(rc == 0, "adapter compile: %s", d.msg ? d.msg : "");
-  if (!rc) {
+  size_t answered = 0;
+  json_object *qs = get(e, "questions");
+  for (size_t i = 0; i < json_object_array_length(qs); i++)
+    answered += json_object_array_length(get(json_object_array_get_idx(qs, i), "keys")) > 0;
+  if (!rc && !answered) { /* only empty choices: a one-token program, nothing read from it */
+    CHECK(p.n_images == 0 && p.n_prefixes == 0 && p.n_rows == 1 && p.n_readouts == 1 &&
+              p.readouts[0].kind == PROTO_READOUT_HIDDEN && proto_program_check(&p, &d) == 0,
+          "program of a request without options");
+  } else if (!rc) {
     CHECK(p.n_images == 1 && p.n_prefixes == 1 && p.prefixes[0].parent == -1, "program shape");
     CHECK(proto_program_check(&p, &d) == 0, "program check: %s", d.msg ? d.msg : "");
     int32_t p0 = json_object_get_int(get(e, "p0"));
-    size_t answered = 0;
-    json_object *qs = get(e, "questions");
-    for (size_t i = 0; i < json_object_array_length(qs); i++)
-      answered += json_object_array_length(get(json_object_array_get_idx(qs, i), "keys")) > 0;
     CHECK(p.n_readouts == answered, "%u readouts for %zu questions", p.n_readouts, answered);
     for (uint32_t i = 0; i < p.n_rows; i++) {
       CHECK(p.rows[i].prefix == 0, "row %u continues prefix %d", i, p.rows[i].prefix);

@@ -276,6 +276,8 @@ def cases():
         ("empty_choice", (64, 48), {"n": {"type": "noul", "instructions": "Is it day?"},
                                     "e": {"type": "choice", "instructions": "Nothing to pick.",
                                           "options": [{"abstain": True}]}}),
+        ("only_empty_choice", (64, 48), {"e": {"type": "choice", "instructions": "Nothing to pick.",
+                                               "criteria": {}}}),
         ("score_10_levels", (64, 48), {"s": {"type": "score", "instructions": "Rate from 1 to 10.",
                                              "levels": [str(i) for i in range(1, 11)]}}),
         ("identical_questions", (64, 48), {"a": {"type": "noul", "instructions": "Same text."},
