@@ -704,6 +704,8 @@ int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
       t = close + 1;
     }
   }
+  if (!rc && !rows.ids)
+    rc = pp_tok_ids_reserve(&rows, 1); /* row_ids is never NULL, even when every row is empty */
   r->row_ids = rows.ids;
   r->input_tokens = usage;
   if (rc)
