@@ -16,6 +16,7 @@
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "omnijev_export.h"
 #include "open_jev_export.h"
 
 #define EXPORT_VERSION "s1-export 0.1.0"
@@ -361,7 +362,8 @@ static int copy_file(const char *from, const char *to) {
 static void usage(FILE *f) {
   fprintf(f, "usage: s1-export --family qwen3_5 --base HF_DIR [--adapter PEFT_DIR]\n"
              "                 [--lora merge|keep] --out DIR\n"
-             "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n");
+             "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n"
+             "       s1-export --family omnijev --base HF_DIR --checkpoint DIR --out DIR (see --help)\n");
 }
 
 int main(int argc, char **argv) {
@@ -376,6 +378,9 @@ int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i++) /* --family open_jev: executor/export/open_jev_export.c */
     if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "open_jev") == 0)
       return ex_export_open_jev_main(argc, argv, main);
+  for (int i = 1; i + 1 < argc; i++) /* --family omnijev: executor/export/omnijev_export.c */
+    if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "omnijev") == 0)
+      return ex_export_omnijev_main(argc, argv, main);
   int c;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
