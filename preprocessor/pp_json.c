@@ -215,7 +215,8 @@ static int cmp_key(const void *a, const void *b, void *base) {
   const char *key_base = base;
   const struct key_ref *x = a, *y = b;
   size_t n = x->len < y->len ? x->len : y->len;
-  int c = memcmp(key_base + x->off, key_base + y->off, n);
+  /* Only empty keys so far: the key buffer may not exist yet (NULL), and n is 0. */
+  int c = n ? memcmp(key_base + x->off, key_base + y->off, n) : 0;
   return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
@@ -265,7 +266,7 @@ static int object(struct scanner *sc, int depth) {
           if (cmp_key(&sc->refs[j - 1], &sc->refs[j], sc->keys) == 0) {
             const struct key_ref *d = &sc->refs[j];
             return cm_diag_set(sc->diag, -CM_EJSON, "invalid JSON: duplicate key \"%.*s\"",
-                               (int)(d->len > 64 ? 64 : d->len), sc->keys + d->off);
+                               (int)(d->len > 64 ? 64 : d->len), d->len ? sc->keys + d->off : "");
           }
       }
       sc->n_refs = first_ref;

@@ -26,7 +26,7 @@ int main(void) {
   const char *good[] = {
       "{}", "[]", "0", "-0.5e+3", "\"\\u00e9\\ud83d\\ude00\"", "{\"a\":{\"a\":1},\"b\":[1,{\"a\":2}]}",
       " {\"a\" : [ true , false , null ] } \n", "{\"\\u0061\":1,\"b\":2}", "\"é😀\"",
-      "{\"a\":1,\"ab\":2,\"b\":3}", "12345678901234567890",
+      "{\"a\":1,\"ab\":2,\"b\":3}", "12345678901234567890", "{\"\":1,\"a\":2}", "{\"\":{\"\":1}}",
   };
   for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
     int r = check(good[i]);
@@ -39,7 +39,7 @@ int main(void) {
       "NaN", "[Infinity]", "[-Infinity]", "[nan]", "\"\\ud800\"", "\"\\udc00\"",
       "\"\\ud800\\u0041\"", "{\"a\":1} x", "{\"a\":1,}", "[1,]", "'a'", "[01]", "[1.]", "[.5]",
       "\"\x01\"", "\"\xff\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "{a:1}", "[1 2]", "\"\\x\"",
-      "tru", "[+1]",
+      "tru", "[+1]", "{\"\":1,\"\":2}", /* only empty keys: a fuzz find (NULL key buffer) */
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
     int r = check(bad[i]);
