@@ -144,6 +144,9 @@ static void respond(h2o_req_t *req, int status, const char *body, size_t n, cons
                  H2O_STRLIT("application/json"));
   if (rid)
     add_hdr(req, "x-request-id", rid, strlen(rid));
+  /* Answers are per request and always JSON (open_jev.md 2.3 lists both headers). */
+  add_hdr(req, "cache-control", "no-store", 8);
+  add_hdr(req, "x-content-type-options", "nosniff", 7);
   char st[160];
   struct proto_timings z = {0};
   if (!t)

@@ -30,6 +30,7 @@ def test(t):
     s, h1, b1 = t.post(trio.VALID, headers={"x-request-id": "client-id-42"})
     a1 = trio.check_valid_answer(s, h1, b1)
     assert h1["x-request-id"] == "client-id-42"
+    assert h1["cache-control"] == "no-store" and h1["x-content-type-options"] == "nosniff", h1
     timing = h1["server-timing"]
     assert re.fullmatch(r"queue;dur=[0-9.]+, preprocess;dur=[0-9.]+, execute;dur=[0-9.]+, "
                         r"finish;dur=[0-9.]+", timing), timing
