@@ -1,6 +1,7 @@
 /* Error codes and diagnostics shared by every process (see cm_error.h). */
 #include "cm_error.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,9 +49,47 @@ const char *cm_strerror(int code) {
   case CM_ELIMIT: return "limit exceeded";
   case CM_EUTF8: return "invalid UTF-8";
   case CM_EMISSING: return "missing";
+  case CM_EJSON: return "invalid JSON";
+  case CM_ETOOLARGE: return "body too large";
+  case CM_EMEDIA: return "unsupported media type";
+  case CM_EREQUEST: return "invalid request";
+  case CM_EOVERLOADED: return "overloaded";
+  case CM_ENOTREADY: return "not ready";
+  case CM_EUNAVAILABLE: return "unavailable";
+  case CM_ETIMEOUT: return "deadline passed";
+  case CM_EINTERNAL: return "internal error";
+  case CM_EVERSION: return "protocol version mismatch";
+  case CM_EPROGRAM: return "program not runnable";
   default: break;
   }
   if (code < 0 && -code < CM_EFORMAT)
     return strerror(-code);
   return "unknown error";
+}
+
+int cm_error_http(int code, const char **ret_type) {
+  int status = 500;
+  const char *type = "internal";
+  switch (-code) {
+  case 0: status = 200, type = NULL; break;
+  case CM_EJSON:
+  case CM_EUTF8: status = 400, type = "invalid_json"; break;
+  case CM_ETOOLARGE: status = 413, type = "too_large"; break;
+  case CM_EMEDIA: status = 415, type = "unsupported_media_type"; break;
+  case CM_EREQUEST:
+  case CM_ELIMIT:
+  case CM_EFORMAT:
+  case CM_EUNSUPPORTED:
+  case CM_EMISSING:
+  case EINVAL: status = 422, type = "invalid_request"; break;
+  case CM_EOVERLOADED: status = 503, type = "overloaded"; break;
+  case CM_ENOTREADY: status = 503, type = "not_ready"; break;
+  case CM_EUNAVAILABLE: status = 503, type = "unavailable"; break;
+  case CM_ETIMEOUT:
+  case ETIMEDOUT: status = 504, type = "timeout"; break;
+  default: break;
+  }
+  if (ret_type)
+    *ret_type = type;
+  return status;
 }

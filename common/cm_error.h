@@ -1,8 +1,8 @@
 /* Project error codes and a heap-owned diagnostic message.
  * Functions return 0 or a negative code: negative errno where one fits (-ENOMEM, -EINVAL, -ENOENT,
  * -EIO), the CM_E* codes below otherwise. A `struct cm_diag` carries the human message naming the
- * file, field, tensor or byte offset; it never decides control flow. Mapping codes to HTTP
- * statuses belongs to the service issue, not here. */
+ * file, field, tensor or byte offset; it never decides control flow. cm_error_http() is the one
+ * place where a code becomes an HTTP status and error type (spec/wire.md). */
 #ifndef S1_CM_ERROR_H
 #define S1_CM_ERROR_H
 
@@ -17,6 +17,17 @@ enum {
   CM_ELIMIT,          /* a documented size limit was exceeded */
   CM_EUTF8,           /* invalid UTF-8 (the message gives the byte offset) */
   CM_EMISSING,        /* a required file, key or tensor is absent */
+  CM_EJSON,           /* request body is not strict JSON (duplicate keys, NaN, surrogates, depth) */
+  CM_ETOOLARGE,       /* request body over the size limit */
+  CM_EMEDIA,          /* request content type is not application/json */
+  CM_EREQUEST,        /* valid JSON that the family refuses (wrong type, unknown value, limits) */
+  CM_EOVERLOADED,     /* the bounded queue is full */
+  CM_ENOTREADY,       /* no preprocessor connected or warm-up not finished */
+  CM_EUNAVAILABLE,    /* no executor can serve: retired, crashed or unreachable */
+  CM_ETIMEOUT,        /* the request deadline passed */
+  CM_EINTERNAL,       /* a preprocessor or executor failure */
+  CM_EVERSION,        /* a peer speaks another proto version */
+  CM_EPROGRAM,        /* a program the executor's model cannot run (ids, positions, images) */
   CM_ECODE_END,
 };
 
@@ -35,6 +46,15 @@ int cm_diag_setv(struct cm_diag *diag, int code, const char *fmt, va_list ap);
 
 /* Frees the message and clears the diagnostic; accepts NULL. */
 void cm_diag_fini(struct cm_diag *diag);
+
+/* The one mapping of a code to the HTTP status and error type of spec/wire.md:
+ * -CM_EJSON, -CM_EUTF8 → 400 "invalid_json"; -CM_ETOOLARGE → 413 "too_large"; -CM_EMEDIA → 415
+ * "unsupported_media_type"; -CM_EREQUEST, -CM_ELIMIT, -CM_EFORMAT, -CM_EUNSUPPORTED, -CM_EMISSING,
+ * -EINVAL → 422 "invalid_request"; -CM_EOVERLOADED → 503 "overloaded"; -CM_ENOTREADY → 503
+ * "not_ready"; -CM_EUNAVAILABLE → 503 "unavailable"; -CM_ETIMEOUT, -ETIMEDOUT → 504 "timeout";
+ * 0 → 200 and type NULL; anything else → 500 "internal".
+ * Returns: the HTTP status; *ret_type (if non-NULL) gets a static string. */
+int cm_error_http(int code, const char **ret_type);
 
 /* Static English text for a code (negative errno or -CM_E*). Never NULL. */
 const char *cm_strerror(int code);

@@ -23,3 +23,14 @@ void ex_cpu_linear(const float *x, const float *w, const float *bias, float *y, 
     }
   }
 }
+
+void ex_cpu_linear_lora_add(const float *x, const float *a, const float *b, float scale, float *y,
+                            float *tmp, size_t n, size_t k, size_t r, size_t m) {
+  ex_cpu_linear(x, a, NULL, tmp, n, k, r);
+  for (size_t i = 0; i < n; i++) {
+    const float *ti = tmp + i * r;
+    float *yi = y + i * m;
+    for (size_t j = 0; j < m; j++)
+      yi[j] += ex_cpu_dot(ti, b + j * r, r) * scale;
+  }
+}

@@ -1,0 +1,24 @@
+/* Reading a float32 array from a NumPy .npy file (format versions 1-3, little-endian '<f4', C
+ * order), the stand-in for image pixel input until the image code lands and the format of test
+ * fixtures. Writing and other dtypes are left out. */
+#ifndef S1_EX_NPY_H
+#define S1_EX_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_error.h"
+
+#define EX_NPY_MAX_DIMS 4
+#define EX_NPY_MAX_BYTES ((size_t)1 << 31) /* refuse arrays above 2 GiB */
+
+/* Loads `path`. Shapes: *ret_data holds the product of ret_shape[0..*ret_n_dims) floats.
+ * Ownership: *ret_data is malloc'd, the caller frees it.
+ * Returns 0; -ENOENT / -EIO (file), -CM_EFORMAT (bad magic or header, size disagreeing with the
+ * shape), -CM_EDTYPE (not '<f4'), -CM_EUNSUPPORTED (Fortran order, > EX_NPY_MAX_DIMS dims),
+ * -CM_ELIMIT (> EX_NPY_MAX_BYTES), -ENOMEM. `diag` names the file.
+ * Source: numpy/lib/format.py (NEP 1, the .npy format). */
+int ex_npy_load_f32(const char *path, float **ret_data, int64_t ret_shape[EX_NPY_MAX_DIMS],
+                    int *ret_n_dims, struct cm_diag *diag);
+
+#endif

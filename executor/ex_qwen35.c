@@ -1,0 +1,394 @@
+/* The Qwen3.5 text forward over struct ex_backend (see ex_qwen35.h): decoder layers with gated
+ * full attention or Gated DeltaNet mixers, SwiGLU MLPs, the final norm, LM-head logits, and the
+ * per-sequence state (KV cache, conv windows, recurrent states) that snapshots copy. Scratch is
+ * allocated per call: this is the reference, not the hot path. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ex_qwen35.h"
+
+/* ---- state ---- */
+
+void ex_qwen35_state_free(struct ex_qwen35_state *state) {
+  if (!state)
+    return;
+  for (size_t i = 0; i < state->n_layers; i++) {
+    free(state->layers[i].k);
+    free(state->layers[i].v);
+    free(state->layers[i].conv);
+    free(state->layers[i].s);
+  }
+  free(state->layers);
+  free(state);
+}
+
+static size_t conv_dim(const struct ex_qwen35_config *c) {
+  return (size_t)(2 * c->lin_k_heads * c->lin_dk + c->lin_v_heads * c->lin_dv);
+}
+
+static size_t kv_row(const struct ex_qwen35_config *c) {
+  return (size_t)c->n_kv_heads * (size_t)c->head_dim;
+}
+
+int ex_qwen35_state_new(const struct ex_qwen35_model *model, struct ex_qwen35_state **ret_state) {
+  const struct ex_qwen35_config *c = &model->cfg;
+  struct ex_qwen35_state *s = calloc(1, sizeof(*s));
+  if (!s)
+    return -ENOMEM;
+  s->layers = calloc((size_t)c->n_layers, sizeof(*s->layers));
+  if (!s->layers)
+    goto fail;
+  s->n_layers = (size_t)c->n_layers;
+  for (int i = 0; i < c->n_layers; i++) {
+    if (c->full_attn[i])
+      continue;
+    s->layers[i].conv = calloc((size_t)(c->conv_kernel - 1) * conv_dim(c) + 1, sizeof(float));
+    s->layers[i].s = calloc((size_t)c->lin_v_heads * (size_t)c->lin_dk * (size_t)c->lin_dv,
+                            sizeof(float));
+    if (!s->layers[i].conv || !s->layers[i].s)
+      goto fail;
+  }
+  *ret_state = s;
+  return 0;
+fail:
+  ex_qwen35_state_free(s);
+  return -ENOMEM;
+}
+
+static float *dup_floats(const float *src, size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof(float));
+  if (p && n)
+    memcpy(p, src, n * sizeof(float));
+  return p;
+}
+
+int ex_qwen35_state_clone(const struct ex_qwen35_state *src, const struct ex_qwen35_model *model,
+                          struct ex_qwen35_state **ret_state) {
+  const struct ex_qwen35_config *c = &model->cfg;
+  struct ex_qwen35_state *s = calloc(1, sizeof(*s));
+  if (!s)
+    return -ENOMEM;
+  s->n_tokens = src->n_tokens;
+  s->rope_delta = src->rope_delta;
+  s->cap = src->n_tokens;
+  s->layers = calloc(src->n_layers, sizeof(*s->layers));
+  if (!s->layers)
+    goto fail;
+  s->n_layers = src->n_layers;
+  for (size_t i = 0; i < src->n_layers; i++) {
+    const struct ex_qwen35_layer_state *a = &src->layers[i];
+    struct ex_qwen35_layer_state *b = &s->layers[i];
+    if (c->full_attn[i]) {
+      b->k = dup_floats(a->k, src->n_tokens * kv_row(c));
+      b->v = dup_floats(a->v, src->n_tokens * kv_row(c));
+      if (!b->k || !b->v)
+        goto fail;
+    } else {
+      b->conv = dup_floats(a->conv, (size_t)(c->conv_kernel - 1) * conv_dim(c));
+      b->s = dup_floats(a->s, (size_t)c->lin_v_heads * (size_t)c->lin_dk * (size_t)c->lin_dv);
+      if (!b->conv || !b->s)
+        goto fail;
+    }
+  }
+  *ret_state = s;
+  return 0;
+fail:
+  ex_qwen35_state_free(s);
+  return -ENOMEM;
+}
+
+static int state_reserve(const struct ex_qwen35_config *c, struct ex_qwen35_state *s,
+                         size_t need) {
+  if (need <= s->cap)
+    return 0;
+  size_t cap = s->cap ? s->cap : 64;
+  while (cap < need)
+    cap *= 2;
+  for (size_t i = 0; i < s->n_layers; i++) {
+    if (!c->full_attn[i])
+      continue;
+    float *k = realloc(s->layers[i].k, cap * kv_row(c) * sizeof(float));
+    if (!k)
+      return -ENOMEM;
+    s->layers[i].k = k;
+    float *v = realloc(s->layers[i].v, cap * kv_row(c) * sizeof(float));
+    if (!v)
+      return -ENOMEM;
+    s->layers[i].v = v;
+  }
+  s->cap = cap;
+  return 0;
+}
+
+/* ---- forward ---- */
+
+/* Scratch for one call of n rows. */
+struct work {
+  float *h;       /* [n, H] residual stream */
+  float *a;       /* [n, H] normed input of a sublayer */
+  float *mix;     /* [n, max(H, ...)] sublayer output */
+  float *big;     /* [n, big_w] projection outputs */
+  float *big2;    /* [n, big_w] second projection / conv output */
+  float *q;       /* [n, max heads·dims] */
+  float *k;       /* [n, ...] */
+  float *gate;    /* [n, Hq·D] or z [n, Hv·dv] */
+  float *o;       /* [n, max(Hq·D, Hv·dv)] */
+  float *beta;    /* [n, Hv] */
+  float *g;       /* [n, Hv] */
+  float *cos_t;   /* [n, rot/2] */
+  float *sin_t;   /* [n, rot/2] */
+  float *scratch; /* attention scores / GDN chunk scratch */
+  float *lora;    /* [n, max rank] */
+  int32_t *pos;   /* [3, n] default text positions */
+};
+
+static void rnd(const struct ex_qwen35_model *m, float *x, size_t n) {
+  if (m->round_bf16)
+    m->be->round_bf16(x, n);
+}
+
+static void lin(const struct ex_qwen35_model *m, const struct ex_linear *l, const float *x,
+                size_t n, float *y, float *tmp) {
+  m->be->linear(x, l->w, NULL, y, n, l->n_in, l->n_out);
+  if (l->rank)
+    m->be->linear_lora_add(x, l->lora_a, l->lora_b, m->lora_scale, y, tmp, n, l->n_in, l->rank,
+                           l->n_out);
+  rnd(m, y, n * l->n_out);
+}
+
+static size_t max_rank(const struct ex_qwen35_model *m) {
+  size_t r = 0;
+  for (int i = 0; i < m->cfg.n_layers; i++) {
+    const struct ex_qwen35_layer *l = &m->layers[i];
+    const struct ex_linear *ls[] = {&l->gate, &l->up, &l->down, &l->q,   &l->k, &l->v,
+                                    &l->o,    &l->qkv, &l->z,   &l->b,   &l->a, &l->out};
+    for (size_t j = 0; j < sizeof(ls) / sizeof(ls[0]); j++)
+      if (ls[j]->rank > r)
+        r = ls[j]->rank;
+  }
+  return r;
+}
+
+static void attn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_layer *l,
+                       struct ex_qwen35_layer_state *ls, size_t n_past, size_t n, struct work *w) {
+  const struct ex_qwen35_config *c = &m->cfg;
+  size_t hq = (size_t)c->n_heads, hkv = (size_t)c->n_kv_heads, d = (size_t)c->head_dim;
+  lin(m, &l->q, w->a, n, w->big, w->lora);
+  /* per head: rows [2hD, 2hD+D) query, [2hD+D, 2hD+2D) gate */
+  for (size_t t = 0; t < n; t++)
+    for (size_t h = 0; h < hq; h++) {
+      const float *src = w->big + (t * hq + h) * 2 * d;
+      memcpy(w->q + (t * hq + h) * d, src, d * sizeof(float));
+      memcpy(w->gate + (t * hq + h) * d, src + d, d * sizeof(float));
+    }
+  float *kc = ls->k + n_past * hkv * d, *vc = ls->v + n_past * hkv * d;
+  lin(m, &l->k, w->a, n, kc, w->lora);
+  lin(m, &l->v, w->a, n, vc, w->lora);
+  m->be->rms_norm(w->q, l->q_norm, c->rms_eps, w->q, n * hq, d);
+  rnd(m, w->q, n * hq * d);
+  m->be->rms_norm(kc, l->k_norm, c->rms_eps, kc, n * hkv, d);
+  rnd(m, kc, n * hkv * d);
+  m->be->rope_apply(w->q, n, hq, d, (size_t)c->rot_dims, w->cos_t, w->sin_t);
+  rnd(m, w->q, n * hq * d);
+  m->be->rope_apply(kc, n, hkv, d, (size_t)c->rot_dims, w->cos_t, w->sin_t);
+  rnd(m, kc, n * hkv * d);
+  m->be->attention_gated(w->q, w->gate, ls->k, ls->v, w->o, w->scratch, n, n_past, hq, hkv, d,
+                         (float)(1.0 / sqrt((double)d)));
+  rnd(m, w->o, n * hq * d);
+  lin(m, &l->o, w->o, n, w->mix, w->lora);
+}
+
+static void gdn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_layer *l,
+                      struct ex_qwen35_layer_state *ls, size_t n_past, size_t n, struct work *w) {
+  const struct ex_qwen35_config *c = &m->cfg;
+  struct ex_gdn_dims dims = {(size_t)c->lin_k_heads, (size_t)c->lin_v_heads, (size_t)c->lin_dk,
+                             (size_t)c->lin_dv};
+  size_t kd = dims.n_k_heads * dims.dk, vd = dims.n_v_heads * dims.dv, cd = conv_dim(c);
+  size_t hv = dims.n_v_heads;
+  lin(m, &l->qkv, w->a, n, w->big, w->lora);
+  lin(m, &l->z, w->a, n, w->gate, w->lora);
+  lin(m, &l->b, w->a, n, w->beta, w->lora);
+  lin(m, &l->a, w->a, n, w->g, w->lora);
+  m->be->causal_conv1d_silu(w->big, l->conv, ls->conv, w->big2, n, cd, (size_t)c->conv_kernel);
+  rnd(m, w->big2, n * cd);
+  /* split the conv output into contiguous q [n,Hk,dk], k [n,Hk,dk], v [n,Hv,dv] */
+  float *v = w->mix; /* reused: mix is free until out_proj */
+  for (size_t t = 0; t < n; t++) {
+    const float *row = w->big2 + t * cd;
+    memcpy(w->q + t * kd, row, kd * sizeof(float));
+    memcpy(w->k + t * kd, row + kd, kd * sizeof(float));
+    memcpy(v + t * vd, row + 2 * kd, vd * sizeof(float));
+  }
+  m->be->gdn_prepare(w->q, w->k, w->beta, w->g, l->a_log, l->dt_bias, w->beta, w->g, n, &dims);
+  rnd(m, w->beta, n * hv);
+  bool recurrent = m->gdn_mode == EX_GDN_RECURRENT ||
+                   (m->gdn_mode == EX_GDN_AUTO && n == 1 && n_past > 0);
+  if (recurrent)
+    m->be->gdn_recurrent(w->q, w->k, v, w->beta, w->g, ls->s, w->o, n, &dims);
+  else
+    m->be->gdn_chunked(w->q, w->k, v, w->beta, w->g, ls->s, w->o, n, EX_QWEN35_GDN_CHUNK, &dims,
+                       w->scratch);
+  rnd(m, w->o, n * vd);
+  m->be->gated_rms_norm(w->o, w->gate, l->gdn_norm, c->rms_eps, w->o, n * hv, dims.dv);
+  rnd(m, w->o, n * vd);
+  lin(m, &l->out, w->o, n, w->mix, w->lora);
+}
+
+static void mlp(const struct ex_qwen35_model *m, const struct ex_qwen35_layer *l, size_t n,
+                struct work *w) {
+  size_t in = (size_t)m->cfg.intermediate_size;
+  lin(m, &l->gate, w->a, n, w->big, w->lora);
+  lin(m, &l->up, w->a, n, w->big2, w->lora);
+  m->be->swiglu(w->big, w->big2, w->big, n * in);
+  rnd(m, w->big, n * in);
+  lin(m, &l->down, w->big, n, w->mix, w->lora);
+}
+
+static void work_free(struct work *w) {
+  free(w->h);
+  free(w->a);
+  free(w->mix);
+  free(w->big);
+  free(w->big2);
+  free(w->q);
+  free(w->k);
+  free(w->gate);
+  free(w->o);
+  free(w->beta);
+  free(w->g);
+  free(w->cos_t);
+  free(w->sin_t);
+  free(w->scratch);
+  free(w->lora);
+  free(w->pos);
+}
+
+static size_t zmax(size_t a, size_t b) {
+  return a > b ? a : b;
+}
+
+static int work_alloc(const struct ex_qwen35_model *m, size_t n, size_t n_ctx, struct work *w) {
+  const struct ex_qwen35_config *c = &m->cfg;
+  size_t h = (size_t)c->hidden_size, d = (size_t)c->head_dim, hq = (size_t)c->n_heads;
+  size_t vd = (size_t)(c->lin_v_heads * c->lin_dv), kd = (size_t)(c->lin_k_heads * c->lin_dk);
+  size_t big = zmax(zmax(hq * 2 * d, conv_dim(c)), (size_t)c->intermediate_size);
+  size_t qw = zmax(hq * d, kd), ow = zmax(hq * d, vd);
+  struct ex_gdn_dims dims = {(size_t)c->lin_k_heads, (size_t)c->lin_v_heads, (size_t)c->lin_dk,
+                             (size_t)c->lin_dv};
+  size_t sc = zmax(n_ctx, ex_cpu_gdn_chunked_scratch(EX_QWEN35_GDN_CHUNK, &dims));
+  size_t f = (size_t)c->rot_dims / 2;
+  memset(w, 0, sizeof(*w));
+  w->h = malloc(n * h * sizeof(float));
+  w->a = malloc(n * h * sizeof(float));
+  w->mix = malloc(n * zmax(h, vd) * sizeof(float));
+  w->big = malloc(n * big * sizeof(float));
+  w->big2 = malloc(n * big * sizeof(float));
+  w->q = malloc(n * qw * sizeof(float));
+  w->k = malloc(n * kd * sizeof(float));
+  w->gate = malloc(n * ow * sizeof(float));
+  w->o = malloc(n * ow * sizeof(float));
+  w->beta = malloc(n * (size_t)c->lin_v_heads * sizeof(float));
+  w->g = malloc(n * (size_t)c->lin_v_heads * sizeof(float));
+  w->cos_t = malloc(n * f * sizeof(float));
+  w->sin_t = malloc(n * f * sizeof(float));
+  w->scratch = malloc(sc * sizeof(float));
+  w->lora = malloc(n * zmax(max_rank(m), 1) * sizeof(float));
+  w->pos = malloc(3 * n * sizeof(int32_t));
+  if (!w->h || !w->a || !w->mix || !w->big || !w->big2 || !w->q || !w->k || !w->gate || !w->o ||
+      !w->beta || !w->g || !w->cos_t || !w->sin_t || !w->scratch || !w->lora || !w->pos) {
+    work_free(w);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+int ex_qwen35_embed(const struct ex_qwen35_model *model, const int32_t *tokens, size_t n,
+                    float *out, struct cm_diag *diag) {
+  const struct ex_qwen35_config *c = &model->cfg;
+  for (size_t t = 0; t < n; t++)
+    if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+      return cm_diag_set(diag, -EINVAL, "token %d at index %zu outside the vocabulary [0, %d)",
+                         tokens[t], t, c->vocab_size);
+  return model->be->embed(model->embed, (size_t)c->vocab_size, tokens, out, n,
+                          (size_t)c->hidden_size);
+}
+
+int ex_qwen35_forward(const struct ex_qwen35_model *model, struct ex_qwen35_state *state,
+                      const float *embeds, const int32_t *pos, size_t n, float *ret_hidden,
+                      struct cm_diag *diag) {
+  const struct ex_qwen35_model *m = model;
+  const struct ex_qwen35_config *c = &m->cfg;
+  if (n == 0)
+    return cm_diag_set(diag, -EINVAL, "forward: no rows");
+  size_t h = (size_t)c->hidden_size, n_past = state->n_tokens;
+  struct work w;
+  int r = state_reserve(c, state, n_past + n);
+  if (r || (r = work_alloc(m, n, n_past + n, &w)))
+    return cm_diag_set(diag, r, "forward: out of memory for %zu rows", n);
+  if (!pos) {
+    for (size_t t = 0; t < n; t++) {
+      int32_t p = (int32_t)((int64_t)(n_past + t) + state->rope_delta);
+      w.pos[t] = w.pos[n + t] = w.pos[2 * n + t] = p;
+    }
+    pos = w.pos;
+  }
+  r = m->be->mrope_tables(pos, n, c->rot_dims, c->rope_theta, c->mrope_section, w.cos_t,
+                          w.sin_t);
+  if (r) {
+    work_free(&w);
+    return cm_diag_set(diag, r, "forward: bad rotary dims %d", c->rot_dims);
+  }
+  rnd(m, w.cos_t, n * (size_t)c->rot_dims / 2);
+  rnd(m, w.sin_t, n * (size_t)c->rot_dims / 2);
+  memcpy(w.h, embeds, n * h * sizeof(float));
+  for (int i = 0; i < c->n_layers; i++) {
+    const struct ex_qwen35_layer *l = &m->layers[i];
+    m->be->rms_norm(w.h, l->input_norm, c->rms_eps, w.a, n, h);
+    rnd(m, w.a, n * h);
+    if (l->full_attn)
+      attn_layer(m, l, &state->layers[i], n_past, n, &w);
+    else
+      gdn_layer(m, l, &state->layers[i], n_past, n, &w);
+    for (size_t x = 0; x < n * h; x++)
+      w.h[x] += w.mix[x];
+    rnd(m, w.h, n * h);
+    m->be->rms_norm(w.h, l->post_norm, c->rms_eps, w.a, n, h);
+    rnd(m, w.a, n * h);
+    mlp(m, l, n, &w);
+    for (size_t x = 0; x < n * h; x++)
+      w.h[x] += w.mix[x];
+    rnd(m, w.h, n * h);
+  }
+  m->be->rms_norm(w.h, m->final_norm, c->rms_eps, ret_hidden, n, h);
+  rnd(m, ret_hidden, n * h);
+  state->n_tokens = n_past + n;
+  work_free(&w);
+  return 0;
+}
+
+void ex_qwen35_logits(const struct ex_qwen35_model *model, const float *hidden, size_t n,
+                      float *logits) {
+  const struct ex_qwen35_config *c = &model->cfg;
+  model->be->linear(hidden, model->lm_head, NULL, logits, n, (size_t)c->hidden_size,
+                    (size_t)c->vocab_size);
+  rnd(model, logits, n * (size_t)c->vocab_size);
+}
+
+void ex_top_k(const float *x, size_t n, size_t k, int32_t *ret_idx, float *ret_val) {
+  size_t filled = 0;
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    if (filled == k && !(v > ret_val[k - 1]))
+      continue;
+    size_t j = filled < k ? filled++ : k - 1;
+    while (j > 0 && v > ret_val[j - 1]) {
+      ret_val[j] = ret_val[j - 1];
+      ret_idx[j] = ret_idx[j - 1];
+      j--;
+    }
+    ret_val[j] = v;
+    ret_idx[j] = (int32_t)i;
+  }
+}

@@ -1,0 +1,490 @@
+/* s1-forward: runs the float32 Qwen3.5 forward of a model directory on one input and writes the
+ * final-norm hidden rows and top-20 logits at chosen positions (the tool the oracle tests and
+ * humans use to check the reference). Input and output are JSON files; see the README. No
+ * tokenizer or image decoding here: ids and pixel arrays come in ready. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_model_dir.h"
+#include "ex_npy.h"
+#include "ex_qwen35.h"
+#include "s1_forward_images.h"
+
+#define TOP_K 20
+#define MAX_TOKENS (1 << 20) /* tokens after image expansion */
+#define MAX_IMAGES 256
+
+struct image_in {
+  float *pixels;       /* [n_patches, patch_dim] or NULL */
+  float *embeds;       /* [n_merged, H] merged embeddings given directly, or NULL */
+  int64_t n_rows;      /* rows in pixels or embeds */
+  int32_t grid[3];     /* t, h, w in patches */
+  int64_t n_merged;    /* t·h·w / 4 */
+};
+
+struct input {
+  int32_t *tokens;            /* [n_tokens] as given (one <|image_pad|> per image) */
+  size_t n_tokens;            /* count */
+  struct image_in *images;    /* [n_images] */
+  int n_images;               /* count */
+  long prefix_len;            /* 0 = one pass */
+  long *readout;              /* [n_readout] positions, negative from the end */
+  size_t n_readout;           /* count */
+};
+
+static void usage(void) {
+  fprintf(stderr, "usage: s1-forward --model DIR [--device cpu] --input IN.json --output "
+                  "OUT.json [--bf16-rounding] [--gdn auto|chunked|recurrent]\n");
+}
+
+static char *join(const char *dir, const char *file) {
+  if (file[0] == '/')
+    return strdup(file);
+  size_t n = strlen(dir) + strlen(file) + 2;
+  char *p = malloc(n);
+  if (p)
+    snprintf(p, n, "%s/%s", dir, file);
+  return p;
+}
+
+static char *dir_of(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? strndup(path, (size_t)(s - path)) : strdup(".");
+}
+
+static void input_fini(struct input *in) {
+  free(in->tokens);
+  for (int i = 0; i < in->n_images; i++) {
+    free(in->images[i].pixels);
+    free(in->images[i].embeds);
+  }
+  free(in->images);
+  free(in->readout);
+}
+
+static int read_input(const char *path, struct input *in, struct cm_diag *diag) {
+  memset(in, 0, sizeof(*in));
+  int r = 0;
+  char *base = dir_of(path);
+  json_object *root = json_object_from_file(path);
+  json_object *v;
+  if (!root || !json_object_is_type(root, json_type_object)) {
+    r = cm_diag_set(diag, -CM_EFORMAT, "%s: not a JSON object", path);
+    goto out;
+  }
+  if (!json_object_object_get_ex(root, "tokens", &v) || !json_object_is_type(v, json_type_array) ||
+      json_object_array_length(v) == 0 || json_object_array_length(v) > MAX_TOKENS) {
+    r = cm_diag_set(diag, -CM_EFORMAT, "%s: \"tokens\" must be a non-empty array of ids (at "
+                    "most %d)", path, MAX_TOKENS);
+    goto out;
+  }
+  in->n_tokens = json_object_array_length(v);
+  in->tokens = malloc(in->n_tokens * sizeof(int32_t));
+  if (!in->tokens) {
+    r = -ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < in->n_tokens; i++) {
+    json_object *t = json_object_array_get_idx(v, i);
+    if (!json_object_is_type(t, json_type_int)) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: tokens[%zu] is not an integer", path, i);
+      goto out;
+    }
+    in->tokens[i] = (int32_t)json_object_get_int64(t);
+  }
+  if (json_object_object_get_ex(root, "prefix_len", &v)) {
+    if (!json_object_is_type(v, json_type_int)) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: prefix_len must be an integer", path);
+      goto out;
+    }
+    in->prefix_len = (long)json_object_get_int64(v);
+  }
+  if (json_object_object_get_ex(root, "readout", &v)) {
+    if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) > MAX_TOKENS) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: readout must be an array of positions", path);
+      goto out;
+    }
+    in->n_readout = json_object_array_length(v);
+    in->readout = malloc((in->n_readout + 1) * sizeof(long));
+    if (!in->readout) {
+      r = -ENOMEM;
+      goto out;
+    }
+    for (size_t i = 0; i < in->n_readout; i++)
+      in->readout[i] = (long)json_object_get_int64(json_object_array_get_idx(v, i));
+  } else {
+    in->n_readout = 1;
+    in->readout = malloc(sizeof(long));
+    if (!in->readout) {
+      r = -ENOMEM;
+      goto out;
+    }
+    in->readout[0] = -1;
+  }
+  if (json_object_object_get_ex(root, "images", &v)) {
+    if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) > MAX_IMAGES) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: images must be an array (at most %d)", path,
+                      MAX_IMAGES);
+      goto out;
+    }
+    in->n_images = (int)json_object_array_length(v);
+    in->images = calloc((size_t)in->n_images + 1, sizeof(*in->images));
+    if (!in->images) {
+      r = -ENOMEM;
+      goto out;
+    }
+    for (int i = 0; i < in->n_images; i++) {
+      json_object *im = json_object_array_get_idx(v, (size_t)i), *f, *g;
+      struct image_in *x = &in->images[i];
+      if (json_object_is_type(im, json_type_string)) {
+        r = cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: images[%d] is a file path; image files "
+                        "need the image preprocessor, give {\"pixels\": X.npy, \"grid_thw\": "
+                        "[1,h,w]}", path, i);
+        goto out;
+      }
+      if (!json_object_object_get_ex(im, "grid_thw", &g) ||
+          !json_object_is_type(g, json_type_array) || json_object_array_length(g) != 3) {
+        r = cm_diag_set(diag, -CM_EFORMAT, "%s: images[%d].grid_thw must be [t, h, w]", path, i);
+        goto out;
+      }
+      for (int d = 0; d < 3; d++) {
+        int64_t gv = json_object_get_int64(json_object_array_get_idx(g, (size_t)d));
+        if (gv < 1 || gv > 4096) {
+          r = cm_diag_set(diag, -CM_EFORMAT, "%s: images[%d].grid_thw[%d] out of range", path,
+                          i, d);
+          goto out;
+        }
+        x->grid[d] = (int32_t)gv;
+      }
+      if (x->grid[0] != 1 || x->grid[1] % 2 || x->grid[2] % 2) {
+        r = cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: images[%d]: grid_thw must be [1, even, "
+                        "even]", path, i);
+        goto out;
+      }
+      x->n_merged = (int64_t)x->grid[1] * x->grid[2] / 4;
+      bool px = json_object_object_get_ex(im, "pixels", &f);
+      if (!px && !json_object_object_get_ex(im, "embeds", &f)) {
+        r = cm_diag_set(diag, -CM_EFORMAT, "%s: images[%d] needs \"pixels\" or \"embeds\"", path,
+                        i);
+        goto out;
+      }
+      char *file = join(base, json_object_get_string(f));
+      int64_t shape[EX_NPY_MAX_DIMS];
+      int nd = 0;
+      float *data = NULL;
+      r = file ? ex_npy_load_f32(file, &data, shape, &nd, diag) : -ENOMEM;
+      free(file);
+      if (r)
+        goto out;
+      int64_t want = px ? (int64_t)x->grid[1] * x->grid[2] : x->n_merged;
+      if (nd != 2 || shape[0] != want) {
+        free(data);
+        r = cm_diag_set(diag, -CM_ESHAPE, "%s: images[%d].%s must have %lld rows for grid "
+                        "[1,%d,%d]", path, i, px ? "pixels" : "embeds", (long long)want,
+                        x->grid[1], x->grid[2]);
+        goto out;
+      }
+      x->n_rows = shape[0];
+      if (px)
+        x->pixels = data;
+      else
+        x->embeds = data;
+      if (px && shape[1] != 1536) {
+        r = cm_diag_set(diag, -CM_ESHAPE, "%s: images[%d].pixels must have 1536 columns", path,
+                        i);
+        goto out;
+      }
+    }
+  }
+out:
+  if (r)
+    input_fini(in);
+  json_object_put(root);
+  free(base);
+  return r;
+}
+
+/* 3-axis positions (spec §8.1): text runs count on, an image run gets (P, P + row, P + col)
+ * over its merged grid and advances P by max(rows, cols). */
+static void mrope_positions(const int32_t *tok, size_t n, int32_t image_id,
+                            const struct input *in, int32_t *pos, int64_t *ret_rope_delta) {
+  int64_t p = 0, max_id = -1;
+  int img = 0;
+  for (size_t i = 0; i < n;) {
+    if (tok[i] == image_id && img < in->n_images) {
+      const struct image_in *x = &in->images[img++];
+      int32_t lh = x->grid[1] / 2, lw = x->grid[2] / 2;
+      for (int32_t a = 0; a < lh; a++)
+        for (int32_t b = 0; b < lw; b++, i++) {
+          pos[i] = (int32_t)p;
+          pos[n + i] = (int32_t)(p + a);
+          pos[2 * n + i] = (int32_t)(p + b);
+        }
+      int64_t top = p + (lh > lw ? lh : lw) - 1;
+      max_id = top > max_id ? top : max_id;
+      p += lh > lw ? lh : lw;
+    } else {
+      pos[i] = pos[n + i] = pos[2 * n + i] = (int32_t)p;
+      max_id = p > max_id ? p : max_id;
+      p++;
+      i++;
+    }
+  }
+  *ret_rope_delta = max_id + 1 - (int64_t)n;
+}
+
+static json_object *float_array(const float *x, size_t n) {
+  json_object *a = json_object_new_array_ext((int)n);
+  for (size_t i = 0; i < n; i++) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%.9g", x[i]);
+    json_object_array_add(a, json_object_new_double_s((double)x[i], buf));
+  }
+  return a;
+}
+
+static int run(const char *model_dir, const char *in_path, const char *out_path, bool bf16,
+               enum ex_gdn_mode gdn, struct cm_diag *diag) {
+  struct cm_model_dir *dir = NULL;
+  struct ex_qwen35_model *m = NULL;
+  struct ex_qwen35_state *st = NULL, *cont = NULL;
+  struct input in;
+  int32_t *tok = NULL, *pos = NULL;
+  float *emb = NULL, *hid = NULL, *logits = NULL, *pix = NULL, *vis = NULL;
+  json_object *out = NULL;
+  bool have_in = false;
+  struct ex_qwen35_config cfg;
+  int r = cm_model_dir_open(model_dir, &dir, diag);
+  if (r)
+    goto done;
+  if ((r = ex_qwen35_config_parse(dir->config, &cfg, diag)))
+    goto done;
+  float scale = 0.0f;
+  json_object *sc = NULL;
+  if (dir->adapter) {
+    if (!dir->adapter_info || !json_object_object_get_ex(dir->adapter_info, "scale", &sc)) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: manifest adapter has no scale", model_dir);
+      goto done;
+    }
+    scale = (float)json_object_get_double(sc);
+  }
+  if ((r = ex_qwen35_model_load(&cfg, dir->weights, dir->adapter, scale, &m, diag)))
+    goto done;
+  m->round_bf16 = bf16;
+  m->gdn_mode = gdn;
+  if ((r = read_input(in_path, &in, diag)))
+    goto done;
+  have_in = true;
+
+  /* expand each <|image_pad|> to its merged-row count */
+  size_t n = 0, n_pads = 0;
+  for (size_t i = 0; i < in.n_tokens; i++) {
+    if (in.tokens[i] == cfg.image_token_id && (int)n_pads < in.n_images)
+      n += (size_t)in.images[n_pads++].n_merged;
+    else
+      n++;
+  }
+  size_t n_more = 0;
+  for (size_t i = 0; i < in.n_tokens; i++)
+    n_more += in.tokens[i] == cfg.image_token_id;
+  if ((int)n_more != in.n_images || n > MAX_TOKENS) {
+    r = cm_diag_set(diag, -CM_EFORMAT, "%s: %zu <|image_pad|> tokens (id %d) for %d images, or "
+                    "more than %d tokens", in_path, n_more, cfg.image_token_id, in.n_images,
+                    MAX_TOKENS);
+    goto done;
+  }
+  size_t h = (size_t)cfg.hidden_size;
+  tok = malloc(n * sizeof(int32_t));
+  pos = malloc(3 * n * sizeof(int32_t));
+  emb = malloc(n * h * sizeof(float));
+  hid = malloc(n * h * sizeof(float));
+  logits = malloc((size_t)cfg.vocab_size * sizeof(float));
+  if (!tok || !pos || !emb || !hid || !logits) {
+    r = -ENOMEM;
+    goto done;
+  }
+  size_t k = 0;
+  for (size_t i = 0, img = 0; i < in.n_tokens; i++) {
+    if (in.tokens[i] == cfg.image_token_id)
+      for (int64_t j = 0; j < in.images[img++].n_merged; j++)
+        tok[k++] = cfg.image_token_id;
+    else
+      tok[k++] = in.tokens[i];
+  }
+  if ((r = ex_qwen35_embed(m, tok, n, emb, diag)))
+    goto done;
+
+  /* image rows: pixels through the tower (all images in one call), or given embeddings */
+  int64_t n_patches = 0, n_merged = 0;
+  int n_pix = 0;
+  for (int i = 0; i < in.n_images; i++) {
+    n_merged += in.images[i].n_merged;
+    if (in.images[i].pixels) {
+      n_patches += in.images[i].n_rows;
+      n_pix++;
+    }
+  }
+  if (in.n_images) {
+    vis = malloc((size_t)n_merged * h * sizeof(float));
+    pix = malloc(((size_t)n_patches * 1536 + 1) * sizeof(float));
+    int32_t *grid = malloc(((size_t)n_pix + 1) * 3 * sizeof(int32_t));
+    float *pout = malloc(((size_t)n_patches / 4 * h + 1) * sizeof(float));
+    if (!vis || !pix || !grid || !pout) {
+      free(grid), free(pout);
+      r = -ENOMEM;
+      goto done;
+    }
+    size_t off = 0;
+    int gi = 0;
+    for (int i = 0; i < in.n_images; i++)
+      if (in.images[i].pixels) {
+        memcpy(pix + off, in.images[i].pixels, (size_t)in.images[i].n_rows * 1536 * sizeof(float));
+        off += (size_t)in.images[i].n_rows * 1536;
+        memcpy(grid + 3 * gi++, in.images[i].grid, 3 * sizeof(int32_t));
+      }
+    if (n_pix)
+      r = s1_forward_vision(dir, pix, n_patches, grid, n_pix, pout, diag);
+    free(grid);
+    if (r) {
+      free(pout);
+      goto done;
+    }
+    size_t vo = 0, po = 0;
+    for (int i = 0; i < in.n_images; i++) {
+      size_t rows = (size_t)in.images[i].n_merged;
+      const float *src = in.images[i].pixels ? pout + po * h : in.images[i].embeds;
+      if (in.images[i].pixels)
+        po += rows;
+      memcpy(vis + vo * h, src, rows * h * sizeof(float));
+      vo += rows;
+    }
+    free(pout);
+    for (size_t i = 0, j = 0; i < n; i++)
+      if (tok[i] == cfg.image_token_id)
+        memcpy(emb + i * h, vis + (j++) * h, h * sizeof(float));
+  }
+  int64_t rope_delta = 0;
+  mrope_positions(tok, n, cfg.image_token_id, &in, pos, &rope_delta);
+
+  /* the forward: one pass, or a prefix snapshot and a continuation from a clone of it */
+  size_t p = in.prefix_len > 0 && (size_t)in.prefix_len < n ? (size_t)in.prefix_len : 0;
+  if ((r = ex_qwen35_state_new(m, &st)))
+    goto done;
+  if (!p) {
+    r = ex_qwen35_forward(m, st, emb, pos, n, hid, diag);
+  } else {
+    int32_t *pp = malloc(3 * p * sizeof(int32_t)), *pc = malloc(3 * (n - p) * sizeof(int32_t));
+    if (!pp || !pc) {
+      free(pp), free(pc);
+      r = -ENOMEM;
+      goto done;
+    }
+    for (int a = 0; a < 3; a++) {
+      memcpy(pp + a * p, pos + a * n, p * sizeof(int32_t));
+      memcpy(pc + a * (n - p), pos + a * n + p, (n - p) * sizeof(int32_t));
+    }
+    r = ex_qwen35_forward(m, st, emb, pp, p, hid, diag);
+    if (!r)
+      r = ex_qwen35_state_clone(st, m, &cont);
+    if (!r)
+      r = ex_qwen35_forward(m, cont, emb + p * h, pc, n - p, hid + p * h, diag);
+    free(pp), free(pc);
+  }
+  if (r)
+    goto done;
+
+  out = json_object_new_object();
+  json_object *ro = json_object_new_array(), *hs = json_object_new_array();
+  json_object *tops = json_object_new_array();
+  json_object_object_add(out, "n_tokens", json_object_new_int64((int64_t)n));
+  json_object_object_add(out, "rope_delta", json_object_new_int64(rope_delta));
+  json_object_object_add(out, "readout", ro);
+  json_object_object_add(out, "hidden", hs);
+  json_object_object_add(out, "logits_top", tops);
+  for (size_t i = 0; i < in.n_readout; i++) {
+    long q = in.readout[i] < 0 ? (long)n + in.readout[i] : in.readout[i];
+    if (q < 0 || (size_t)q >= n) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: readout[%zu] = %ld outside %zu tokens", in_path,
+                      i, in.readout[i], n);
+      goto done;
+    }
+    json_object_array_add(ro, json_object_new_int64(q));
+    json_object_array_add(hs, float_array(hid + (size_t)q * h, h));
+    ex_qwen35_logits(m, hid + (size_t)q * h, 1, logits);
+    int32_t ids[TOP_K];
+    float vals[TOP_K];
+    size_t kk = (size_t)cfg.vocab_size < TOP_K ? (size_t)cfg.vocab_size : TOP_K;
+    ex_top_k(logits, (size_t)cfg.vocab_size, kk, ids, vals);
+    json_object *t = json_object_new_object(), *ia = json_object_new_array();
+    for (size_t j = 0; j < kk; j++)
+      json_object_array_add(ia, json_object_new_int(ids[j]));
+    json_object_object_add(t, "ids", ia);
+    json_object_object_add(t, "logits", float_array(vals, kk));
+    json_object_array_add(tops, t);
+  }
+  if (json_object_to_file_ext(out_path, out, JSON_C_TO_STRING_PLAIN) != 0)
+    r = cm_diag_set(diag, -EIO, "%s: cannot write", out_path);
+done:
+  json_object_put(out);
+  if (have_in)
+    input_fini(&in);
+  free(tok), free(pos), free(emb), free(hid), free(logits), free(pix), free(vis);
+  ex_qwen35_state_free(st);
+  ex_qwen35_state_free(cont);
+  ex_qwen35_model_free(m);
+  cm_model_dir_free(dir);
+  return r;
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
+      {"input", required_argument, 0, 'i'},  {"output", required_argument, 0, 'o'},
+      {"bf16-rounding", no_argument, 0, 'b'}, {"gdn", required_argument, 0, 'g'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  const char *model = NULL, *input = NULL, *output = NULL, *device = "cpu";
+  bool bf16 = false;
+  enum ex_gdn_mode gdn = EX_GDN_AUTO;
+  int c;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case 'm': model = optarg; break;
+    case 'd': device = optarg; break;
+    case 'i': input = optarg; break;
+    case 'o': output = optarg; break;
+    case 'b': bf16 = true; break;
+    case 'g':
+      if (strcmp(optarg, "chunked") == 0)
+        gdn = EX_GDN_CHUNKED;
+      else if (strcmp(optarg, "recurrent") == 0)
+        gdn = EX_GDN_RECURRENT;
+      else if (strcmp(optarg, "auto") != 0) {
+        usage();
+        return 2;
+      }
+      break;
+    case 'h': usage(); return 0;
+    default: usage(); return 2;
+    }
+  }
+  if (!model || !input || !output || optind != argc) {
+    usage();
+    return 2;
+  }
+  if (strcmp(device, "cpu") != 0) {
+    fprintf(stderr, "s1-forward: device \"%s\" is not available (only cpu)\n", device);
+    return 2;
+  }
+  struct cm_diag diag = {0};
+  int r = run(model, input, output, bf16, gdn, &diag);
+  if (r) {
+    fprintf(stderr, "s1-forward: %s (%s)\n", diag.msg ? diag.msg : cm_strerror(r),
+            cm_strerror(r));
+    cm_diag_fini(&diag);
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,24 @@
+/* s1-forward's image step with the vision tower (ex_vision.h): config from the manifest's
+ * vision_config, weights under model.visual., one forward over all images of the input. */
+#include "s1_forward_images.h"
+
+#include <json-c/json.h>
+
+#include "ex_vision.h"
+
+int s1_forward_vision(const struct cm_model_dir *dir, const float *pixels, int64_t n_patches,
+                      const int32_t *grid_thw, int n_images, float *ret_embeds,
+                      struct cm_diag *diag) {
+  json_object *vc = NULL;
+  if (!json_object_object_get_ex(dir->config, "vision_config", &vc))
+    return cm_diag_set(diag, -CM_EMISSING, "%s: config has no vision_config", dir->path);
+  struct ex_vision_config cfg;
+  struct ex_vision *v = NULL;
+  int r = ex_vision_config_parse(vc, &cfg, diag);
+  if (!r)
+    r = ex_vision_new(&cfg, dir->weights, NULL, &v, diag);
+  if (!r)
+    r = ex_vision_forward(v, pixels, n_patches, grid_thw, n_images, ret_embeds, diag);
+  ex_vision_free(v);
+  return r;
+}

@@ -1,0 +1,45 @@
+/* The program runner: runs one proto_program on a loaded model (vision tower for images, prefixes
+ * into snapshots, rows continuing snapshots, readouts gathered, heads over gathered hidden rows)
+ * and fills a proto_result. Single-threaded: one runner per compute thread. The float32 CPU
+ * backend is the only backend so far. */
+#ifndef S1_EX_PROGRAM_H
+#define S1_EX_PROGRAM_H
+
+#include <stdbool.h>
+
+#include "cm_error.h"
+#include "cm_model_dir.h"
+#include "proto_program.h"
+
+struct ex_runner;
+
+struct ex_runner_options {
+  bool round_bf16; /* round where a bf16 reference rounds (ex_qwen35_model.round_bf16) */
+};
+
+/* Loads the backbone (with a kept LoRA adapter if the directory has one), the vision tower when
+ * the manifest has one, and every registered head the directory provides.
+ * Ownership: `dir` must outlive the runner; *ret_runner is freed with ex_runner_free.
+ * Returns 0 or the loader's negative code with diag. */
+int ex_runner_new(const struct cm_model_dir *dir, const struct ex_runner_options *opt,
+                  struct ex_runner **ret_runner, struct cm_diag *diag);
+void ex_runner_free(struct ex_runner *runner);
+
+/* Model facts for health replies: the directory's model id ("model_id" in the manifest, else
+ * the directory name) and revision (manifest "revision", else the weights' SHA-256 prefix). */
+const char *ex_runner_model_id(const struct ex_runner *runner);
+const char *ex_runner_revision(const struct ex_runner *runner);
+
+/* Runs `p` and fills `res` (zero-initialised by the caller): status 0 and one float32 output per
+ * readout, in order: HIDDEN [H]; LABEL_LOGITS [n_ids] (LM-head logits, rounded as the model
+ * rounds); TOKEN_LOGPROB [n_ids] (log-softmax over the vocabulary, float64 sum); HEAD [k].
+ * Timings in res->timings (µs). Ownership: res owns its outputs (proto_result_fini).
+ * Returns 0; -CM_EPROGRAM when the program does not fit the model (token id out of the
+ * vocabulary, <|image_pad|> count ≠ image sizes, unknown head, images without a vision tower,
+ * position ids out of range): the request fails, the executor stays healthy; -CM_ETIMEOUT when
+ * the deadline passed before the work started; any other negative code is sticky (the executor
+ * retires). diag names the cause. */
+int ex_runner_run(struct ex_runner *runner, const struct proto_program *p,
+                  struct proto_result *res, struct cm_diag *diag);
+
+#endif

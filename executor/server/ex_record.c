@@ -1,0 +1,144 @@
+/* Program records (ex_record.h). */
+#include "ex_record.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int write_file(const char *path, const void *data, size_t n, struct cm_diag *diag) {
+  size_t lp = strlen(path) + 8;
+  char *tmp = malloc(lp);
+  if (!tmp)
+    return -ENOMEM;
+  snprintf(tmp, lp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  int r = 0;
+  if (!f) {
+    r = cm_diag_set(diag, -errno, "%s: cannot create", tmp);
+  } else {
+    if ((n && fwrite(data, 1, n, f) != n) | (fclose(f) != 0))
+      r = cm_diag_set(diag, -EIO, "%s: write failed", tmp);
+    else if (rename(tmp, path) != 0)
+      r = cm_diag_set(diag, -errno, "%s: rename failed", path);
+  }
+  if (r)
+    remove(tmp);
+  free(tmp);
+  return r;
+}
+
+static char *record_path(const char *dir, uint64_t seq, const char *what) {
+  size_t n = strlen(dir) + 48;
+  char *p = malloc(n);
+  if (p)
+    snprintf(p, n, "%s/%08llu.%s.msgpack", dir, (unsigned long long)seq, what);
+  return p;
+}
+
+int ex_record_write(const char *dir, uint64_t seq, const void *program, size_t n_program,
+                    const void *result, size_t n_result, struct cm_diag *diag) {
+  char *pp = record_path(dir, seq, "program"), *rp = record_path(dir, seq, "result");
+  int r = pp && rp ? 0 : -ENOMEM;
+  /* the result file is written last: its presence marks a complete record */
+  if (!r)
+    r = write_file(pp, program, n_program, diag);
+  if (!r)
+    r = write_file(rp, result, n_result, diag);
+  free(pp);
+  free(rp);
+  return r;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+int ex_record_list(const char *dir, uint64_t **ret_seqs, size_t *ret_n, struct cm_diag *diag) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return cm_diag_set(diag, -errno, "%s: cannot open record directory", dir);
+  uint64_t *seqs = NULL;
+  size_t n = 0, cap = 0;
+  int r = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    unsigned long long s;
+    char tail[32];
+    if (sscanf(e->d_name, "%llu.%31s", &s, tail) != 2 || strcmp(tail, "result.msgpack") != 0)
+      continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      uint64_t *q = realloc(seqs, cap * sizeof(*q));
+      if (!q) {
+        r = -ENOMEM;
+        break;
+      }
+      seqs = q;
+    }
+    seqs[n++] = s;
+  }
+  closedir(d);
+  if (r) {
+    free(seqs);
+    return r;
+  }
+  if (n)
+    qsort(seqs, n, sizeof(*seqs), cmp_u64);
+  *ret_seqs = seqs;
+  *ret_n = n;
+  return 0;
+}
+
+static int read_file(const char *path, char **ret, size_t *ret_n, struct cm_diag *diag) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return cm_diag_set(diag, -errno, "%s: cannot open", path);
+  int r = 0;
+  char *buf = NULL;
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0)
+    n = ftell(f);
+  if (n < 0 || fseek(f, 0, SEEK_SET) != 0)
+    r = cm_diag_set(diag, -EIO, "%s: cannot size", path);
+  else if ((unsigned long)n > (4ul << 30))
+    r = cm_diag_set(diag, -CM_ELIMIT, "%s: larger than 4 GiB", path);
+  else if (!(buf = malloc((size_t)n + 1)))
+    r = -ENOMEM;
+  else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
+    r = cm_diag_set(diag, -EIO, "%s: short read", path);
+  fclose(f);
+  if (r) {
+    free(buf);
+    return r;
+  }
+  *ret = buf;
+  *ret_n = (size_t)n;
+  return 0;
+}
+
+int ex_record_read(const char *dir, uint64_t seq, char **ret_program, size_t *ret_n_program,
+                   char **ret_result, size_t *ret_n_result, struct cm_diag *diag) {
+  char *pp = record_path(dir, seq, "program"), *rp = record_path(dir, seq, "result");
+  char *pb = NULL, *rb = NULL;
+  size_t pn = 0, rn = 0;
+  int r = pp && rp ? 0 : -ENOMEM;
+  if (!r)
+    r = read_file(pp, &pb, &pn, diag);
+  if (!r)
+    r = read_file(rp, &rb, &rn, diag);
+  free(pp);
+  free(rp);
+  if (r) {
+    free(pb);
+    free(rb);
+    return r;
+  }
+  *ret_program = pb;
+  *ret_n_program = pn;
+  *ret_result = rb;
+  *ret_n_result = rn;
+  return 0;
+}

@@ -1,0 +1,358 @@
+/* s1-executor: owns one model on one device and runs programs. The nng REP socket has a few
+ * contexts whose callbacks answer health probes at once and hand programs to the one compute
+ * thread (main). Ready only after a warm-up program; a sticky error retires it (health
+ * UNAVAILABLE, every later program refused), so no request ever gets a wrong answer. */
+#include <errno.h>
+#include <getopt.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "ex_head.h"
+#include "ex_program.h"
+#include "ex_record.h"
+#include "proto_program.h"
+#include "proto_status.h"
+
+#define N_CTX 8
+#define RECV_MAX_BYTES ((size_t)1 << 30)
+
+enum slot_phase { SLOT_RECV, SLOT_WAIT, SLOT_SEND };
+
+struct slot {
+  nng_ctx ctx;           /* REP context */
+  nng_aio *aio;          /* its aio */
+  enum slot_phase phase; /* what the pending operation is */
+  nng_msg *req;          /* a received PROGRAM waiting for the compute thread */
+  int64_t queued_us;     /* when it was queued (monotonic µs) */
+  struct slot *next;     /* compute queue link */
+};
+
+static struct {
+  nng_socket sock;
+  struct slot slots[N_CTX];
+  pthread_mutex_t mu;        /* guards the queue */
+  pthread_cond_t cv;         /* signals work or stop */
+  struct slot *head, *tail;  /* FIFO of programs */
+  atomic_int state;          /* enum proto_state */
+  atomic_ullong programs;    /* programs run */
+  char *model_id, *revision; /* for health replies (set once before READY) */
+  char reason[256];          /* why not ready */
+  volatile sig_atomic_t stop;
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void on_signal(int sig) {
+  (void)sig;
+  g.stop = 1;
+  pthread_cond_signal(&g.cv);
+}
+
+static void send_bytes(struct slot *s, struct proto_bytes *b) {
+  nng_msg *m = NULL;
+  if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, b->data, b->len) != 0) {
+    nng_msg_free(m);
+    proto_bytes_free(b);
+    s->phase = SLOT_RECV;
+    nng_ctx_recv(s->ctx, s->aio);
+    return;
+  }
+  proto_bytes_free(b);
+  s->phase = SLOT_SEND;
+  nng_aio_set_msg(s->aio, m);
+  nng_ctx_send(s->ctx, s->aio);
+}
+
+static void send_error(struct slot *s, int status, const char *msg) {
+  struct proto_result r = {0};
+  struct proto_bytes b = {0};
+  proto_result_set_error(&r, status, msg);
+  if (proto_result_encode(&r, &b) == 0) {
+    send_bytes(s, &b);
+  } else {
+    s->phase = SLOT_RECV;
+    nng_ctx_recv(s->ctx, s->aio);
+  }
+  proto_result_fini(&r);
+}
+
+static void send_health(struct slot *s) {
+  struct proto_health h = {.state = (enum proto_state)atomic_load(&g.state),
+                           .programs = atomic_load(&g.programs)};
+  if (h.state == PROTO_STATE_READY) {
+    h.model_id = g.model_id;
+    h.revision = g.revision;
+  } else {
+    h.reason = g.reason;
+  }
+  struct proto_bytes b = {0};
+  if (proto_health_encode(&h, &b) == 0) {
+    send_bytes(s, &b);
+  } else {
+    s->phase = SLOT_RECV;
+    nng_ctx_recv(s->ctx, s->aio);
+  }
+}
+
+/* nng callback: a receive or a send finished on one context. */
+static void on_aio(void *arg) {
+  struct slot *s = arg;
+  int rv = nng_aio_result(s->aio);
+  if (s->phase == SLOT_SEND) {
+    if (rv != 0)
+      nng_msg_free(nng_aio_get_msg(s->aio));
+    s->phase = SLOT_RECV;
+    nng_ctx_recv(s->ctx, s->aio);
+    return;
+  }
+  if (rv != 0) {
+    if (rv != NNG_ECLOSED)
+      nng_ctx_recv(s->ctx, s->aio);
+    return;
+  }
+  nng_msg *m = nng_aio_get_msg(s->aio);
+  enum proto_kind kind;
+  if (proto_peek(nng_msg_body(m), nng_msg_len(m), &kind, NULL) != 0 ||
+      (kind != PROTO_KIND_HEALTH && kind != PROTO_KIND_PROGRAM)) {
+    nng_msg_free(m);
+    send_error(s, -CM_EVERSION, "unreadable message or another proto version");
+    return;
+  }
+  if (kind == PROTO_KIND_HEALTH) {
+    nng_msg_free(m);
+    send_health(s);
+    return;
+  }
+  int st = atomic_load(&g.state);
+  if (st != PROTO_STATE_READY) {
+    nng_msg_free(m);
+    send_error(s, st == PROTO_STATE_STARTING ? -CM_ENOTREADY : -CM_EUNAVAILABLE,
+               st == PROTO_STATE_STARTING ? "executor warming up" : "executor retired");
+    return;
+  }
+  s->req = m;
+  s->phase = SLOT_WAIT;
+  s->queued_us = mono_us();
+  s->next = NULL;
+  pthread_mutex_lock(&g.mu);
+  if (g.tail)
+    g.tail->next = s;
+  else
+    g.head = s;
+  g.tail = s;
+  pthread_cond_signal(&g.cv);
+  pthread_mutex_unlock(&g.mu);
+}
+
+/* Writes a warm-up program: one short text row from an empty state, its hidden row, and each
+ * head the model has. */
+static int warmup(struct ex_runner *runner, struct cm_diag *diag) {
+  struct proto_program p = {0};
+  struct proto_result res = {0};
+  int32_t ids[4] = {0, 1, 2, 3};
+  int r = proto_program_add_row(&p, ids, NULL, 4, -1, NULL);
+  if (!r)
+    r = proto_program_add_readout(&p, PROTO_READOUT_HIDDEN, 0, -1, NULL, 0, NULL, NULL);
+  if (!r)
+    r = proto_program_add_readout(&p, PROTO_READOUT_TOKEN_LOGPROB, 0, -1, ids, 1, NULL, NULL);
+  const struct ex_head_kind *const *kinds = ex_head_kinds();
+  for (size_t i = 0; !r && kinds[i]; i++) {
+    r = proto_program_add_readout(&p, PROTO_READOUT_HEAD, 0, -1, NULL, 0, kinds[i]->name, NULL);
+    struct cm_diag d2 = {0};
+    if (!r && ex_runner_run(runner, &p, &res, &d2) == -CM_EPROGRAM) {
+      p.n_readouts--; /* this model has no such head */
+      free(p.readouts[p.n_readouts].head);
+      free(p.readouts[p.n_readouts].ids);
+    }
+    cm_diag_fini(&d2);
+    proto_result_fini(&res);
+  }
+  if (!r)
+    r = ex_runner_run(runner, &p, &res, diag);
+  for (uint32_t i = 0; !r && i < res.n_outputs; i++)
+    for (uint32_t j = 0; j < res.n_floats[i]; j++)
+      if (res.outputs[i][j] != res.outputs[i][j]) {
+        r = cm_diag_set(diag, -CM_EINTERNAL, "warm-up readout %u is NaN", i);
+        break;
+      }
+  proto_result_fini(&res);
+  proto_program_fini(&p);
+  return r;
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: s1-executor --model DIR [--device cpu] [--listen URL] [--record DIR]\n"
+                  "                   [--bf16-rounding]\n"
+                  "  --listen  nng URL to serve (default ipc:///tmp/s1-executor-0.sock)\n");
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
+      {"listen", required_argument, 0, 'l'}, {"record", required_argument, 0, 'r'},
+      {"bf16-rounding", no_argument, 0, 'b'}, {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  const char *model = NULL, *device = "cpu", *url = "ipc:///tmp/s1-executor-0.sock";
+  const char *record = NULL;
+  struct ex_runner_options ro = {0};
+  int c;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case 'm': model = optarg; break;
+    case 'd': device = optarg; break;
+    case 'l': url = optarg; break;
+    case 'r': record = optarg; break;
+    case 'b': ro.round_bf16 = true; break;
+    case 'h': usage(); return 0;
+    default: usage(); return 2;
+    }
+  }
+  if (!model || optind != argc) {
+    usage();
+    return 2;
+  }
+  if (strcmp(device, "cpu") != 0) {
+    fprintf(stderr, "s1-executor: device \"%s\" is not available in this build (only cpu)\n",
+            device);
+    return 2;
+  }
+  if (record && mkdir(record, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "s1-executor: --record %s: %s\n", record, strerror(errno));
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  atomic_store(&g.state, PROTO_STATE_STARTING);
+  snprintf(g.reason, sizeof(g.reason), "loading %s", model);
+
+  int rv;
+  if ((rv = nng_rep0_open(&g.sock)) != 0 ||
+      (rv = nng_socket_set_size(g.sock, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) != 0 ||
+      (rv = nng_listen(g.sock, url, NULL, 0)) != 0) {
+    fprintf(stderr, "s1-executor: cannot listen on %s: %s\n", url, nng_strerror(rv));
+    return 1;
+  }
+  for (int i = 0; i < N_CTX; i++) {
+    struct slot *s = &g.slots[i];
+    if ((rv = nng_ctx_open(&s->ctx, g.sock)) != 0 ||
+        (rv = nng_aio_alloc(&s->aio, on_aio, s)) != 0) {
+      fprintf(stderr, "s1-executor: nng: %s\n", nng_strerror(rv));
+      return 1;
+    }
+    s->phase = SLOT_RECV;
+    nng_ctx_recv(s->ctx, s->aio);
+  }
+
+  struct cm_diag diag = {0};
+  struct cm_model_dir *dir = NULL;
+  struct ex_runner *runner = NULL;
+  int64_t t0 = mono_us();
+  int r = cm_model_dir_open(model, &dir, &diag);
+  if (!r)
+    r = ex_runner_new(dir, &ro, &runner, &diag);
+  if (!r) {
+    g.model_id = strdup(ex_runner_model_id(runner));
+    g.revision = strdup(ex_runner_revision(runner));
+    snprintf(g.reason, sizeof(g.reason), "warm-up");
+    r = warmup(runner, &diag);
+  }
+  if (r) {
+    fprintf(stderr, "s1-executor: %s: %s (%s); retired\n", model,
+            diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
+    snprintf(g.reason, sizeof(g.reason), "model failed to load or warm up: %s",
+             diag.msg ? diag.msg : cm_strerror(r));
+    atomic_store(&g.state, PROTO_STATE_UNAVAILABLE);
+  } else {
+    fprintf(stderr, "s1-executor: %s ready on %s (model %s, revision %s, load + warm-up %.1f ms)\n",
+            model, url, g.model_id, g.revision, (double)(mono_us() - t0) / 1000.0);
+    atomic_store(&g.state, PROTO_STATE_READY);
+  }
+  cm_diag_fini(&diag);
+
+  uint64_t seq = 0;
+  while (!g.stop) {
+    pthread_mutex_lock(&g.mu);
+    while (!g.head && !g.stop) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_sec += 1;
+      pthread_cond_timedwait(&g.cv, &g.mu, &ts);
+    }
+    struct slot *s = g.head;
+    if (s) {
+      g.head = s->next;
+      if (!g.head)
+        g.tail = NULL;
+    }
+    pthread_mutex_unlock(&g.mu);
+    if (!s)
+      continue;
+    struct proto_program p = {0};
+    struct proto_result res = {0};
+    struct proto_bytes out = {0};
+    int64_t start = mono_us();
+    r = proto_program_decode(nng_msg_body(s->req), nng_msg_len(s->req), &p, &diag);
+    if (r) {
+      proto_result_set_error(&res, -CM_EPROGRAM, diag.msg);
+    } else if (atomic_load(&g.state) != PROTO_STATE_READY) {
+      proto_result_set_error(&res, -CM_EUNAVAILABLE, "executor retired");
+    } else {
+      r = ex_runner_run(runner, &p, &res, &diag);
+      atomic_fetch_add(&g.programs, 1);
+      if (r && r != -CM_EPROGRAM && r != -CM_ETIMEOUT) {
+        fprintf(stderr, "s1-executor: request %s: sticky error, retiring: %s\n",
+                p.request_id ? p.request_id : "?", diag.msg ? diag.msg : cm_strerror(r));
+        snprintf(g.reason, sizeof(g.reason), "retired after: %s",
+                 diag.msg ? diag.msg : cm_strerror(r));
+        atomic_store(&g.state, PROTO_STATE_UNAVAILABLE);
+        proto_result_set_error(&res, -CM_EUNAVAILABLE, "executor retired");
+      }
+    }
+    res.timings.queue_us = start - s->queued_us;
+    cm_diag_fini(&diag);
+    if (proto_result_encode(&res, &out) != 0) {
+      proto_result_fini(&res);
+      proto_result_set_error(&res, -CM_EINTERNAL, "result too large to encode");
+      proto_result_encode(&res, &out);
+    }
+    if (record && out.data &&
+        ex_record_write(record, seq++, nng_msg_body(s->req), nng_msg_len(s->req), out.data,
+                        out.len, &diag) != 0) {
+      fprintf(stderr, "s1-executor: record: %s\n", diag.msg ? diag.msg : "write failed");
+      cm_diag_fini(&diag);
+    }
+    nng_msg_free(s->req);
+    s->req = NULL;
+    proto_program_fini(&p);
+    proto_result_fini(&res);
+    if (out.data)
+      send_bytes(s, &out);
+    else
+      send_error(s, -CM_EINTERNAL, "result encoding failed");
+  }
+  nng_close(g.sock);
+  for (int i = 0; i < N_CTX; i++) {
+    nng_aio_stop(g.slots[i].aio);
+    nng_msg_free(g.slots[i].req);
+    nng_aio_free(g.slots[i].aio);
+  }
+  ex_runner_free(runner);
+  cm_model_dir_free(dir);
+  free(g.model_id);
+  free(g.revision);
+  return 0;
+}

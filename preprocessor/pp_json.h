@@ -1,0 +1,23 @@
+/* Strict request JSON for every family (spec/wire.md 400 invalid_json): json-c parses, but it
+ * keeps the last of duplicate keys, accepts NaN/Infinity outside strict mode, replaces lone
+ * surrogates and accepts trailing bytes, so a grammar pass that refuses those runs first. */
+#ifndef S1_PP_JSON_H
+#define S1_PP_JSON_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+
+#include "cm_error.h"
+
+#define PP_JSON_MAX_DEPTH 127 /* nesting ≥ 128 is refused */
+
+/* Checks `text` is one RFC 8259 JSON value (whitespace around it only), valid UTF-8, no
+ * duplicate keys in any object (compared after unescaping), no lone surrogate escapes, nesting
+ * depth ≤ PP_JSON_MAX_DEPTH. Returns 0 or -CM_EJSON with diag giving the byte offset. */
+int pp_json_check(const char *text, size_t n_bytes, struct cm_diag *diag);
+
+/* pp_json_check, then json-c parse. Ownership: *ret_root is owned (json_object_put).
+ * Returns 0, -CM_EJSON, -ENOMEM. */
+int pp_json_parse(const char *text, size_t n_bytes, json_object **ret_root, struct cm_diag *diag);
+
+#endif

@@ -1,0 +1,912 @@
+/* Loading a tokenizer.json (json-c) into the flat tables the encoder uses: vocabulary and added
+ * token maps, the merge-rank table, the added-token tries, normalizer and pre-tokenizer steps.
+ * Anything the encoder would not reproduce exactly is refused here, with the component named. */
+#include "pp_tok_internal.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <utf8proc.h>
+
+#define JSON_MAX_DEPTH 64
+
+/* ---- GPT-2 byte <-> character table ------------------------------------------------------- */
+
+static bool byte_is_printable(unsigned b) {
+  return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+}
+
+uint32_t tok_byte_to_cp(uint8_t b) {
+  if (byte_is_printable(b))
+    return b;
+  unsigned n = 0;
+  for (unsigned i = 0; i < b; i++)
+    n += !byte_is_printable(i);
+  return 256 + n;
+}
+
+int tok_cp_to_byte(uint32_t cp) {
+  if (cp < 256)
+    return byte_is_printable(cp) ? (int)cp : -1;
+  if (cp >= 256 + 68)
+    return -1;
+  unsigned want = cp - 256, n = 0;
+  for (unsigned b = 0; b < 256; b++) {
+    if (!byte_is_printable(b)) {
+      if (n == want)
+        return (int)b;
+      n++;
+    }
+  }
+  return -1;
+}
+
+/* ---- hashing and maps --------------------------------------------------------------------- */
+
+uint64_t tok_hash(const void *p, size_t n) {
+  /* FNV-1a over 8-byte words with a final avalanche; fast enough for short tokens. */
+  const unsigned char *s = p;
+  uint64_t h = 0xcbf29ce484222325ull ^ (n * 0x9e3779b97f4a7c15ull);
+  while (n >= 8) {
+    uint64_t w;
+    memcpy(&w, s, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+    s += 8;
+    n -= 8;
+  }
+  uint64_t w = 0;
+  memcpy(&w, s, n);
+  h = (h ^ w) * 0x100000001b3ull;
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ull;
+  h ^= h >> 32;
+  return h;
+}
+
+static int map_init(struct tok_map *m, size_t n_keys) {
+  size_t cap = 16;
+  while (cap < n_keys * 2 + 16)
+    cap <<= 1;
+  m->slots = malloc(cap * sizeof(*m->slots));
+  if (!m->slots)
+    return -ENOMEM;
+  for (size_t i = 0; i < cap; i++)
+    m->slots[i].len = UINT32_MAX;
+  m->mask = cap - 1;
+  m->n = 0;
+  return 0;
+}
+
+int32_t tok_map_get(const struct pp_tok *tok, const struct tok_map *m, const char *s, size_t n) {
+  if (!m->slots)
+    return -1;
+  uint64_t h = tok_hash(s, n);
+  for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
+    const struct tok_map_slot *sl = &m->slots[i];
+    if (sl->len == UINT32_MAX)
+      return -1;
+    if (sl->hash == (uint32_t)h && sl->len == n && memcmp(tok->pool + sl->off, s, n) == 0)
+      return sl->value;
+  }
+}
+
+/* Inserts key (already in the pool at off) -> value; returns the previous value or -1. */
+static int32_t map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t len,
+                       int32_t value) {
+  const char *s = tok->pool + off;
+  uint64_t h = tok_hash(s, len);
+  for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
+    struct tok_map_slot *sl = &m->slots[i];
+    if (sl->len == UINT32_MAX) {
+      *sl = (struct tok_map_slot){.hash = (uint32_t)h, .len = len, .off = off, .value = value};
+      m->n++;
+      return -1;
+    }
+    if (sl->hash == (uint32_t)h && sl->len == len && memcmp(tok->pool + sl->off, s, len) == 0) {
+      int32_t old = sl->value;
+      sl->value = value;
+      return old;
+    }
+  }
+}
+
+static uint64_t merge_slot_hash(uint64_t key) {
+  key ^= key >> 31;
+  key *= 0x9e3779b97f4a7c15ull;
+  key ^= key >> 29;
+  return key;
+}
+
+const struct tok_merge_slot *tok_merge_get(const struct pp_tok *tok, int32_t left, int32_t right) {
+  uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
+  for (size_t i = merge_slot_hash(key) & tok->merge_mask;; i = (i + 1) & tok->merge_mask) {
+    const struct tok_merge_slot *sl = &tok->merges[i];
+    if (sl->key == key)
+      return sl;
+    if (sl->key == UINT64_MAX)
+      return NULL;
+  }
+}
+
+/* ---- pool --------------------------------------------------------------------------------- */
+
+static int pool_add(struct pp_tok *tok, const char *s, size_t n, uint64_t *ret_off) {
+  if (tok->pool_len + n + 1 > tok->pool_cap) {
+    size_t cap = tok->pool_cap ? tok->pool_cap : 1 << 16;
+    while (cap < tok->pool_len + n + 1)
+      cap *= 2;
+    char *p = realloc(tok->pool, cap);
+    if (!p)
+      return -ENOMEM;
+    tok->pool = p;
+    tok->pool_cap = cap;
+  }
+  memcpy(tok->pool + tok->pool_len, s, n);
+  tok->pool[tok->pool_len + n] = 0;
+  *ret_off = tok->pool_len;
+  tok->pool_len += n + 1;
+  return 0;
+}
+
+/* ---- JSON helpers ------------------------------------------------------------------------- */
+
+static const char *type_of(json_object *o) {
+  json_object *t;
+  if (!json_object_is_type(o, json_type_object) || !json_object_object_get_ex(o, "type", &t) ||
+      !json_object_is_type(t, json_type_string))
+    return NULL;
+  return json_object_get_string(t);
+}
+
+/* Reads an optional boolean field; absent or null gives `dflt`. */
+static int get_bool(json_object *o, const char *key, bool dflt, bool *ret, struct cm_diag *diag,
+                    const char *where) {
+  json_object *v;
+  if (!json_object_object_get_ex(o, key, &v) || !v) {
+    *ret = dflt;
+    return 0;
+  }
+  if (!json_object_is_type(v, json_type_boolean))
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: %s.%s is not a boolean", where, key);
+  *ret = json_object_get_boolean(v);
+  return 0;
+}
+
+/* An optional string field: NULL when absent or null. */
+static int get_str(json_object *o, const char *key, const char **ret, size_t *ret_len,
+                   struct cm_diag *diag, const char *where) {
+  json_object *v;
+  *ret = NULL;
+  *ret_len = 0;
+  if (!json_object_object_get_ex(o, key, &v) || !v)
+    return 0;
+  if (!json_object_is_type(v, json_type_string))
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: %s.%s is not a string", where, key);
+  *ret = json_object_get_string(v);
+  *ret_len = (size_t)json_object_get_string_len(v);
+  return 0;
+}
+
+static int get_id(json_object *v, int32_t *ret) {
+  if (!v || !json_object_is_type(v, json_type_int))
+    return -1;
+  int64_t x = json_object_get_int64(v);
+  if (x < 0 || x >= INT32_MAX / 2)
+    return -1;
+  *ret = (int32_t)x;
+  return 0;
+}
+
+/* ---- components --------------------------------------------------------------------------- */
+
+static int load_normalizer(struct pp_tok *tok, json_object *o, struct cm_diag *diag) {
+  if (!o)
+    return 0;
+  const char *t = type_of(o);
+  if (!t)
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: normalizer has no type");
+  if (strcmp(t, "Sequence") == 0) {
+    json_object *list;
+    if (!json_object_object_get_ex(o, "normalizers", &list) ||
+        !json_object_is_type(list, json_type_array))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: normalizer Sequence without list");
+    for (size_t i = 0; i < json_object_array_length(list); i++) {
+      int rc = load_normalizer(tok, json_object_array_get_idx(list, i), diag);
+      if (rc)
+        return rc;
+    }
+    return 0;
+  }
+  static const struct {
+    const char *name;
+    enum tok_norm norm;
+  } known[] = {{"NFC", TOK_NORM_NFC}, {"NFD", TOK_NORM_NFD}, {"NFKC", TOK_NORM_NFKC},
+               {"NFKD", TOK_NORM_NFKD}};
+  for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+    if (strcmp(t, known[i].name) == 0) {
+      if (tok->n_norms == TOK_MAX_STAGES)
+        return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: more than %d normalizers",
+                           TOK_MAX_STAGES);
+      tok->norms[tok->n_norms++] = known[i].norm;
+      return 0;
+    }
+  }
+  return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component normalizer %s",
+                     t);
+}
+
+static int compile_stage(struct tok_stage *st, const char *pat, size_t n, bool literal,
+                         struct cm_diag *diag) {
+  int err;
+  PCRE2_SIZE off;
+  uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
+  st->re = pcre2_compile((PCRE2_SPTR)pat, n, opts, &err, &off, NULL);
+  if (!st->re) {
+    PCRE2_UCHAR msg[160];
+    pcre2_get_error_message(err, msg, sizeof(msg));
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "tokenizer.json: pre_tokenizer Split pattern rejected by PCRE2 at %zu: %s",
+                       (size_t)off, (char *)msg);
+  }
+  /* JIT is an accelerator: without it (unsupported CPU) the interpreter gives the same matches. */
+  (void)pcre2_jit_compile(st->re, PCRE2_JIT_COMPLETE);
+  return 0;
+}
+
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static int load_pre_tokenizer(struct pp_tok *tok, json_object *o, bool *seen_byte_level,
+                              struct cm_diag *diag) {
+  const char *t = type_of(o);
+  if (!t)
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: pre_tokenizer has no type");
+  if (*seen_byte_level)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "tokenizer.json: unsupported component pre_tokenizer %s after ByteLevel", t);
+  if (strcmp(t, "Sequence") == 0) {
+    json_object *list;
+    if (!json_object_object_get_ex(o, "pretokenizers", &list) ||
+        !json_object_is_type(list, json_type_array))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: pre_tokenizer Sequence without list");
+    for (size_t i = 0; i < json_object_array_length(list); i++) {
+      int rc = load_pre_tokenizer(tok, json_object_array_get_idx(list, i), seen_byte_level, diag);
+      if (rc)
+        return rc;
+    }
+    return 0;
+  }
+  if (tok->n_stages == TOK_MAX_STAGES)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: more than %d pre_tokenizers",
+                       TOK_MAX_STAGES);
+  struct tok_stage *st = &tok->stages[tok->n_stages];
+  memset(st, 0, sizeof(*st));
+  int rc;
+  if (strcmp(t, "Split") == 0) {
+    json_object *pat, *v;
+    const char *beh;
+    size_t beh_len;
+    if (!json_object_object_get_ex(o, "pattern", &pat) ||
+        !json_object_is_type(pat, json_type_object))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: pre_tokenizer Split has no pattern");
+    bool literal;
+    if (json_object_object_get_ex(pat, "Regex", &v) && json_object_is_type(v, json_type_string))
+      literal = false;
+    else if (json_object_object_get_ex(pat, "String", &v) &&
+             json_object_is_type(v, json_type_string))
+      literal = true;
+    else
+      return cm_diag_set(diag, -CM_EFORMAT,
+                         "tokenizer.json: pre_tokenizer Split pattern is neither Regex nor String");
+    if ((rc = get_str(o, "behavior", &beh, &beh_len, diag, "Split")) ||
+        (rc = get_bool(o, "invert", false, &st->invert, diag, "Split")))
+      return rc;
+    static const struct {
+      const char *name;
+      enum tok_split_behavior b;
+    } behs[] = {{"Removed", TOK_SPLIT_REMOVED},
+                {"Isolated", TOK_SPLIT_ISOLATED},
+                {"MergedWithPrevious", TOK_SPLIT_MERGED_WITH_PREVIOUS},
+                {"MergedWithNext", TOK_SPLIT_MERGED_WITH_NEXT},
+                {"Contiguous", TOK_SPLIT_CONTIGUOUS}};
+    size_t k = 0;
+    for (; beh && k < sizeof(behs) / sizeof(behs[0]); k++)
+      if (strcmp(beh, behs[k].name) == 0)
+        break;
+    if (!beh || k == sizeof(behs) / sizeof(behs[0]))
+      return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                         "tokenizer.json: unsupported component pre_tokenizer Split behavior %s",
+                         beh ? beh : "(missing)");
+    st->behavior = behs[k].b;
+    if (literal && json_object_get_string_len(v) == 0) {
+      /* An empty literal never matches: the step passes pieces through unchanged. */
+      st->behavior = TOK_SPLIT_ISOLATED;
+      st->invert = false;
+      st->re = NULL;
+    } else if ((rc = compile_stage(st, json_object_get_string(v),
+                                   (size_t)json_object_get_string_len(v), literal, diag))) {
+      return rc;
+    }
+    tok->n_stages++;
+    return 0;
+  }
+  if (strcmp(t, "ByteLevel") == 0) {
+    bool use_regex;
+    if ((rc = get_bool(o, "add_prefix_space", true, &st->prefix_space, diag, "ByteLevel")) ||
+        (rc = get_bool(o, "use_regex", true, &use_regex, diag, "ByteLevel")))
+      return rc;
+    st->behavior = TOK_SPLIT_ISOLATED;
+    if (use_regex && (rc = compile_stage(st, GPT2_PATTERN, sizeof(GPT2_PATTERN) - 1, false, diag)))
+      return rc;
+    *seen_byte_level = true;
+    if (st->re || st->prefix_space)
+      tok->n_stages++;
+    return 0;
+  }
+  return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                     "tokenizer.json: unsupported component pre_tokenizer %s", t);
+}
+
+static int load_decoder(json_object *o, struct cm_diag *diag) {
+  const char *t = o ? type_of(o) : "null";
+  if (t && strcmp(t, "ByteLevel") == 0)
+    return 0;
+  return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component decoder %s",
+                     t ? t : "(no type)");
+}
+
+static int load_post_processor(json_object *o, struct cm_diag *diag) {
+  if (!o)
+    return 0;
+  const char *t = type_of(o);
+  /* With add_special_tokens=False these only touch offsets or add nothing. */
+  static const char *const ok[] = {"ByteLevel", "TemplateProcessing", "RobertaProcessing",
+                                   "BertProcessing"};
+  for (size_t i = 0; t && i < sizeof(ok) / sizeof(ok[0]); i++)
+    if (strcmp(t, ok[i]) == 0)
+      return 0;
+  if (t && strcmp(t, "Sequence") == 0) {
+    json_object *list;
+    if (!json_object_object_get_ex(o, "processors", &list) ||
+        !json_object_is_type(list, json_type_array))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: post_processor Sequence without list");
+    for (size_t i = 0; i < json_object_array_length(list); i++) {
+      int rc = load_post_processor(json_object_array_get_idx(list, i), diag);
+      if (rc)
+        return rc;
+    }
+    return 0;
+  }
+  return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                     "tokenizer.json: unsupported component post_processor %s",
+                     t ? t : "(no type)");
+}
+
+/* Normalizes s with the tokenizer's normalizer steps into a malloc'd string. */
+static int normalize_alloc(const struct pp_tok *tok, const char *s, size_t n, char **ret,
+                           size_t *ret_n) {
+  char *cur = malloc(n + 1);
+  if (!cur)
+    return -ENOMEM;
+  memcpy(cur, s, n);
+  cur[n] = 0;
+  size_t len = n;
+  for (int i = 0; i < tok->n_norms; i++) {
+    static const int flags[] = {
+        [TOK_NORM_NFC] = UTF8PROC_STABLE | UTF8PROC_COMPOSE,
+        [TOK_NORM_NFD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE,
+        [TOK_NORM_NFKC] = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+        [TOK_NORM_NFKD] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT,
+    };
+    utf8proc_uint8_t *out = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)cur, (utf8proc_ssize_t)len, &out,
+                                      (utf8proc_option_t)flags[tok->norms[i]]);
+    free(cur);
+    if (r < 0)
+      return r == UTF8PROC_ERROR_NOMEM ? -ENOMEM : -CM_EUTF8;
+    cur = (char *)out;
+    len = (size_t)r;
+  }
+  *ret = cur;
+  *ret_n = len;
+  return 0;
+}
+
+static int trie_add(struct tok_trie *tr, const char *s, size_t n, int32_t added_index) {
+  if (!tr->nodes) {
+    tr->nodes = malloc(sizeof(*tr->nodes) * 64);
+    if (!tr->nodes)
+      return -ENOMEM;
+    tr->nodes[0] = (struct tok_trie_node){-1, -1, -1, 0};
+    tr->n = 1;
+  }
+  tr->first[(uint8_t)s[0] >> 3] |= (uint8_t)(1u << ((uint8_t)s[0] & 7));
+  int32_t cur = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint8_t b = (uint8_t)s[i];
+    int32_t c = tr->nodes[cur].first_child;
+    while (c >= 0 && tr->nodes[c].byte != b)
+      c = tr->nodes[c].next_sibling;
+    if (c < 0) {
+      if ((tr->n & (tr->n - 1)) == 0 && tr->n >= 64) {
+        struct tok_trie_node *p = realloc(tr->nodes, sizeof(*p) * tr->n * 2);
+        if (!p)
+          return -ENOMEM;
+        tr->nodes = p;
+      }
+      c = (int32_t)tr->n++;
+      tr->nodes[c] = (struct tok_trie_node){-1, tr->nodes[cur].first_child, -1, b};
+      tr->nodes[cur].first_child = c;
+    }
+    cur = c;
+  }
+  /* A later duplicate content wins, as in the reference's map from content to id. */
+  tr->nodes[cur].added = added_index;
+  return 0;
+}
+
+static int load_added(struct pp_tok *tok, json_object *list, struct cm_diag *diag) {
+  if (!list)
+    return 0;
+  if (!json_object_is_type(list, json_type_array))
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: added_tokens is not an array");
+  size_t n = json_object_array_length(list);
+  tok->added = calloc(n ? n : 1, sizeof(*tok->added));
+  if (!tok->added || map_init(&tok->added_map, n))
+    return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    json_object *o = json_object_array_get_idx(list, i), *v;
+    struct tok_added *a = &tok->added[tok->n_added];
+    const char *content;
+    size_t len;
+    int rc;
+    if (!json_object_is_type(o, json_type_object) || !json_object_object_get_ex(o, "id", &v) ||
+        get_id(v, &a->id))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: added_tokens[%zu] has no valid id",
+                         i);
+    if ((rc = get_str(o, "content", &content, &len, diag, "added_tokens")) ||
+        (rc = get_bool(o, "single_word", false, &a->single_word, diag, "added_tokens")) ||
+        (rc = get_bool(o, "lstrip", false, &a->lstrip, diag, "added_tokens")) ||
+        (rc = get_bool(o, "rstrip", false, &a->rstrip, diag, "added_tokens")) ||
+        (rc = get_bool(o, "normalized", true, &a->normalized, diag, "added_tokens")) ||
+        (rc = get_bool(o, "special", false, &a->special, diag, "added_tokens")))
+      return rc;
+    if (!content || len == 0)
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: added_tokens[%zu] has no content", i);
+    size_t bad;
+    if (!pp_tok_utf8_valid(content, len, &bad))
+      return cm_diag_set(diag, -CM_EFORMAT,
+                         "tokenizer.json: added_tokens[%zu] content is not UTF-8 (byte %zu)", i,
+                         bad);
+    uint64_t off;
+    if (pool_add(tok, content, len, &off))
+      return -ENOMEM;
+    int32_t prev = map_put(tok, &tok->added_map, off, (uint32_t)len, a->id);
+    if (prev >= 0 && prev != a->id)
+      return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                         "tokenizer.json: added token content given twice with ids %d and %d",
+                         (int)prev, (int)a->id);
+    if (prev >= 0)
+      continue;
+    a->off = off;
+    a->len = (uint32_t)len;
+    tok->n_added++;
+  }
+  return 0;
+}
+
+static int spelling_to_raw(struct pp_tok *tok, struct tok_entry *e);
+
+/* Second half of the added tokens: ids, matching strings and tries (needs normalizer, by_id). */
+static int finish_added(struct pp_tok *tok, struct cm_diag *diag) {
+  for (size_t i = 0; i < tok->n_added; i++) {
+    struct tok_added *a = &tok->added[i];
+    struct tok_entry *e = &tok->by_id[a->id];
+    if (e->len == UINT32_MAX) {
+      e->off = a->off;
+      e->len = a->len;
+      tok->n_distinct++;
+      if (spelling_to_raw(tok, e)) /* the ByteLevel decoder maps added tokens too */
+        return -ENOMEM;
+    } else if (e->len != a->len || memcmp(tok->pool + e->off, tok->pool + a->off, a->len) != 0) {
+      return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                         "tokenizer.json: added token id %d collides with another token",
+                         (int)a->id);
+    }
+    e->added = 1;
+    e->special = a->special;
+    const char *match = tok->pool + a->off;
+    size_t match_len = a->len;
+    char *norm = NULL;
+    if (a->normalized && tok->n_norms) {
+      int rc = normalize_alloc(tok, match, match_len, &norm, &match_len);
+      if (rc)
+        return rc == -ENOMEM ? rc : cm_diag_set(diag, -CM_EFORMAT, "added token not UTF-8");
+      uint64_t off;
+      rc = pool_add(tok, norm, match_len, &off);
+      free(norm);
+      if (rc)
+        return rc;
+      a->off = off;
+      a->len = (uint32_t)match_len;
+    }
+    if (a->len && trie_add(a->normalized ? &tok->trie_norm : &tok->trie_raw, tok->pool + a->off,
+                           a->len, (int32_t)i))
+      return -ENOMEM;
+  }
+  return 0;
+}
+
+/* Decoded bytes of a vocabulary spelling: byte-level characters back to bytes; a spelling with
+ * any other character decodes to its own UTF-8 (as the ByteLevel decoder does). */
+static int spelling_to_raw(struct pp_tok *tok, struct tok_entry *e) {
+  const char *s = tok->pool + e->off;
+  size_t n = e->len, nb = 0;
+  char small[256];
+  char *buf = n <= sizeof(small) ? small : malloc(n);
+  if (!buf)
+    return -ENOMEM;
+  bool all = true;
+  for (size_t i = 0; i < n;) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+    int b = k > 0 ? tok_cp_to_byte((uint32_t)cp) : -1;
+    if (b < 0) {
+      all = false;
+      break;
+    }
+    buf[nb++] = (char)b;
+    i += (size_t)k;
+  }
+  int rc = 0;
+  if (all) {
+    rc = pool_add(tok, buf, nb, &e->raw_off);
+    e->raw_len = (uint32_t)nb;
+  } else {
+    e->raw_off = e->off;
+    e->raw_len = e->len;
+  }
+  if (buf != small)
+    free(buf);
+  return rc;
+}
+
+static int load_model(struct pp_tok *tok, json_object *m, json_object *added_list,
+                      struct cm_diag *diag) {
+  const char *t = type_of(m);
+  if (!t || strcmp(t, "BPE") != 0)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component model %s",
+                       t ? t : "(no type)");
+  json_object *vocab, *merges, *v;
+  int rc;
+  bool byte_fallback;
+  if (!json_object_object_get_ex(m, "vocab", &vocab) ||
+      !json_object_is_type(vocab, json_type_object))
+    return cm_diag_set(diag, -CM_EMISSING, "tokenizer.json: model.vocab missing");
+  if (!json_object_object_get_ex(m, "merges", &merges) ||
+      !json_object_is_type(merges, json_type_array))
+    return cm_diag_set(diag, -CM_EMISSING, "tokenizer.json: model.merges missing");
+  if (json_object_object_get_ex(m, "dropout", &v) && v)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component BPE dropout");
+  const char *s;
+  size_t sl;
+  if ((rc = get_str(m, "continuing_subword_prefix", &s, &sl, diag, "model")))
+    return rc;
+  if (sl)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "tokenizer.json: unsupported component BPE continuing_subword_prefix");
+  if ((rc = get_str(m, "end_of_word_suffix", &s, &sl, diag, "model")))
+    return rc;
+  if (sl)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "tokenizer.json: unsupported component BPE end_of_word_suffix");
+  if ((rc = get_bool(m, "fuse_unk", false, &tok->fuse_unk, diag, "model")) ||
+      (rc = get_bool(m, "byte_fallback", false, &byte_fallback, diag, "model")) ||
+      (rc = get_bool(m, "ignore_merges", false, &tok->ignore_merges, diag, "model")))
+    return rc;
+
+  /* ids: the vocabulary, then the added tokens. */
+  size_t n_vocab = (size_t)json_object_object_length(vocab);
+  int32_t max_id = -1;
+  {
+    json_object_object_foreach(vocab, key, val) {
+      int32_t id;
+      (void)key;
+      if (get_id(val, &id))
+        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab[\"%s\"] is not an id",
+                           key);
+      if (id > max_id)
+        max_id = id;
+    }
+  }
+  if (added_list && json_object_is_type(added_list, json_type_array)) {
+    for (size_t i = 0; i < json_object_array_length(added_list); i++) {
+      json_object *o = json_object_array_get_idx(added_list, i);
+      int32_t id;
+      if (json_object_object_get_ex(o, "id", &v) && !get_id(v, &id) && id > max_id)
+        max_id = id;
+    }
+  }
+  tok->n_ids = max_id + 1;
+  tok->by_id = malloc(sizeof(*tok->by_id) * (size_t)(tok->n_ids ? tok->n_ids : 1));
+  if (!tok->by_id || map_init(&tok->vocab, n_vocab))
+    return -ENOMEM;
+  for (int32_t i = 0; i < tok->n_ids; i++)
+    tok->by_id[i] = (struct tok_entry){.len = UINT32_MAX};
+  {
+    json_object_object_foreach(vocab, key, val) {
+      int32_t id = 0;
+      (void)get_id(val, &id); /* checked in the first pass */
+      size_t len = strlen(key);
+      size_t bad;
+      if (!pp_tok_utf8_valid(key, len, &bad))
+        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: vocabulary entry is not UTF-8");
+      struct tok_entry *e = &tok->by_id[id];
+      if (e->len != UINT32_MAX)
+        return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: vocabulary id %d given twice",
+                           (int)id);
+      if ((rc = pool_add(tok, key, len, &e->off)))
+        return rc;
+      e->len = (uint32_t)len;
+      map_put(tok, &tok->vocab, e->off, e->len, id);
+    }
+  }
+  tok->n_model = n_vocab;
+  tok->n_distinct = n_vocab;
+  for (int32_t i = 0; i < tok->n_ids; i++)
+    if (tok->by_id[i].len != UINT32_MAX && (rc = spelling_to_raw(tok, &tok->by_id[i])))
+      return rc;
+  if (tok->ignore_merges) {
+    if (map_init(&tok->vocab_raw, n_vocab))
+      return -ENOMEM;
+    for (int32_t i = 0; i < tok->n_ids; i++) {
+      struct tok_entry *e = &tok->by_id[i];
+      if (e->len != UINT32_MAX && e->raw_off != e->off)
+        map_put(tok, &tok->vocab_raw, e->raw_off, e->raw_len, i);
+    }
+  }
+  for (int b = 0; b < 256; b++) {
+    char u[4];
+    utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)tok_byte_to_cp((uint8_t)b),
+                                              (utf8proc_uint8_t *)u);
+    tok->byte_id[b] = tok_map_get(tok, &tok->vocab, u, (size_t)k);
+    tok->byte_fallback_id[b] = -1;
+    if (byte_fallback) {
+      char hex[8];
+      snprintf(hex, sizeof(hex), "<0x%02X>", b);
+      tok->byte_fallback_id[b] = tok_map_get(tok, &tok->vocab, hex, 6);
+    }
+  }
+  tok->unk_id = -1;
+  if ((rc = get_str(m, "unk_token", &s, &sl, diag, "model")))
+    return rc;
+  if (s) {
+    tok->unk_id = tok_map_get(tok, &tok->vocab, s, sl);
+    if (tok->unk_id < 0)
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: unk_token is not in the vocabulary");
+  }
+
+  /* merges: "a b" strings or ["a", "b"] pairs; rank = position. */
+  size_t n_merges = json_object_array_length(merges);
+  size_t cap = 16;
+  while (cap < n_merges * 2 + 16)
+    cap <<= 1;
+  tok->merges = malloc(cap * sizeof(*tok->merges));
+  if (!tok->merges)
+    return -ENOMEM;
+  for (size_t i = 0; i < cap; i++)
+    tok->merges[i].key = UINT64_MAX;
+  tok->merge_mask = cap - 1;
+  char small[512];
+  for (size_t i = 0; i < n_merges; i++) {
+    json_object *mo = json_object_array_get_idx(merges, i);
+    const char *a, *b;
+    size_t na, nb;
+    if (json_object_is_type(mo, json_type_string)) {
+      a = json_object_get_string(mo);
+      const char *sp = memchr(a, ' ', (size_t)json_object_get_string_len(mo));
+      if (!sp || memchr(sp + 1, ' ', (size_t)json_object_get_string_len(mo) - (size_t)(sp + 1 - a)))
+        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] is not \"a b\"", i);
+      na = (size_t)(sp - a);
+      b = sp + 1;
+      nb = (size_t)json_object_get_string_len(mo) - na - 1;
+    } else if (json_object_is_type(mo, json_type_array) && json_object_array_length(mo) == 2 &&
+               json_object_is_type(json_object_array_get_idx(mo, 0), json_type_string) &&
+               json_object_is_type(json_object_array_get_idx(mo, 1), json_type_string)) {
+      json_object *ao = json_object_array_get_idx(mo, 0), *bo = json_object_array_get_idx(mo, 1);
+      a = json_object_get_string(ao);
+      na = (size_t)json_object_get_string_len(ao);
+      b = json_object_get_string(bo);
+      nb = (size_t)json_object_get_string_len(bo);
+    } else {
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] is malformed", i);
+    }
+    int32_t ia = tok_map_get(tok, &tok->vocab, a, na);
+    int32_t ib = tok_map_get(tok, &tok->vocab, b, nb);
+    char *cat = na + nb <= sizeof(small) ? small : malloc(na + nb);
+    if (!cat)
+      return -ENOMEM;
+    memcpy(cat, a, na);
+    memcpy(cat + na, b, nb);
+    int32_t inew = tok_map_get(tok, &tok->vocab, cat, na + nb);
+    if (cat != small)
+      free(cat);
+    if (ia < 0 || ib < 0 || inew < 0)
+      return cm_diag_set(diag, -CM_EFORMAT,
+                         "tokenizer.json: merges[%zu] uses a token not in the vocabulary", i);
+    uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
+    size_t j = merge_slot_hash(key) & tok->merge_mask;
+    while (tok->merges[j].key != UINT64_MAX && tok->merges[j].key != key)
+      j = (j + 1) & tok->merge_mask;
+    /* A repeated pair keeps the last rank, as the reference's map does. */
+    tok->merges[j] = (struct tok_merge_slot){.key = key, .rank = (uint32_t)i, .new_id = inew};
+  }
+  return 0;
+}
+
+/* ---- entry points ------------------------------------------------------------------------- */
+
+static int load_doc(struct pp_tok *tok, json_object *doc, struct cm_diag *diag) {
+  if (!json_object_is_type(doc, json_type_object))
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: top level is not an object");
+  json_object *model, *added = NULL, *v;
+  int rc;
+  if (!json_object_object_get_ex(doc, "model", &model))
+    return cm_diag_set(diag, -CM_EMISSING, "tokenizer.json: no model");
+  json_object_object_get_ex(doc, "added_tokens", &added);
+  if (json_object_object_get_ex(doc, "truncation", &v) && v)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component truncation");
+  if (json_object_object_get_ex(doc, "padding", &v) && v)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component padding");
+  if ((rc = load_model(tok, model, added, diag)))
+    return rc;
+  v = NULL;
+  json_object_object_get_ex(doc, "normalizer", &v);
+  if ((rc = load_normalizer(tok, v, diag)))
+    return rc;
+  v = NULL;
+  json_object_object_get_ex(doc, "pre_tokenizer", &v);
+  bool seen_byte_level = false;
+  if (v && (rc = load_pre_tokenizer(tok, v, &seen_byte_level, diag)))
+    return rc;
+  if (!seen_byte_level)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "tokenizer.json: unsupported component pre_tokenizer without ByteLevel "
+                       "(only byte-level BPE is supported)");
+  v = NULL;
+  json_object_object_get_ex(doc, "decoder", &v);
+  if ((rc = load_decoder(v, diag)))
+    return rc;
+  v = NULL;
+  json_object_object_get_ex(doc, "post_processor", &v);
+  if ((rc = load_post_processor(v, diag)))
+    return rc;
+  if ((rc = load_added(tok, added, diag)) || (rc = finish_added(tok, diag)))
+    return rc;
+  return 0;
+}
+
+int pp_tok_load_buffer(const char *json, size_t n_bytes, struct pp_tok **ret_tok,
+                       struct cm_diag *diag) {
+  if (n_bytes > PP_TOK_MAX_FILE_BYTES)
+    return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: %zu bytes exceeds the limit of %zu",
+                       n_bytes, PP_TOK_MAX_FILE_BYTES);
+  struct pp_tok *tok = calloc(1, sizeof(*tok));
+  json_tokener *jt = json_tokener_new_ex(JSON_MAX_DEPTH);
+  json_object *doc = NULL;
+  int rc = -ENOMEM;
+  if (!tok || !jt)
+    goto fail;
+  pthread_mutex_init(&tok->lock, NULL);
+  doc = json_tokener_parse_ex(jt, json, (int)n_bytes);
+  enum json_tokener_error jerr = json_tokener_get_error(jt);
+  if (!doc || jerr != json_tokener_success) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s",
+                     json_tokener_get_parse_end(jt), json_tokener_error_desc(jerr));
+    goto fail;
+  }
+  for (size_t i = json_tokener_get_parse_end(jt); i < n_bytes; i++) {
+    if (!strchr(" \t\r\n", json[i])) {
+      rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: trailing bytes at offset %zu", i);
+      goto fail;
+    }
+  }
+  if ((rc = load_doc(tok, doc, diag)))
+    goto fail;
+  if (pthread_key_create(&tok->key, tok_thread_destructor)) {
+    rc = cm_diag_set(diag, -ENOMEM, "tokenizer: no thread key left");
+    goto fail;
+  }
+  tok->key_made = true;
+  json_object_put(doc);
+  json_tokener_free(jt);
+  *ret_tok = tok;
+  return 0;
+fail:
+  if (rc == -ENOMEM)
+    cm_diag_set(diag, -ENOMEM, "tokenizer.json: out of memory");
+  json_object_put(doc);
+  if (jt)
+    json_tokener_free(jt);
+  pp_tok_free(tok);
+  return rc;
+}
+
+int pp_tok_load_file(const char *path, struct pp_tok **ret_tok, struct cm_diag *diag) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return cm_diag_set(diag, errno == ENOENT ? -ENOENT : -EIO, "%s: cannot open", path);
+  struct stat st;
+  if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return cm_diag_set(diag, -EIO, "%s: not a regular file", path);
+  }
+  if ((size_t)st.st_size > PP_TOK_MAX_FILE_BYTES) {
+    fclose(f);
+    return cm_diag_set(diag, -CM_ELIMIT, "%s: %lld bytes exceeds the limit of %zu", path,
+                       (long long)st.st_size, PP_TOK_MAX_FILE_BYTES);
+  }
+  size_t n = (size_t)st.st_size;
+  char *buf = malloc(n ? n : 1);
+  if (!buf) {
+    fclose(f);
+    return cm_diag_set(diag, -ENOMEM, "%s: out of memory", path);
+  }
+  size_t got = fread(buf, 1, n, f);
+  fclose(f);
+  if (got != n) {
+    free(buf);
+    return cm_diag_set(diag, -EIO, "%s: short read", path);
+  }
+  int rc = pp_tok_load_buffer(buf, n, ret_tok, diag);
+  free(buf);
+  return rc;
+}
+
+void pp_tok_free(struct pp_tok *tok) {
+  if (!tok)
+    return;
+  if (tok->key_made)
+    pthread_key_delete(tok->key);
+  while (tok->threads) {
+    struct tok_thread *t = tok->threads;
+    tok_thread_free(t); /* unlinks itself */
+  }
+  pthread_mutex_destroy(&tok->lock);
+  for (int i = 0; i < tok->n_stages; i++)
+    pcre2_code_free(tok->stages[i].re);
+  free(tok->pool);
+  free(tok->by_id);
+  free(tok->vocab.slots);
+  free(tok->vocab_raw.slots);
+  free(tok->added_map.slots);
+  free(tok->merges);
+  free(tok->added);
+  free(tok->trie_raw.nodes);
+  free(tok->trie_norm.nodes);
+  free(tok);
+}
+
+int32_t pp_tok_token_to_id(const struct pp_tok *tok, const char *token, size_t n_bytes) {
+  int32_t id = tok_map_get(tok, &tok->added_map, token, n_bytes);
+  return id >= 0 ? id : tok_map_get(tok, &tok->vocab, token, n_bytes);
+}
+
+const char *pp_tok_id_to_token(const struct pp_tok *tok, int32_t id, size_t *ret_n_bytes) {
+  if (id < 0 || id >= tok->n_ids || tok->by_id[id].len == UINT32_MAX)
+    return NULL;
+  *ret_n_bytes = tok->by_id[id].len;
+  return tok->pool + tok->by_id[id].off;
+}
+
+size_t pp_tok_vocab_size(const struct pp_tok *tok, bool with_added) {
+  return with_added ? tok->n_distinct : tok->n_model;
+}
+
+bool pp_tok_is_special(const struct pp_tok *tok, int32_t id) {
+  return id >= 0 && id < tok->n_ids && tok->by_id[id].special;
+}

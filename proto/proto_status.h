@@ -1,0 +1,62 @@
+/* Health messages: STATUS (preprocessor → frontend: its executors' state and the models it serves,
+ * which feed /health and /v1/models) and HEALTH_REPLY (executor → preprocessor).
+ * Ownership: decoders return heap copies; free with the matching _fini. */
+#ifndef S1_PROTO_STATUS_H
+#define S1_PROTO_STATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+/* Serving state of an executor, or of a preprocessor's executors taken together. */
+enum proto_state {
+  PROTO_STATE_STARTING,    /* loading or warm-up not finished */
+  PROTO_STATE_READY,       /* warm-up ran; serving */
+  PROTO_STATE_UNAVAILABLE, /* retired after a sticky error, or unreachable */
+  PROTO_STATE_COUNT,
+};
+const char *proto_state_name(enum proto_state s); /* "starting", "ready", "unavailable" */
+
+/* One model as a preprocessor serves it. */
+struct proto_model {
+  char *id;          /* model id (the family's public id) */
+  char *revision;    /* model revision (x-model-revision) */
+  char *describe;    /* the /v1/models entry as compact JSON text (id, aliases, family, limits) */
+};
+
+/* STATUS: a preprocessor's periodic report. */
+struct proto_status {
+  char *worker;                /* preprocessor id, ≤ 256 bytes */
+  enum proto_state state;      /* READY when every executor finished warm-up and ≥ 1 is ready */
+  char *reason;                /* why not ready (NULL when ready) */
+  uint32_t executors_total;    /* executors configured */
+  uint32_t executors_ready;    /* executors that answered READY to the last probe */
+  uint32_t credits;            /* credits (parallel jobs) this preprocessor offers */
+  struct proto_model *models;  /* [n_models] */
+  uint32_t n_models;           /* ≤ PROTO_MAX_MODELS */
+};
+
+/* HEALTH_REPLY: an executor's answer to a probe. */
+struct proto_health {
+  enum proto_state state; /* STARTING, READY or UNAVAILABLE (retired) */
+  char *model_id;         /* model directory's id (manifest) */
+  char *revision;         /* model revision */
+  char *reason;           /* why not ready, NULL when ready */
+  uint64_t programs;      /* programs run since start */
+};
+
+/* Encoders (input read only; ret_bytes heap) and validating decoders (heap copies, written only on
+ * success). Returns 0; -EINVAL (field over its limit, encode), -CM_EFORMAT (decode; diag names
+ * the field), -CM_EVERSION, -ENOMEM. */
+int proto_status_encode(const struct proto_status *s, struct proto_bytes *ret_bytes);
+int proto_status_decode(const void *data, size_t n_bytes, struct proto_status *ret,
+                        struct cm_diag *diag);
+void proto_status_fini(struct proto_status *s);
+
+int proto_health_encode(const struct proto_health *h, struct proto_bytes *ret_bytes);
+int proto_health_decode(const void *data, size_t n_bytes, struct proto_health *ret,
+                        struct cm_diag *diag);
+void proto_health_fini(struct proto_health *h);
+
+#endif

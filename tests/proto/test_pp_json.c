@@ -1,0 +1,72 @@
+/* Unit test of the strict request JSON check (wire.md 400 invalid_json): what json-c alone would
+ * accept (duplicates, NaN, lone surrogates, trailing bytes, depth) is refused; valid JSON parses. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pp_json.h"
+
+static int failures;
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
+      failures++;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+static int check(const char *s) {
+  struct cm_diag d = {0};
+  int r = pp_json_check(s, strlen(s), &d);
+  cm_diag_fini(&d);
+  return r;
+}
+
+int main(void) {
+  const char *good[] = {
+      "{}", "[]", "0", "-0.5e+3", "\"\\u00e9\\ud83d\\ude00\"", "{\"a\":{\"a\":1},\"b\":[1,{\"a\":2}]}",
+      " {\"a\" : [ true , false , null ] } \n", "{\"\\u0061\":1,\"b\":2}", "\"é😀\"",
+      "{\"a\":1,\"ab\":2,\"b\":3}", "12345678901234567890",
+  };
+  for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
+    int r = check(good[i]);
+    if (r)
+      fprintf(stderr, "refused: %s\n", good[i]);
+    CHECK(r == 0);
+  }
+  const char *bad[] = {
+      "", "{", "{\"a\":1,\"a\":2}", "{\"a\":1,\"\\u0061\":2}", "{\"x\":{\"k\":1,\"k\":1}}",
+      "NaN", "[Infinity]", "[-Infinity]", "[nan]", "\"\\ud800\"", "\"\\udc00\"",
+      "\"\\ud800\\u0041\"", "{\"a\":1} x", "{\"a\":1,}", "[1,]", "'a'", "[01]", "[1.]", "[.5]",
+      "\"\x01\"", "\"\xff\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "{a:1}", "[1 2]", "\"\\x\"",
+      "tru", "[+1]",
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+    int r = check(bad[i]);
+    if (r != -CM_EJSON)
+      fprintf(stderr, "accepted: %s\n", bad[i]);
+    CHECK(r == -CM_EJSON);
+  }
+  /* nesting: 127 levels pass, 128 are refused */
+  char deep[600];
+  for (int levels = 127; levels <= 128; levels++) {
+    memset(deep, '[', (size_t)levels);
+    memset(deep + levels, ']', (size_t)levels);
+    deep[2 * levels] = 0;
+    CHECK(check(deep) == (levels == 127 ? 0 : -CM_EJSON));
+  }
+  struct cm_diag d = {0};
+  json_object *root = NULL;
+  const char *doc = "{\"q\":{\"type\":\"choice\"},\"n\":1.5}";
+  CHECK(pp_json_parse(doc, strlen(doc), &root, &d) == 0);
+  json_object *q = NULL, *t = NULL;
+  CHECK(root && json_object_object_get_ex(root, "q", &q) && json_object_object_get_ex(q, "type", &t));
+  CHECK(t && strcmp(json_object_get_string(t), "choice") == 0);
+  json_object_put(root);
+  CHECK(pp_json_parse("{\"a\":1,\"a\":1}", 13, &root, &d) == -CM_EJSON);
+  CHECK(d.msg && strstr(d.msg, "duplicate key \"a\""));
+  cm_diag_fini(&d);
+  if (failures)
+    fprintf(stderr, "%d failures\n", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,268 @@
+/* Unit test of the proto messages: every kind round-trips with its values; decoders refuse another
+ * version, unknown / duplicate / missing keys, wrong types, truncation, trailing bytes, bad
+ * structure; and the one code → HTTP mapping. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto_job.h"
+#include "proto_program.h"
+#include "proto_status.h"
+
+static int failures;
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
+      failures++;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+static void test_job(void) {
+  char body[] = "{\"a\":\0 1}";
+  struct proto_job j = {.job_id = 77, .request_id = "rid-1", .deadline_us = 1234567890123,
+                        .model = NULL, .body = body, .n_body = sizeof(body) - 1};
+  struct proto_bytes b = {0};
+  CHECK(proto_job_encode(&j, &b) == 0);
+  enum proto_kind k;
+  CHECK(proto_peek(b.data, b.len, &k, NULL) == 0 && k == PROTO_KIND_JOB);
+  struct proto_job d = {0};
+  struct cm_diag diag = {0};
+  CHECK(proto_job_decode(b.data, b.len, &d, &diag) == 0);
+  CHECK(d.job_id == 77 && strcmp(d.request_id, "rid-1") == 0 && d.deadline_us == 1234567890123);
+  CHECK(d.model == NULL && d.n_body == sizeof(body) - 1 && memcmp(d.body, body, d.n_body) == 0);
+  proto_job_fini(&d);
+  /* truncated and trailing */
+  CHECK(proto_job_decode(b.data, b.len - 1, &d, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+  char *longer = malloc(b.len + 1);
+  memcpy(longer, b.data, b.len);
+  longer[b.len] = (char)0xc0;
+  CHECK(proto_job_decode(longer, b.len + 1, &d, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+  /* another version: byte after "v" key. Layout: map, "v"(2 bytes), 1 */
+  memcpy(longer, b.data, b.len);
+  CHECK((unsigned char)longer[3] == 1);
+  longer[3] = 2;
+  CHECK(proto_job_decode(longer, b.len, &d, &diag) == -CM_EVERSION);
+  CHECK(diag.msg && strstr(diag.msg, "version 2"));
+  cm_diag_fini(&diag);
+  /* the wrong kind */
+  CHECK(proto_ask_decode(b.data, b.len, &(struct proto_ask){0}, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+  free(longer);
+  proto_bytes_free(&b);
+  j.request_id = NULL;
+  CHECK(proto_job_encode(&j, &b) == -EINVAL);
+}
+
+static void test_ask(void) {
+  struct proto_ask a = {.worker = "host:1", .has_reply = true};
+  a.reply = (struct proto_reply){.job_id = 5, .status = 422, .error_type = "invalid_request",
+                                 .body = "{\"error\":1}", .n_body = 11, .model_revision = "abc",
+                                 .timings = {1, 2, 3, 4}, .tokens = 99, .decisions = 3};
+  struct proto_bytes b = {0};
+  CHECK(proto_ask_encode(&a, &b) == 0);
+  struct proto_ask d = {0};
+  CHECK(proto_ask_decode(b.data, b.len, &d, NULL) == 0);
+  CHECK(d.has_reply && d.reply.job_id == 5 && d.reply.status == 422);
+  CHECK(strcmp(d.reply.error_type, "invalid_request") == 0 && d.reply.n_body == 11);
+  CHECK(d.reply.timings.execute_us == 3 && d.reply.timings.finish_us == 4);
+  CHECK(d.reply.tokens == 99 && d.reply.decisions == 3 && strcmp(d.worker, "host:1") == 0);
+  proto_ask_fini(&d);
+  proto_bytes_free(&b);
+  a.has_reply = false;
+  CHECK(proto_ask_encode(&a, &b) == 0);
+  CHECK(proto_ask_decode(b.data, b.len, &d, NULL) == 0 && !d.has_reply);
+  proto_ask_fini(&d);
+  proto_bytes_free(&b);
+  /* a non-200 reply without an error type is refused by the encoder */
+  a.has_reply = true;
+  a.reply.error_type = NULL;
+  CHECK(proto_ask_encode(&a, &b) == 0);
+  struct cm_diag diag = {0};
+  CHECK(proto_ask_decode(b.data, b.len, &d, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "etype"));
+  cm_diag_fini(&diag);
+  proto_bytes_free(&b);
+}
+
+static void test_status(void) {
+  struct proto_model m[2] = {{"Qwen/Qwen3.5-9B", "r1", "{\"id\":\"x\"}"}, {"b", NULL, "{}"}};
+  struct proto_status s = {.worker = "w", .state = PROTO_STATE_READY, .executors_total = 2,
+                           .executors_ready = 1, .credits = 4, .models = m, .n_models = 2};
+  struct proto_bytes b = {0};
+  CHECK(proto_status_encode(&s, &b) == 0);
+  struct proto_status d = {0};
+  CHECK(proto_status_decode(b.data, b.len, &d, NULL) == 0);
+  CHECK(d.state == PROTO_STATE_READY && d.executors_total == 2 && d.executors_ready == 1);
+  CHECK(d.credits == 4 && d.n_models == 2 && strcmp(d.models[0].id, "Qwen/Qwen3.5-9B") == 0);
+  CHECK(d.models[1].revision == NULL && strcmp(d.models[1].describe, "{}") == 0);
+  proto_status_fini(&d);
+  proto_bytes_free(&b);
+  struct proto_health h = {.state = PROTO_STATE_UNAVAILABLE, .model_id = "m", .revision = "r",
+                           .reason = "retired", .programs = 12};
+  CHECK(proto_health_encode(&h, &b) == 0);
+  struct proto_health hd = {0};
+  CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0);
+  CHECK(hd.state == PROTO_STATE_UNAVAILABLE && hd.programs == 12 && strcmp(hd.reason, "retired") == 0);
+  proto_health_fini(&hd);
+  proto_bytes_free(&b);
+  CHECK(proto_simple_encode(PROTO_KIND_ACK, &b) == 0);
+  CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_ACK, NULL) == 0);
+  CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_HEALTH, NULL) == -CM_EFORMAT);
+  proto_bytes_free(&b);
+}
+
+static void test_program(void) {
+  struct proto_program p = {0};
+  float *pix = calloc(16 * PROTO_PATCH_DIM, sizeof(float));
+  for (int i = 0; i < 16 * PROTO_PATCH_DIM; i++)
+    pix[i] = (float)i * 0.5f - 3.0f;
+  int32_t grid[3] = {1, 4, 4};
+  uint32_t im = 9, pre = 9, row = 9;
+  CHECK(proto_program_add_image(&p, pix, 16, grid, &im) == 0 && im == 0);
+  int32_t ids[6] = {1, 7, 7, 7, 7, 2};
+  int32_t pos[18] = {0, 1, 1, 1, 1, 3, 0, 1, 1, 2, 2, 3, 0, 1, 2, 1, 2, 3};
+  CHECK(proto_program_add_prefix(&p, ids, pos, 6, -1, &im, 1, &pre) == 0 && pre == 0);
+  int32_t rid[3] = {10, 11, 12};
+  CHECK(proto_program_add_row(&p, rid, NULL, 3, 0, &row) == 0 && row == 0);
+  /* text positions continue one past the prefix's largest position (3) on every axis */
+  CHECK(p.rows[0].pos[0] == 4 && p.rows[0].pos[2] == 6 && p.rows[0].pos[3] == 4 &&
+        p.rows[0].pos[8] == 6);
+  CHECK(proto_program_add_row(&p, rid, NULL, 2, -1, &row) == 0 && row == 1);
+  CHECK(p.rows[1].pos[0] == 0 && p.rows[1].pos[1] == 1);
+  int32_t lab[2] = {5, 6};
+  CHECK(proto_program_add_readout(&p, PROTO_READOUT_HIDDEN, 0, -1, NULL, 0, NULL, NULL) == 0);
+  CHECK(proto_program_add_readout(&p, PROTO_READOUT_LABEL_LOGITS, 1, 0, lab, 2, NULL, NULL) == 0);
+  CHECK(proto_program_add_readout(&p, PROTO_READOUT_HEAD, 0, 2, NULL, 0, "h1", NULL) == 0);
+  CHECK(proto_program_add_readout(&p, PROTO_READOUT_HEAD, 0, 2, NULL, 0, NULL, NULL) == -EINVAL);
+  CHECK(proto_program_add_readout(&p, PROTO_READOUT_HIDDEN, 5, 0, NULL, 0, NULL, NULL) == -EINVAL);
+  CHECK(proto_program_set_ids(&p, "model-a", "req-9") == 0);
+  p.deadline_us = 42;
+  struct proto_bytes b = {0};
+  CHECK(proto_program_encode(&p, &b) == 0);
+  struct proto_program d = {0};
+  struct cm_diag diag = {0};
+  CHECK(proto_program_decode(b.data, b.len, &d, &diag) == 0);
+  CHECK(d.n_images == 1 && d.n_prefixes == 1 && d.n_rows == 2 && d.n_readouts == 3);
+  CHECK(memcmp(d.images[0].pixels, pix, 16 * PROTO_PATCH_DIM * sizeof(float)) == 0);
+  CHECK(d.images[0].grid_thw[1] == 4 && d.prefixes[0].n_images == 1 && d.prefixes[0].parent == -1);
+  CHECK(memcmp(d.prefixes[0].pos, pos, sizeof(pos)) == 0 && d.rows[0].prefix == 0);
+  CHECK(d.readouts[1].kind == PROTO_READOUT_LABEL_LOGITS && d.readouts[1].ids[1] == 6);
+  CHECK(strcmp(d.readouts[2].head, "h1") == 0 && d.readouts[0].position == -1);
+  CHECK(strcmp(d.model_id, "model-a") == 0 && d.deadline_us == 42);
+  proto_program_fini(&d);
+  /* structural refusals */
+  p.readouts[0].position = -4; /* row 0 has 3 tokens */
+  CHECK(proto_program_check(&p, &diag) == -CM_EFORMAT && strstr(diag.msg, "position"));
+  cm_diag_fini(&diag);
+  p.readouts[0].position = -1;
+  p.images[0].grid_thw[2] = 3;
+  CHECK(proto_program_check(&p, &diag) == -CM_EFORMAT && strstr(diag.msg, "grid_thw"));
+  cm_diag_fini(&diag);
+  p.images[0].grid_thw[2] = 4;
+  p.rows[1].prefix = 1;
+  CHECK(proto_program_check(&p, &diag) == -CM_EFORMAT && strstr(diag.msg, "rows[1]"));
+  cm_diag_fini(&diag);
+  p.rows[1].prefix = -1;
+  CHECK(proto_program_check(&p, NULL) == 0);
+  /* corrupt one pixel-bin length byte region: truncation anywhere fails cleanly */
+  for (size_t cut = 0; cut < b.len; cut += 997)
+    CHECK(proto_program_decode(b.data, cut, &d, NULL) != 0);
+  proto_bytes_free(&b);
+  proto_program_fini(&p);
+  free(pix);
+
+  struct proto_result r = {0};
+  uint32_t widths[2] = {3, 1};
+  CHECK(proto_result_alloc(&r, 2, widths) == 0);
+  r.outputs[0][2] = 1.5f;
+  r.outputs[1][0] = -2.25f;
+  r.timings.total_us = 900;
+  CHECK(proto_result_encode(&r, &b) == 0);
+  struct proto_result rd = {0};
+  CHECK(proto_result_decode(b.data, b.len, &rd, NULL) == 0);
+  CHECK(rd.status == 0 && rd.n_outputs == 2 && rd.n_floats[0] == 3 && rd.outputs[0][2] == 1.5f);
+  CHECK(rd.outputs[1][0] == -2.25f && rd.timings.total_us == 900);
+  proto_result_fini(&rd);
+  proto_bytes_free(&b);
+  CHECK(proto_result_set_error(&r, -CM_EPROGRAM, "bad id") == -CM_EPROGRAM && r.n_outputs == 0);
+  CHECK(proto_result_encode(&r, &b) == 0);
+  CHECK(proto_result_decode(b.data, b.len, &rd, NULL) == 0);
+  CHECK(rd.status == -CM_EPROGRAM && strcmp(rd.message, "bad id") == 0);
+  proto_result_fini(&rd);
+  proto_result_fini(&r);
+  proto_bytes_free(&b);
+}
+
+/* Hand-made msgpack: unknown key, duplicate key, wrong type, deep nesting, huge counts. */
+static void test_refusals(void) {
+  struct cm_diag diag = {0};
+  struct proto_job d = {0};
+  /* {"v":1,"k":"job","job":1,"rid":"a","deadline_us":0,"model":nil,"body":bin"","x":1} */
+  const unsigned char unknown[] = {0x88, 0xa1, 'v', 1, 0xa1, 'k', 0xa3, 'j', 'o', 'b', 0xa3, 'j',
+                                   'o', 'b', 1, 0xa3, 'r', 'i', 'd', 0xa1, 'a', 0xab, 'd', 'e',
+                                   'a', 'd', 'l', 'i', 'n', 'e', '_', 'u', 's', 0, 0xa5, 'm', 'o',
+                                   'd', 'e', 'l', 0xc0, 0xa4, 'b', 'o', 'd', 'y', 0xc4, 0, 0xa1,
+                                   'x', 1};
+  CHECK(proto_job_decode(unknown, sizeof(unknown), &d, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "unknown key \"x\""));
+  cm_diag_fini(&diag);
+  unsigned char dup[sizeof(unknown)];
+  memcpy(dup, unknown, sizeof(dup));
+  dup[sizeof(dup) - 2] = 'v'; /* the trailing key becomes a second "v" */
+  CHECK(proto_job_decode(dup, sizeof(dup), &d, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "\"v\""));
+  cm_diag_fini(&diag);
+  /* valid bytes minus the trailing key: 7 entries */
+  unsigned char ok[sizeof(unknown) - 3];
+  memcpy(ok, unknown, sizeof(ok));
+  ok[0] = 0x87;
+  CHECK(proto_job_decode(ok, sizeof(ok), &d, &diag) == 0);
+  proto_job_fini(&d);
+  ok[14] = 0xc0; /* job id nil: wrong type */
+  CHECK(proto_job_decode(ok, sizeof(ok), &d, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "job.job"));
+  cm_diag_fini(&diag);
+  /* an array header claiming 2^32-1 elements in 6 bytes must not allocate */
+  const unsigned char huge[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x00};
+  CHECK(proto_job_decode(huge, sizeof(huge), &d, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+  unsigned char deep[40];
+  memset(deep, 0x91, sizeof(deep));
+  deep[39] = 0xc0;
+  CHECK(proto_job_decode(deep, sizeof(deep), &d, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+  CHECK(proto_job_decode(NULL, 0, &d, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+}
+
+static void test_http_mapping(void) {
+  const char *t = NULL;
+  CHECK(cm_error_http(-CM_EJSON, &t) == 400 && strcmp(t, "invalid_json") == 0);
+  CHECK(cm_error_http(-CM_ETOOLARGE, &t) == 413 && strcmp(t, "too_large") == 0);
+  CHECK(cm_error_http(-CM_EMEDIA, &t) == 415 && strcmp(t, "unsupported_media_type") == 0);
+  CHECK(cm_error_http(-CM_EREQUEST, &t) == 422 && strcmp(t, "invalid_request") == 0);
+  CHECK(cm_error_http(-CM_ELIMIT, &t) == 422 && strcmp(t, "invalid_request") == 0);
+  CHECK(cm_error_http(-CM_EOVERLOADED, &t) == 503 && strcmp(t, "overloaded") == 0);
+  CHECK(cm_error_http(-CM_ENOTREADY, &t) == 503 && strcmp(t, "not_ready") == 0);
+  CHECK(cm_error_http(-CM_EUNAVAILABLE, &t) == 503 && strcmp(t, "unavailable") == 0);
+  CHECK(cm_error_http(-CM_ETIMEOUT, &t) == 504 && strcmp(t, "timeout") == 0);
+  CHECK(cm_error_http(-ENOMEM, &t) == 500 && strcmp(t, "internal") == 0);
+  CHECK(cm_error_http(-CM_EPROGRAM, &t) == 500 && strcmp(t, "internal") == 0);
+  CHECK(cm_error_http(0, &t) == 200 && t == NULL);
+}
+
+int main(void) {
+  test_job();
+  test_ask();
+  test_status();
+  test_program();
+  test_refusals();
+  test_http_mapping();
+  if (failures)
+    fprintf(stderr, "%d failures\n", failures);
+  return failures ? 1 : 0;
+}
