@@ -1,0 +1,158 @@
+/* Exact image preparation for the Qwen3.5 vision tower: data URL / base64, limits, decode with
+ * libvips into the 8-bit RGB that Pillow's `convert("RGB")` gives, smart_resize, torch's uint8
+ * antialiased bicubic resize (bit-exact), normalise + patchify, and the 3-axis mRoPE positions.
+ * Leaves out: OmniJev panels and video frames (they reuse pp_image_decode / pp_image_resample),
+ * and mapping error codes to HTTP statuses (the service does that). */
+#ifndef S1_PP_IMAGE_H
+#define S1_PP_IMAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_error.h"
+
+/* Vision geometry of Qwen3.5 (spec/qwen3_5.md §1.4): 16-px patches, 2x2 merge, 2 time copies. */
+enum {
+  PP_IMAGE_PATCH = 16,                               /* patch side, pixels */
+  PP_IMAGE_MERGE = 2,                                /* spatial merge */
+  PP_IMAGE_TEMPORAL = 2,                             /* temporal patch (a still is repeated) */
+  PP_IMAGE_FACTOR = PP_IMAGE_PATCH * PP_IMAGE_MERGE, /* smart_resize factor, 32 */
+  PP_IMAGE_ROW = 3 * PP_IMAGE_TEMPORAL * PP_IMAGE_PATCH * PP_IMAGE_PATCH, /* 1536 values/row */
+};
+
+/* Limits, filled from the model directory (pp_image_limits_default gives the defaults below).
+ * Every check runs before the allocation it protects. */
+struct pp_image_limits {
+  uint64_t max_bytes;      /* encoded image bytes after base64; default 16 MiB */
+  uint32_t max_side;       /* source width and height, pixels; default 16384 */
+  uint64_t max_src_pixels; /* source width x height; default 16,777,216 (JEMM: 3,145,728) */
+  uint32_t max_aspect;     /* max(w, h) / min(w, h) must not exceed this; default 200 */
+  uint64_t min_pixels;     /* smart_resize lower bound (processor shortest_edge); default 65,536 */
+  uint64_t max_pixels;     /* smart_resize upper bound (processor longest_edge); default
+                              16,777,216; OmniJev serves 602,112 */
+};
+
+/* An 8-bit interleaved RGB image, row-major [height][width][3]. */
+struct pp_rgb {
+  uint32_t width;  /* columns, pixels */
+  uint32_t height; /* rows, pixels */
+  uint8_t *data;   /* [height * width * 3], malloc'd; freed by pp_rgb_fini */
+};
+
+/* One prepared image: what the executor's vision tower consumes. */
+struct pp_image {
+  uint32_t src_width, src_height; /* decoded size, pixels */
+  uint32_t width, height;         /* size after smart_resize, pixels (multiples of 32) */
+  int32_t grid_thw[3];            /* (1, height/16, width/16) */
+  uint32_t n_patches;             /* grid_t * grid_h * grid_w rows of pixel_values */
+  uint32_t n_tokens;              /* <|image_pad|> tokens: n_patches / 4 */
+  float *pixel_values;            /* [n_patches, 1536] fp32, merge-block order; malloc'd */
+  struct pp_rgb resized;          /* the resized 8-bit image, [height][width][3] */
+};
+
+/* 3-axis grid of one image, in 16-px patches (image_grid_thw row). */
+struct pp_grid {
+  int32_t t, h, w; /* temporal (1 for stills), patch rows, patch columns */
+};
+
+/* Fills `lim` with the documented defaults above. */
+void pp_image_limits_default(struct pp_image_limits *lim);
+
+/* Frees the pixels of an RGB image or a prepared image; both accept NULL and zeroed structs. */
+void pp_rgb_fini(struct pp_rgb *img);
+void pp_image_fini(struct pp_image *img);
+
+/* Starts libvips once per process (idempotent, thread-safe) with untrusted loaders blocked and
+ * the operation cache off. pp_image_decode calls it; call it from main to fail early.
+ * Returns: 0, -CM_EUNSUPPORTED when libvips cannot start. */
+int pp_image_global_init(void);
+
+/* Decodes an item of a request's `images` array: a `data:...;base64,` URL or bare base64, with the
+ * reference's rules (jemm.md §5.2): whitespace (Python's str.split set, Unicode included) removed,
+ * strict standard alphabet, '=' padding as Python's b64decode(validate=True) accepts it.
+ * Shapes: `text` is UTF-8 of `n_text` bytes. Units: `index` only names the image in messages.
+ * Ownership: *ret_bytes is malloc'd (caller frees), written only on success.
+ * Returns: 0; -CM_EFORMAT "image {i} is not a base64 data URL" / "image {i} could not be decoded"
+ * (bad base64, non-ASCII text); -CM_ELIMIT when the decoded size would exceed lim->max_bytes
+ * (checked before allocating); -ENOMEM.
+ * Source: jemm/systemone.py (reference), spec/jemm.md §5.2. */
+int pp_image_b64_decode(const char *text, size_t n_text, uint32_t index,
+                        const struct pp_image_limits *lim, uint8_t **ret_bytes, size_t *ret_n,
+                        struct cm_diag *diag);
+
+/* Decodes PNG, JPEG or WebP bytes (format sniffed from magic bytes, then that loader only) into
+ * the RGB that Pillow's `Image.open(...).convert("RGB")` returns: alpha dropped, palette expanded,
+ * grey replicated, 16-bit grey clipped to 255, other 16-bit images reduced to their high byte,
+ * CMYK by Pillow's formula, EXIF orientation not applied, the first frame of an animation.
+ * Limits (bytes, side, pixels, aspect) are checked from the header, before pixels are decoded.
+ * Ownership: ret_rgb->data is malloc'd; free with pp_rgb_fini. Written only on success.
+ * Returns: 0; -CM_EFORMAT "image {i} could not be decoded" (truncated, corrupt, empty) or
+ * "image {i} is not PNG, JPEG or WebP" (another known format); -CM_ELIMIT naming the limit;
+ * -CM_EUNSUPPORTED (libvips failed to start); -ENOMEM.
+ * Source: Pillow 12.3 PngImagePlugin / JpegImagePlugin / WebPImagePlugin + Convert.c. */
+int pp_image_decode(const uint8_t *bytes, size_t n_bytes, uint32_t index,
+                    const struct pp_image_limits *lim, struct pp_rgb *ret_rgb,
+                    struct cm_diag *diag);
+
+/* Qwen2-VL smart_resize: rounds H and W to multiples of `factor` (Python round, half to even),
+ * then rescales to stay within [min_pixels, max_pixels] (spec/qwen3_5.md §7.2).
+ * Units: pixels. Returns: 0; -EINVAL for a zero side or factor, or an aspect ratio above
+ * `max_aspect`. Source: transformers 5.17 image_processing_qwen2_vl.py `smart_resize`. */
+int pp_smart_resize(uint32_t height, uint32_t width, uint32_t factor, uint64_t min_pixels,
+                    uint64_t max_pixels, uint32_t max_aspect, uint32_t *ret_height,
+                    uint32_t *ret_width);
+
+/* Resizes 8-bit RGB to out_width x out_height exactly as torch 2.11's CPU uint8 antialiased
+ * bicubic (`interpolate(..., "bicubic", antialias=True)`, a = -0.5): width pass first with a
+ * uint8 intermediate, then height; int16 weights at one precision per axis; an axis whose size
+ * does not change is copied. Shapes: src [src->height][src->width][3] ->
+ * [out_height][out_width][3]. Ownership: ret_dst->data malloc'd. Returns: 0; -EINVAL (zero size);
+ * -ENOMEM. Source: pytorch aten/src/ATen/native/cpu/UpSampleKernel.cpp
+ * (`_compute_index_ranges_int16_weights`, `basic_loop_aa_horizontal/vertical<uint8_t>`); checked
+ * bit-exact on every CPU capability. */
+int pp_image_resample(const struct pp_rgb *src, uint32_t out_width, uint32_t out_height,
+                      struct pp_rgb *ret_dst);
+
+/* Normalises (v - 127.5) / 127.5 in fp32 and patchifies an RGB image whose sides are multiples
+ * of 32 into rows of 1536 values: rows in 2x2 merge-block order, columns (channel, temporal copy,
+ * pixel row, pixel column). Shapes: img [H][W][3] -> out [(H/16)*(W/16), 1536]; `out` is the
+ * caller's buffer. Returns: 0; -EINVAL when a side is not a positive multiple of 32.
+ * Source: transformers 5.17 Qwen2VLImageProcessor.patchify + TorchvisionBackend.normalize. */
+int pp_image_patchify(const struct pp_rgb *img, float *out);
+
+/* Full preparation of decoded RGB: smart_resize with lim's pixel bounds, resample (skipped when
+ * the size is unchanged), normalise + patchify. Ownership: fills *ret_img (pp_image_fini frees);
+ * `rgb` is not modified. Returns: 0; -CM_ELIMIT "image {i}: aspect ratio ..."; -ENOMEM.
+ * Source: transformers 5.17 Qwen2VLImageProcessor (torchvision backend, the default). */
+int pp_image_prepare_rgb(const struct pp_rgb *rgb, uint32_t index,
+                         const struct pp_image_limits *lim, struct pp_image *ret_img,
+                         struct cm_diag *diag);
+
+/* Data URL (or bare base64) -> prepared image: pp_image_b64_decode, pp_image_decode,
+ * pp_image_prepare_rgb. Returns: their errors, the first one in `diag`. */
+int pp_image_prepare_data_url(const char *text, size_t n_text, uint32_t index,
+                              const struct pp_image_limits *lim, struct pp_image *ret_img,
+                              struct cm_diag *diag);
+
+/* Encoded bytes -> prepared image: pp_image_decode then pp_image_prepare_rgb. */
+int pp_image_prepare_bytes(const uint8_t *bytes, size_t n_bytes, uint32_t index,
+                           const struct pp_image_limits *lim, struct pp_image *ret_img,
+                           struct cm_diag *diag);
+
+/* 3-axis mRoPE positions of a token span (get_rope_index, spec/qwen3_5.md §8): a walk with a
+ * running position P = start_pos; a text token gets (P, P, P) and P += 1; each maximal run of
+ * `image_token_id` is one image with the next grid (t = 1): its merged-grid token (a, b) in raster
+ * order gets (P, P + a, P + b), then P += max(h, w) / 2. Continuation after a prefix: pass the
+ * prefix's *ret_next_pos as start_pos. rope_delta = *ret_next_pos - (span start + n_ids).
+ * Shapes: ids [n_ids]; grids [n_grids] in image order; ret_pos [3][n_ids] (axis-major: T, H, W).
+ * Returns: 0; -CM_EFORMAT "invalid image grid" (t != 1, h or w not a positive even number),
+ * "image grid placeholder mismatch" (run length != h*w/4), "unexpected image placeholders"
+ * (more runs than grids), "missing image placeholders" (grids left over); -CM_ELIMIT when a
+ * position would pass INT32_MAX. ret_* written only on success.
+ * Source: transformers 5.17 Qwen3_5Model.get_rope_index (mm_token_type_ids form). */
+int pp_mrope_positions(const int32_t *ids, size_t n_ids, int32_t image_token_id,
+                       const struct pp_grid *grids, size_t n_grids, int32_t start_pos,
+                       int32_t *ret_pos, int32_t *ret_next_pos, struct cm_diag *diag);
+
+#endif
