@@ -5,6 +5,7 @@
 #include "cm_model_dir.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,57 @@ static char *join(const char *dir, const char *name) {
 
 static bool plain_name(const char *f) {
   return f[0] != '\0' && f[0] != '.' && strchr(f, '/') == NULL;
+}
+
+/* Reads and parses a whole JSON file; the message gives json-c's reason and the byte offset. */
+static int parse_json_file(const char *path, json_object **ret, struct cm_diag *diag) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = -errno;
+    return cm_diag_set(diag, e, "%s: cannot open: %s", path, strerror(-e));
+  }
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  int rc = 0;
+  for (;;) {
+    if (len == cap) {
+      cap = cap ? 2 * cap : 1 << 16;
+      char *nb = cap <= (size_t)INT32_MAX ? realloc(buf, cap) : NULL;
+      if (!nb) {
+        rc = cap <= (size_t)INT32_MAX ? -ENOMEM
+                                      : cm_diag_set(diag, -CM_ELIMIT, "%s: larger than 2 GiB", path);
+        break;
+      }
+      buf = nb;
+    }
+    size_t n = fread(buf + len, 1, cap - len, f);
+    len += n;
+    if (n == 0)
+      break;
+  }
+  fclose(f);
+  if (!rc) {
+    json_tokener *tok = json_tokener_new();
+    if (!tok) {
+      free(buf);
+      return -ENOMEM;
+    }
+    json_object *o = json_tokener_parse_ex(tok, buf, (int)len);
+    enum json_tokener_error je = json_tokener_get_error(tok);
+    size_t at = json_tokener_get_parse_end(tok);
+    if (!o || je != json_tokener_success) {
+      json_object_put(o);
+      rc = cm_diag_set(diag, -CM_EFORMAT, "%s: not valid JSON (%s at byte %zu)", path,
+                       je == json_tokener_continue ? "unexpected end of data"
+                                                   : json_tokener_error_desc(je),
+                       at);
+    } else {
+      *ret = o;
+    }
+    json_tokener_free(tok);
+  }
+  free(buf);
+  return rc;
 }
 
 void cm_model_dir_free(struct cm_model_dir *dir) {
@@ -186,11 +238,11 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
     rc = cm_diag_set(diag, e == -ENOENT ? -ENOENT : e, "%s: cannot open: %s", mpath, strerror(-e));
     goto fail;
   }
-  md->manifest = json_object_from_file(mpath);
-  if (!md->manifest || !json_object_is_type(md->manifest, json_type_object)) {
-    const char *why = json_util_get_last_err();
-    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: not valid JSON (%s)", mpath,
-                     md->manifest ? "not an object" : why ? why : "parse error");
+  rc = parse_json_file(mpath, &md->manifest, diag);
+  if (rc)
+    goto fail;
+  if (!json_object_is_type(md->manifest, json_type_object)) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: not valid JSON (not an object)", mpath);
     goto fail;
   }
   json_object *m = md->manifest, *jv, *tok, *tfile, *files, *jvis;

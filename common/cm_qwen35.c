@@ -134,6 +134,44 @@ int cm_qwen35_dims_read(json_object *config, const char *file, struct cm_qwen35_
     for (int64_t i = 0; i < dims->n_layers; i++)
       dims->is_full[i] = (i + 1) % every == 0;
   }
+  /* Loader rule 9 (spec §2.7): only interleaved mRoPE whose sections sum to rd / 2. */
+  json_object *rope = NULL, *sec, *jf;
+  const char *rope_key = "rope_parameters";
+  if (!json_object_object_get_ex(tc, rope_key, &rope)) {
+    rope_key = "rope_scaling";
+    json_object_object_get_ex(tc, rope_key, &rope);
+  }
+  if (!rope || !json_object_is_type(rope, json_type_object)) {
+    rc = cm_diag_set(diag, -CM_EMISSING, "%s: key '%srope_parameters' missing", file, tp);
+    goto fail;
+  }
+  bool interleaved = false;
+  if (!get_bool(rope, "mrope_interleaved", &interleaved) || !interleaved) {
+    rc = cm_diag_set(diag, -CM_EUNSUPPORTED,
+                     "%s: key '%s%s.mrope_interleaved' must be true (only interleaved mRoPE is "
+                     "implemented)",
+                     file, tp, rope_key);
+    goto fail;
+  }
+  double prf = 0.25;
+  if (json_object_object_get_ex(rope, "partial_rotary_factor", &jf) ||
+      json_object_object_get_ex(tc, "partial_rotary_factor", &jf))
+    prf = json_object_get_double(jf);
+  int64_t half_rd = (int64_t)(dims->head_dim * prf) / 2, sum = 0;
+  if (!json_object_object_get_ex(rope, "mrope_section", &sec) ||
+      !json_object_is_type(sec, json_type_array) || json_object_array_length(sec) != 3) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: key '%s%s.mrope_section' must list 3 sizes", file, tp,
+                     rope_key);
+    goto fail;
+  }
+  for (size_t i = 0; i < 3; i++)
+    sum += json_object_get_int64(json_object_array_get_idx(sec, i));
+  if (sum != half_rd) {
+    rc = cm_diag_set(diag, -CM_EFORMAT,
+                     "%s: key '%s%s.mrope_section' sums to %lld, rotary dims / 2 is %lld", file, tp,
+                     rope_key, (long long)sum, (long long)half_rd);
+    goto fail;
+  }
   bool tied = false;
   if (!get_bool(config, "tie_word_embeddings", &tied))
     get_bool(tc, "tie_word_embeddings", &tied);

@@ -218,14 +218,12 @@ out:
   return rc;
 }
 
-/* Whether the module's last name component is a target (a list), or the module matches the
- * regular-expression string form (not supported: refused earlier by the caller). */
+/* PEFT's list rule: a module is targeted when its name equals a target or ends with "." + target. */
 static bool module_targeted(json_object *targets, const char *module) {
-  const char *last = strrchr(module, '.');
-  last = last ? last + 1 : module;
   for (size_t i = 0; i < json_object_array_length(targets); i++) {
     const char *t = json_object_get_string(json_object_array_get_idx(targets, i));
-    if (t && (strcmp(t, last) == 0 || ends_with(module, t)))
+    size_t a = strlen(module), b = t ? strlen(t) : 0;
+    if (t && (strcmp(t, module) == 0 || (a > b && module[a - b - 1] == '.' && ends_with(module, t))))
       return true;
   }
   return false;

@@ -1,21 +1,24 @@
 /* s1-mkmodel: writes a seeded random-weight Qwen3.5 checkpoint in Hugging Face layout (config.json,
  * model.safetensors or shards + index, tokenizer.json, preprocessor_config.json), and on request a
  * small random PEFT LoRA adapter, for tests, the demo and benchmarks. Output is a pure function of
- * the arguments: each tensor draws from its own splitmix64 stream seeded by (seed, tensor name), so
- * the weights do not depend on write order or layout. It leaves out training-quality init. */
+ * the arguments: each block of 2^18 elements of a tensor draws from its own splitmix64 stream seeded
+ * by (seed, tensor name, block), so the weights depend on neither write order, layout nor thread
+ * count. It leaves out training-quality init. */
 #include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 
-#define SHARD_MAX_BYTES 4000000000ull /* above this the weights are split into shards */
+#define SHARD_MAX_BYTES 4000000000ull /* default: above this the weights are split into shards */
 
 /* ---- PRNG: splitmix64 (Steele, Lea, Flood 2014) + Box-Muller; plain integer arithmetic and the
  * C library's log/sqrt/cos, so the stream is the same on every platform with a correctly
@@ -36,7 +39,7 @@ static double rng_uniform(struct rng *r) {
   return (double)(rng_next(r) >> 11) * 0x1p-53;
 }
 
-/* Stream for one tensor: FNV-1a of the name, mixed with the seed. */
+/* Stream for one tensor (or LoRA factor): FNV-1a of name + salt, mixed with the seed. */
 static struct rng rng_for(uint64_t seed, const char *name, const char *salt) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (const char *p = name; *p; p++)
@@ -75,6 +78,7 @@ struct opts {
   double adapter_alpha;      /* lora_alpha */
   const char *adapter_targets; /* comma-separated module names */
   bool adapter_bf16;         /* factors stored as BF16 instead of F32 */
+  uint64_t shard_bytes;      /* largest shard, bytes (--max-shard-bytes; tests use small ones) */
 };
 
 struct special_ids {
@@ -96,13 +100,17 @@ static bool has_suffix(const char *s, const char *suf) {
   return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* The values of one weight, by its canonical name (spec §10.4 scales). */
-static void init_values(const struct gen *g, float *v, size_t n) {
+/* The values of elements [first, first + n) of one weight, by its canonical name (spec §10.4
+ * scales), drawn from stream r. */
+static void init_values(const struct gen *g, struct rng *rp, float *v, size_t n) {
   const char *name = g->t->name;
-  struct rng r = rng_for(g->seed, name, "");
+  struct rng r = *rp;
   if (has_suffix(name, ".A_log")) {
+    /* A = U(0.01, 1), not HF's U(0.01, 16): with 16 the decays exp(g) = exp(-A softplus(a + dt))
+     * were ~0 for most heads on the oracle (median 0.0, max 0.16 on tiny), which leaves the
+     * recurrence untested; with 1 they spread over about (0.05, 1) as spec §10.4 step 4 asks. */
     for (size_t i = 0; i < n; i++)
-      v[i] = (float)log(0.01 + (16.0 - 0.01) * rng_uniform(&r));
+      v[i] = (float)log(0.01 + (1.0 - 0.01) * rng_uniform(&r));
   } else if (has_suffix(name, ".dt_bias")) {
     fill_normal(&r, 1.0, 0.5, v, n);
   } else if (has_suffix(name, "linear_attn.norm.weight") || has_suffix(name, "norm1.weight") ||
@@ -121,22 +129,70 @@ static void init_values(const struct gen *g, float *v, size_t n) {
   }
 }
 
-static int fill_weight(void *ctx, const char *name, void *buf, size_t n_bytes) {
-  (void)name;
-  const struct gen *g = ctx;
-  size_t n = n_bytes / 2;
-  float *v = malloc(n * sizeof *v);
-  if (!v)
-    return -ENOMEM;
-  init_values(g, v, n);
-  unsigned char *o = buf;
-  for (size_t i = 0; i < n; i++) {
-    uint16_t b = cm_f32_to_bf16(v[i]);
-    o[2 * i] = (unsigned char)b;
-    o[2 * i + 1] = (unsigned char)(b >> 8);
+/* Elements are drawn in fixed blocks, each from its own stream (tensor stream mixed with the block
+ * number), so the values do not depend on how many threads fill them. */
+#define BLOCK_ELEMS ((size_t)1 << 18)
+
+struct fill_job {
+  const struct gen *g;  /* tensor */
+  unsigned char *out;   /* BF16 bytes, little-endian */
+  size_t n;             /* elements */
+  size_t next_block;    /* next block to take (under lock) */
+  pthread_mutex_t lock; /* guards next_block */
+  int rc;               /* first error */
+};
+
+static void *fill_worker(void *arg) {
+  struct fill_job *job = arg;
+  float *v = malloc(BLOCK_ELEMS * sizeof *v);
+  if (!v) {
+    pthread_mutex_lock(&job->lock);
+    job->rc = -ENOMEM;
+    pthread_mutex_unlock(&job->lock);
+    return NULL;
+  }
+  for (;;) {
+    pthread_mutex_lock(&job->lock);
+    size_t blk = job->next_block++;
+    pthread_mutex_unlock(&job->lock);
+    size_t first = blk * BLOCK_ELEMS;
+    if (first >= job->n)
+      break;
+    size_t cnt = job->n - first < BLOCK_ELEMS ? job->n - first : BLOCK_ELEMS;
+    struct rng r = rng_for(job->g->seed, job->g->t->name, "");
+    struct rng mix = {blk};
+    r.s ^= rng_next(&mix);
+    rng_next(&r);
+    init_values(job->g, &r, v, cnt);
+    for (size_t i = 0; i < cnt; i++) {
+      uint16_t b = cm_f32_to_bf16(v[i]);
+      job->out[2 * (first + i)] = (unsigned char)b;
+      job->out[2 * (first + i) + 1] = (unsigned char)(b >> 8);
+    }
   }
   free(v);
-  return 0;
+  return NULL;
+}
+
+static int n_threads;
+
+static int fill_weight(void *ctx, const char *name, void *buf, size_t n_bytes) {
+  (void)name;
+  struct fill_job job = {.g = ctx, .out = buf, .n = n_bytes / 2};
+  pthread_mutex_init(&job.lock, NULL);
+  size_t n_blocks = (job.n + BLOCK_ELEMS - 1) / BLOCK_ELEMS;
+  int nt = (size_t)n_threads < n_blocks ? n_threads : (int)n_blocks;
+  pthread_t tid[64];
+  int started = 0;
+  for (int i = 1; i < nt; i++) {
+    if (pthread_create(&tid[started], NULL, fill_worker, &job) == 0)
+      started++;
+  }
+  fill_worker(&job); /* this thread works too */
+  for (int i = 0; i < started; i++)
+    pthread_join(tid[i], NULL);
+  pthread_mutex_destroy(&job.lock);
+  return job.rc;
 }
 
 /* ---- config ---------------------------------------------------------------------------------- */
@@ -414,7 +470,7 @@ static int write_weights(const struct opts *o, const struct cm_qwen35_dims *dims
     g[i].n_bytes = 2;
     for (int k = 0; k < list[i].n_dims; k++)
       g[i].n_bytes *= (size_t)list[i].shape[k];
-    if (in_shard > 0 && in_shard + g[i].n_bytes > SHARD_MAX_BYTES) {
+    if (in_shard > 0 && in_shard + g[i].n_bytes > o->shard_bytes) {
       n_shards++;
       in_shard = 0;
     }
@@ -608,14 +664,18 @@ static int write_adapter(const struct opts *o, const struct cm_qwen35_tensor *li
 static void usage(FILE *f) {
   fprintf(f,
           "usage: s1-mkmodel --shape tiny|4b|9b|27b [--vision] [--tied] [--ratio3] [--causal]\n"
-          "                  [--seed N] --tokenizer FILE --out HF_DIR\n"
+          "                  [--seed N] [--max-shard-bytes N] [--threads N]\n"
+          "                  --tokenizer FILE --out HF_DIR\n"
           "                  [--adapter-out DIR --adapter-rank R --adapter-alpha A\n"
           "                   --adapter-targets q_proj,v_proj,... [--adapter-bf16]]\n");
 }
 
 int main(int argc, char **argv) {
-  struct opts o = {.shape = NULL};
-  enum { O_VISION = 256, O_TIED, O_RATIO3, O_CAUSAL, O_AOUT, O_ARANK, O_AALPHA, O_ATGT, O_ABF16 };
+  struct opts o = {.shard_bytes = SHARD_MAX_BYTES};
+  enum {
+    O_VISION = 256, O_TIED, O_RATIO3, O_CAUSAL, O_AOUT, O_ARANK, O_AALPHA, O_ATGT, O_ABF16, O_SHARD,
+    O_THREADS
+  };
   static const struct option lo[] = {
       {"shape", required_argument, 0, 's'},       {"seed", required_argument, 0, 'S'},
       {"tokenizer", required_argument, 0, 't'},   {"out", required_argument, 0, 'o'},
@@ -626,7 +686,11 @@ int main(int argc, char **argv) {
       {"adapter-alpha", required_argument, 0, O_AALPHA},
       {"adapter-targets", required_argument, 0, O_ATGT},
       {"adapter-bf16", no_argument, 0, O_ABF16},  {"help", no_argument, 0, 'h'},
+      {"max-shard-bytes", required_argument, 0, O_SHARD},
+      {"threads", required_argument, 0, O_THREADS},
       {0, 0, 0, 0}};
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  n_threads = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
   int c;
   char *end;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -663,6 +727,21 @@ int main(int argc, char **argv) {
       break;
     case O_ATGT: o.adapter_targets = optarg; break;
     case O_ABF16: o.adapter_bf16 = true; break;
+    case O_THREADS:
+      n_threads = (int)strtol(optarg, &end, 10);
+      if (*end || n_threads < 1 || n_threads > 64) {
+        fprintf(stderr, "s1-mkmodel: --threads must be 1..64\n");
+        return 2;
+      }
+      break;
+    case O_SHARD:
+      errno = 0;
+      o.shard_bytes = strtoull(optarg, &end, 0);
+      if (errno || *end || o.shard_bytes == 0) {
+        fprintf(stderr, "s1-mkmodel: --max-shard-bytes must be a positive integer\n");
+        return 2;
+      }
+      break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }

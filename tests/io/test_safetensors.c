@@ -136,6 +136,15 @@ static void test_bad(void) {
            6, -1);
   expect_fail("tail.safetensors", -CM_EFORMAT,
               "%s/tail.safetensors: 2 bytes after the last tensor are not indexed");
+  /* the good file of test_good cut 4 bytes short: its last tensor runs past the end */
+  put_file("trunc.safetensors",
+           "{\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
+           "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+           "\"c\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[32,34]}}",
+           30, -1);
+  expect_fail("trunc.safetensors", -CM_EFORMAT,
+              "%s/trunc.safetensors: tensor 'b': data_offsets [24, 32] out of bounds (data section "
+              "has 30 bytes)");
   put_file("neg.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
            4, -1);
   expect_fail("neg.safetensors", -CM_EFORMAT,

@@ -1,0 +1,429 @@
+"""Integration tests of s1-mkmodel, s1-export and the model-directory open (issue 3, I/O half).
+
+usage: io_tools.py CASE MKMODEL EXPORT OPEN_DIR TOKENIZER
+CASE is one of: mkmodel, baddir, lora, refuse. Checkpoints are regenerated in a temporary folder
+(the tiny shape with the real 248320-row vocabulary, ~64 MB each) and removed afterwards. The
+LoRA merge is recomputed here independently with numpy in float64 and rounded to bfloat16 with
+numpy's round-half-even, then compared bit for bit with s1-export's output.
+"""
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from safetensors import safe_open
+
+CASE, MKMODEL, EXPORT, OPEN_DIR, TOKENIZER = sys.argv[1:6]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(*args, ok=True):
+    r = subprocess.run(list(args), capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        print(r.stdout, r.stderr)
+        raise SystemExit(f"command failed: {' '.join(args)}")
+    return r
+
+
+def mkmodel(out, *extra):
+    run(MKMODEL, "--shape", "tiny", "--tokenizer", TOKENIZER, "--out", out, *extra)
+
+
+def export(*extra, ok=True):
+    return run(EXPORT, "--family", "qwen3_5", *extra, ok=ok)
+
+
+def sha(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+# ---- a minimal safetensors codec (independent of the C code) ------------------------------------
+def st_read(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    hdr = json.loads(raw[8:8 + n])
+    hdr.pop("__metadata__", None)
+    data = raw[8 + n:]
+    out = {}
+    for k, v in hdr.items():
+        b, e = v["data_offsets"]
+        dt = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}[v["dtype"]]
+        out[k] = (v["dtype"], np.frombuffer(data[b:e], dtype=dt).reshape(v["shape"]))
+    return out
+
+
+def st_write(path, tensors):
+    hdr, blobs, at = {}, [], 0
+    for k in sorted(tensors):
+        dtype, arr = tensors[k]
+        b = np.ascontiguousarray(arr).tobytes()
+        hdr[k] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def bf16_to_f64(u16):
+    return (u16.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def f64_to_bf16(x):
+    """Round float64 to bfloat16 once, half to even: x = m * 2^e with 0.5 <= |m| < 1; bf16 keeps
+    8 significant bits, so round m * 256 to an integer (np.rint is half-even, and m * 256 is exact)."""
+    m, e = np.frexp(x)
+    r = np.rint(m * 256.0)
+    v = np.ldexp(r, e - 8).astype(np.float32)  # exactly representable in bf16, so exact in f32
+    return (v.view(np.uint32) >> 16).astype(np.uint16)
+
+
+# ---- cases -------------------------------------------------------------------------------------
+def case_mkmodel(tmp):
+    a, b, c = (os.path.join(tmp, x) for x in "abc")
+    mkmodel(a, "--seed", "7", "--vision")
+    mkmodel(b, "--seed", "7", "--vision", "--threads", "3")
+    mkmodel(c, "--seed", "8", "--vision")
+    sa, sb, sc = (sha(os.path.join(d, "model.safetensors")) for d in (a, b, c))
+    check(sa == sb, "same seed gives the same model.safetensors (any thread count)")
+    check(sa != sc, "different seed gives a different model.safetensors")
+    check(sha(a + "/config.json") == sha(c + "/config.json"), "config does not depend on the seed")
+    cfg = json.load(open(a + "/config.json"))
+    tc, vc = cfg["text_config"], cfg["vision_config"]
+    want = dict(vocab_size=248320, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=64, linear_num_key_heads=2,
+                linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=24,
+                linear_conv_kernel_dim=4)
+    for k, v in want.items():
+        check(tc[k] == v, f"tiny-A text_config.{k} == {v} (got {tc[k]})")
+    check(tc["layer_types"] == ["linear_attention"] * 3 + ["full_attention"], "layer_types L,L,L,F")
+    check(tc["rope_parameters"]["mrope_section"] == [3, 3, 2], "mrope_section [3,3,2]")
+    check((vc["depth"], vc["hidden_size"], vc["num_heads"], vc["intermediate_size"],
+           vc["num_position_embeddings"], vc["out_hidden_size"]) == (2, 48, 2, 96, 16, 64),
+          "tiny-A vision_config")
+    # token ids come from the tokenizer's added tokens
+    added = {t["content"]: t["id"] for t in json.load(open(TOKENIZER))["added_tokens"]}
+    check(cfg["image_token_id"] == added["<|image_pad|>"] == 151655, "image_token_id from tokenizer")
+    check(cfg["video_token_id"] == added["<|video_pad|>"], "video_token_id from tokenizer")
+    check(cfg["vision_start_token_id"] == added["<|vision_start|>"], "vision_start from tokenizer")
+    check(cfg["vision_end_token_id"] == added["<|vision_end|>"], "vision_end from tokenizer")
+    pp = json.load(open(a + "/preprocessor_config.json"))
+    check(pp["size"] == {"shortest_edge": 65536, "longest_edge": 16777216} and pp["patch_size"] == 16
+          and pp["merge_size"] == 2 and pp["image_mean"] == [0.5] * 3, "preprocessor_config §1.4")
+    # the official reader accepts the file; counts per spec §2.5
+    with safe_open(a + "/model.safetensors", "numpy") as f:
+        keys = list(f.keys())
+    check(len(keys) == 89, f"56 text + 33 vision tensors (got {len(keys)})")
+    check(sum(k.startswith("model.visual.") for k in keys) == 33, "33 vision tensors")
+    t = st_read(a + "/model.safetensors")
+    check(all(d == "BF16" for d, _ in t.values()), "every tensor BF16")
+    L = "model.language_model.layers."
+    w = lambda k: bf16_to_f64(t[k][1])
+    q = w(L + "3.self_attn.q_proj.weight")
+    check(abs(q.std() - 0.05) < 0.005 and abs(q.mean()) < 0.005, f"linear std 0.05 (got {q.std():.4f})")
+    n = w(L + "0.input_layernorm.weight")
+    check(abs(n.mean()) < 0.05 and 0.05 < n.std() < 0.15, "zero-centred norm ~ N(0, 0.1)")
+    g = w(L + "0.linear_attn.norm.weight")
+    check(abs(g.mean() - 1) < 0.05 and 0.05 < g.std() < 0.15, "gated norm ~ 1 + N(0, 0.1)")
+    al = w(L + "0.linear_attn.A_log")
+    check(al.min() >= np.log(0.01) - 1e-2 and al.max() <= 1e-2, "A_log = log U(0.01, 1)")
+    # decays at a = 0 over all GDN heads: exp(-exp(A_log) * softplus(dt_bias)) spread over (0, 1)
+    dec = np.concatenate([np.exp(-np.exp(w(L + f"{i}.linear_attn.A_log")) *
+                                 np.log1p(np.exp(w(L + f"{i}.linear_attn.dt_bias")))) for i in range(3)])
+    check(dec.min() < 0.5 and dec.max() > 0.8 and 0.2 < np.median(dec) < 0.95,
+          f"decays cover (0, 1): {np.round(np.sort(dec), 3)}")
+    cv = w(L + "0.linear_attn.conv1d.weight")
+    check(cv.shape == (160, 1, 4) and np.abs(cv).max() <= 0.5, "conv1d [160,1,4] in U(-0.5,0.5)")
+    # tied, ratio-3, no vision: 55 tensors, in_proj_b has 6 heads, no lm_head
+    d = os.path.join(tmp, "d")
+    mkmodel(d, "--seed", "7", "--tied", "--ratio3")
+    t2 = st_read(d + "/model.safetensors")
+    check(len(t2) == 55 and "lm_head.weight" not in t2, "tied text-only: 55 tensors, no lm_head")
+    check(t2[L + "0.linear_attn.in_proj_b.weight"][1].shape == (6, 64), "ratio3: in_proj_b [6, 64]")
+    # export both layouts: CausalLM and ConditionalGeneration (no vision) give identical weights
+    e, f_, g_ = (os.path.join(tmp, x) for x in ("e", "f", "g"))
+    mkmodel(os.path.join(tmp, "cg"), "--seed", "9")
+    mkmodel(os.path.join(tmp, "cl"), "--seed", "9", "--causal")
+    with safe_open(tmp + "/cl/model.safetensors", "numpy") as f:
+        check(all(k.startswith("model.layers.") or k in ("model.embed_tokens.weight",
+                  "model.norm.weight", "lm_head.weight") for k in f.keys()), "causal key layout")
+    export("--base", tmp + "/cg", "--out", e)
+    export("--base", tmp + "/cl", "--out", f_)
+    check(sha(e + "/weights.safetensors") == sha(f_ + "/weights.safetensors"),
+          "CausalLM and ConditionalGeneration exports are byte-identical")
+    export("--base", a, "--out", g_)
+    r = run(OPEN_DIR, g_)
+    check(r.stdout.strip() == "ok qwen3_5 89 vision", f"exported vision model opens: {r.stdout!r}")
+    r = run(OPEN_DIR, f_)
+    check(r.stdout.strip() == "ok qwen3_5 56", f"exported text model opens: {r.stdout!r}")
+    # export copies BF16 tensors unchanged
+    src, dst = st_read(a + "/model.safetensors"), st_read(g_ + "/weights.safetensors")
+    check(src.keys() == dst.keys() and all(np.array_equal(src[k][1], dst[k][1]) for k in src),
+          "exported weights equal the checkpoint's")
+    m = json.load(open(g_ + "/s1-model.json"))
+    check(m["format"] == "s1serve-model/1" and m["family"] == "qwen3_5" and m["vision"] is True,
+          "manifest format/family/vision")
+    check(m["config"] == cfg, "manifest config is config.json unchanged")
+    check(m["files"]["weights.safetensors"]["sha256"] == sha(g_ + "/weights.safetensors"),
+          "manifest SHA-256 of weights")
+    check(m["image_processor"] == pp, "manifest image_processor from preprocessor_config.json")
+    # sharded input: split the checkpoint in two with an index; the export is identical
+    s = os.path.join(tmp, "s")
+    os.mkdir(s)
+    for x in ("config.json", "tokenizer.json", "preprocessor_config.json"):
+        shutil.copy(os.path.join(a, x), s)
+    keys = sorted(src)
+    st_write(s + "/model-00001-of-00002.safetensors", {k: src[k] for k in keys[:40]})
+    st_write(s + "/model-00002-of-00002.safetensors", {k: src[k] for k in keys[40:]})
+    wm = {k: "model-0000%d-of-00002.safetensors" % (1 if i < 40 else 2) for i, k in enumerate(keys)}
+    json.dump({"metadata": {}, "weight_map": wm}, open(s + "/model.safetensors.index.json", "w"))
+    export("--base", s, "--out", os.path.join(tmp, "h"))
+    check(sha(tmp + "/h/weights.safetensors") == sha(g_ + "/weights.safetensors"),
+          "sharded checkpoint exports to the same weights")
+    # s1-mkmodel's own sharding (index + shards) holds the same bytes
+    mkmodel(os.path.join(tmp, "k"), "--seed", "7", "--vision", "--max-shard-bytes", "20000000")
+    idx = json.load(open(tmp + "/k/model.safetensors.index.json"))
+    shards = sorted(set(idx["weight_map"].values()))
+    check(len(shards) == 4 and shards[0] == "model-00001-of-00004.safetensors" and
+          not os.path.exists(tmp + "/k/model.safetensors"), f"mkmodel shards: {shards}")
+    export("--base", os.path.join(tmp, "k"), "--out", os.path.join(tmp, "kx"))
+    check(sha(tmp + "/kx/weights.safetensors") == sha(g_ + "/weights.safetensors"),
+          "mkmodel's sharded checkpoint exports to the same weights")
+    # a wrong shape in the checkpoint is refused at export, naming file and tensor
+    bad = dict(src)
+    bad[L + "1.mlp.up_proj.weight"] = ("BF16", np.zeros((95, 64), np.uint16))
+    st_write(s + "/model-00001-of-00002.safetensors", {k: bad[k] for k in keys[:40]})
+    r = export("--base", s, "--out", os.path.join(tmp, "i"), ok=False)
+    want = (f"s1-export: {s}/model-00001-of-00002.safetensors: tensor '{L}1.mlp.up_proj.weight' "
+            "has shape [95, 64], config needs [96, 64]")
+    check(r.returncode == 1 and r.stderr.strip() == want, f"export shape refusal: {r.stderr!r}")
+
+
+def case_baddir(tmp):
+    base = os.path.join(tmp, "hf")
+    mkmodel(base, "--seed", "3")
+    good = os.path.join(tmp, "good")
+    export("--base", base, "--out", good)
+    check(run(OPEN_DIR, good).stdout.strip() == "ok qwen3_5 56", "good directory opens")
+    W = "weights.safetensors"
+    L = "model.language_model.layers."
+
+    def variant(name, edit, fix_hash=True):
+        d = os.path.join(tmp, name)
+        shutil.copytree(good, d)
+        edit(d)
+        if fix_hash:  # keep the manifest consistent so the intended check is the one that fires
+            m = json.load(open(d + "/s1-model.json"))
+            for f, e in m["files"].items():
+                e["sha256"], e["bytes"] = sha(os.path.join(d, f)), os.path.getsize(os.path.join(d, f))
+            json.dump(m, open(d + "/s1-model.json", "w"))
+        r = run(OPEN_DIR, d, ok=False)
+        lines = r.stdout.strip().splitlines()
+        check(r.returncode == 1 and len(lines) == 1, f"{name}: one error line ({r.stdout!r})")
+        return d, (lines[0] if lines else "")
+
+    def edit_weights(fn):
+        def go(d):
+            t = st_read(os.path.join(d, W))
+            fn(t)
+            st_write(os.path.join(d, W), t)
+        return go
+
+    def expect(name, edit, msg, fix_hash=True):
+        d, line = variant(name, edit, fix_hash)
+        want = msg.replace("{d}", d)
+        check(line.endswith(want), f"{name}: got {line!r}, want ...{want!r}")
+
+    expect("missing", edit_weights(lambda t: t.pop(L + "1.mlp.up_proj.weight")),
+           f"{{d}}/{W}: tensor '{L}1.mlp.up_proj.weight' missing")
+    expect("shape", edit_weights(lambda t: t.__setitem__(L + "2.linear_attn.in_proj_z.weight",
+                                                         ("BF16", np.zeros((96, 63), np.uint16)))),
+           f"{{d}}/{W}: tensor '{L}2.linear_attn.in_proj_z.weight' has shape [96, 63], config needs [96, 64]")
+    expect("dtype", edit_weights(lambda t: t.__setitem__(L + "3.self_attn.k_proj.weight",
+                                                         ("F16", np.zeros((128, 64), np.float16)))),
+           f"{{d}}/{W}: tensor '{L}3.self_attn.k_proj.weight' has dtype F16, expected BF16")
+    expect("extra", edit_weights(lambda t: t.__setitem__("mtp.fc.weight", ("BF16", np.zeros(4, np.uint16)))),
+           f"{{d}}/{W}: unexpected tensor 'mtp.fc.weight' (56 expected, 57 stored)")
+
+    def truncate(d):
+        p = os.path.join(d, W)
+        os.truncate(p, os.path.getsize(p) - 1000)
+    size = os.path.getsize(os.path.join(good, W))
+    expect("truncated", truncate,
+           f"{{d}}/{W}: {size - 1000} bytes, {{d}}/s1-model.json lists {size} (truncated or replaced)",
+           fix_hash=False)
+    # truncated and the manifest rewritten to match: the safetensors reader catches it
+    d, line = variant("truncated2", truncate)
+    check(f"{d}/{W}: tensor '" in line and "out of bounds" in line, f"truncated2: {line!r}")
+
+    def flip(d):
+        p = os.path.join(d, W)
+        b = bytearray(open(p, "rb").read())
+        b[-5] ^= 1
+        open(p, "wb").write(b)
+    d, line = variant("hash", flip, fix_hash=False)
+    check(line.startswith(f"error -{1000 + 3}: {d}/{W}: SHA-256 ") and
+          line.endswith(f"does not match {d}/s1-model.json ({sha(good + '/' + W)})"), f"hash: {line!r}")
+
+    def manifest(fn):
+        def go(d):
+            m = json.load(open(d + "/s1-model.json"))
+            fn(m)
+            json.dump(m, open(d + "/s1-model.json", "w"))
+        return go
+    expect("family", manifest(lambda m: m.__setitem__("family", "llama")),
+           "{d}/s1-model.json: key 'family': unknown family \"llama\"")
+    expect("reserved", manifest(lambda m: m.__setitem__("family", "jemm")),
+           "{d}/s1-model.json: key 'family': \"jemm\" is reserved; this build has no loader for it")
+    expect("format", manifest(lambda m: m.__setitem__("format", "s1serve-model/2")),
+           "{d}/s1-model.json: key 'format' is \"s1serve-model/2\", expected \"s1serve-model/1\"")
+    expect("nokey", manifest(lambda m: m.pop("config")), "{d}/s1-model.json: key 'config' missing")
+    expect("config", manifest(lambda m: m["config"]["text_config"].pop("hidden_size")),
+           "{d}/s1-model.json: key 'text_config.hidden_size' missing")
+    expect("mrope", manifest(lambda m: m["config"]["text_config"]["rope_parameters"].__setitem__(
+        "mrope_section", [3, 3, 3])),
+           "{d}/s1-model.json: key 'text_config.rope_parameters.mrope_section' sums to 9, rotary dims / 2 is 8")
+    expect("unlisted", manifest(lambda m: m["files"].pop(W)),
+           f"{{d}}/s1-model.json: key 'files.{W}' missing")
+
+    def badjson(d):
+        p = d + "/s1-model.json"
+        open(p, "w").write(open(p).read()[:-20])
+    d, line = variant("json", badjson, fix_hash=False)
+    n = os.path.getsize(d + "/s1-model.json")
+    check(line == f"error -1000: {d}/s1-model.json: not valid JSON (unexpected end of data at byte {n})",
+          f"json: {line!r}")
+    expect("gone", lambda d: os.remove(d + "/tokenizer.json"),
+           "{d}/tokenizer.json: missing (listed in {d}/s1-model.json)", fix_hash=False)
+
+
+def lora_setup(tmp, name, *extra):
+    base, ad = os.path.join(tmp, name), os.path.join(tmp, name + "-lora")
+    mkmodel(base, "--seed", "5", "--vision", "--adapter-out", ad, "--adapter-rank", "4",
+            "--adapter-alpha", "6", "--adapter-targets",
+            "q_proj,v_proj,o_proj,in_proj_qkv,in_proj_z,out_proj,down_proj,linear_fc1,lm_head", *extra)
+    return base, ad
+
+
+def case_lora(tmp):
+    for variant in ("f32", "bf16"):
+        extra = ("--adapter-bf16",) if variant == "bf16" else ()
+        base, ad = lora_setup(tmp, "m" + variant, *extra)
+        merged, kept, plain = (os.path.join(tmp, x + variant) for x in ("merged", "kept", "plain"))
+        export("--base", base, "--out", plain)
+        export("--base", base, "--adapter", ad, "--lora", "merge", "--out", merged)
+        export("--base", base, "--adapter", ad, "--lora", "keep", "--out", kept)
+        acfg = json.load(open(ad + "/adapter_config.json"))
+        scale = acfg["lora_alpha"] / acfg["r"]
+        check(scale == 1.5, "alpha/r = 6/4")
+        W, A = st_read(base + "/model.safetensors"), st_read(ad + "/adapter_model.safetensors")
+        M = st_read(merged + "/weights.safetensors")
+        pre = "base_model.model."
+        adapted = sorted(k[len(pre):-len(".lora_A.weight")] for k in A if k.endswith(".lora_A.weight"))
+        # 3 GDN layers x (in_proj_qkv, in_proj_z, out_proj) + full layer (q, v, o) + 4 down_proj
+        # + 3 vision linear_fc1 (2 blocks, merger) + lm_head
+        check(len(adapted) == 9 + 3 + 4 + 3 + 1, f"20 adapted modules (got {len(adapted)})")
+        bad = 0
+        for mod in adapted:
+            a = A[pre + mod + ".lora_A.weight"]
+            b = A[pre + mod + ".lora_B.weight"]
+            fa = bf16_to_f64(a[1]) if a[0] == "BF16" else a[1].astype(np.float64)
+            fb = bf16_to_f64(b[1]) if b[0] == "BF16" else b[1].astype(np.float64)
+            w = bf16_to_f64(W[mod + ".weight"][1])
+            want = f64_to_bf16(w + scale * (fb @ fa))
+            got = M[mod + ".weight"][1]
+            bad += int(np.count_nonzero(want != got))
+            check(np.count_nonzero(got != W[mod + ".weight"][1]) > got.size // 2,
+                  f"{mod}: the merge changed most elements")
+        check(bad == 0, f"{variant}: merged bf16 weights equal the float64 reference bit for bit "
+                        f"({bad} differ)")
+        untouched = [k for k in M if k[:-len(".weight")] not in adapted]
+        check(all(np.array_equal(M[k][1], W[k][1]) for k in untouched), "non-adapted weights unchanged")
+        # keep: base identical to the plain export, factors preserved exactly as F32
+        check(sha(kept + "/weights.safetensors") == sha(plain + "/weights.safetensors"),
+              "keep leaves the base weights unchanged")
+        K = st_read(kept + "/adapter.safetensors")
+        check(len(K) == 2 * len(adapted), "keep: two factors per adapted module")
+        for mod in adapted:
+            for ab in "AB":
+                src = A[pre + mod + f".lora_{ab}.weight"]
+                dt, got = K[mod + f".lora_{ab}"]
+                ref = (bf16_to_f64(src[1]).astype(np.float32) if src[0] == "BF16" else src[1])
+                check(dt == "F32" and got.tobytes() == ref.tobytes(), f"keep {mod}.lora_{ab} exact")
+        m = json.load(open(kept + "/s1-model.json"))
+        check(m["adapter"] == {"rank": 4, "alpha": 6.0, "scale": 1.5, "file": "adapter.safetensors"},
+              f"manifest adapter block: {m['adapter']}")
+        check(run(OPEN_DIR, kept).stdout.strip() == "ok qwen3_5 89 vision adapter", "kept opens")
+        check(run(OPEN_DIR, merged).stdout.strip() == "ok qwen3_5 89 vision", "merged opens")
+    # CausalLM-layout adapter (base_model.model.model.layers...) maps to the same canonical keys
+    cb, ca = os.path.join(tmp, "cl"), os.path.join(tmp, "cl-lora")
+    mkmodel(cb, "--seed", "5", "--causal", "--adapter-out", ca, "--adapter-rank", "2",
+            "--adapter-alpha", "2", "--adapter-targets", "q_proj,gate_proj")
+    export("--base", cb, "--adapter", ca, "--lora", "keep", "--out", tmp + "/clk")
+    K = st_read(tmp + "/clk/adapter.safetensors")
+    check(f"model.language_model.layers.3.self_attn.q_proj.lora_A" in K and len(K) == 2 * (1 + 4),
+          f"causal adapter keys canonical: {sorted(K)[:2]}")
+
+
+def case_refuse(tmp):
+    base, ad = lora_setup(tmp, "m")
+    cfg0 = json.load(open(ad + "/adapter_config.json"))
+    p = ad + "/adapter_config.json"
+    cases = [
+        ("use_dora", True, "use_dora is true: DoRA adapters are not supported"),
+        ("use_rslora", True, "use_rslora is true: rank-stabilised LoRA (alpha/sqrt(r)) is not supported"),
+        ("bias", "lora_only", "bias is \"lora_only\": trained biases are not supported (bias must be \"none\")"),
+        ("modules_to_save", ["lm_head"], "modules_to_save is set: fully trained extra modules are not supported"),
+        ("rank_pattern", {"q_proj": 8}, "rank_pattern is not empty: per-module ranks are not supported"),
+        ("alpha_pattern", {"q_proj": 8}, "alpha_pattern is not empty: per-module alphas are not supported"),
+        ("peft_type", "IA3", "peft_type \"IA3\" is not supported (LORA only)"),
+    ]
+    for key, val, msg in cases:
+        c = dict(cfg0)
+        c[key] = val
+        json.dump(c, open(p, "w"))
+        for mode in ("merge", "keep"):
+            r = export("--base", base, "--adapter", ad, "--lora", mode, "--out", tmp + "/o", ok=False)
+            check(r.returncode == 1 and r.stderr.strip() == f"s1-export: {p}: {msg}",
+                  f"refuse {key} ({mode}): {r.stderr!r}")
+    json.dump(cfg0, open(p, "w"))
+    # a factor for a module the base lacks, and a factor of the wrong rank
+    A = st_read(ad + "/adapter_model.safetensors")
+    keys = sorted(A)
+    k0 = keys[0]
+    t = dict(A)
+    t["base_model.model.model.language_model.layers.0.mlp.nope.lora_A.weight"] = A[k0]
+    t["base_model.model.model.language_model.layers.0.mlp.nope.lora_B.weight"] = A[k0]
+    st_write(ad + "/adapter_model.safetensors", t)
+    r = export("--base", base, "--adapter", ad, "--out", tmp + "/o", ok=False)
+    check(r.stderr.strip() == f"s1-export: {ad}/adapter_model.safetensors: tensor 'base_model.model."
+          "model.language_model.layers.0.mlp.nope.lora_A.weight' adapts 'model.language_model."
+          "layers.0.mlp.nope.weight', which is not a weight of the base model", f"unknown module: {r.stderr!r}")
+    t = dict(A)
+    ka = next(k for k in keys if k.endswith("layers.3.self_attn.q_proj.lora_A.weight"))
+    t[ka] = ("F32", np.zeros((3, 64), np.float32))
+    st_write(ad + "/adapter_model.safetensors", t)
+    r = export("--base", base, "--adapter", ad, "--out", tmp + "/o", ok=False)
+    check(r.stderr.strip() == f"s1-export: {ad}/adapter_model.safetensors: tensor '{ka}' has shape "
+          "[3, 64], expected [r=4, in=64]", f"rank mismatch: {r.stderr!r}")
+
+
+tmp = tempfile.mkdtemp(prefix="s1-io-")
+try:
+    {"mkmodel": case_mkmodel, "baddir": case_baddir, "lora": case_lora, "refuse": case_refuse}[CASE](tmp)
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+print(f"{CASE}: {len(failures)} failures")
+sys.exit(1 if failures else 0)
