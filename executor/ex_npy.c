@@ -1,5 +1,5 @@
 /* .npy float32 reader (see ex_npy.h): magic, version, a Python-literal header dict parsed for its
- * three keys, then the raw little-endian data. */
+ * three keys, then the raw little-endian data. The file is read whole, then parsed from memory. */
 #include "ex_npy.h"
 
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The value after `key:` inside the header dict, or NULL. */
 static const char *find_value(const char *hdr, const char *key) {
   const char *p = strstr(hdr, key);
   if (!p)
@@ -20,55 +21,42 @@ static const char *find_value(const char *hdr, const char *key) {
   return p;
 }
 
-int ex_npy_load_f32(const char *path, float **ret_data, int64_t ret_shape[EX_NPY_MAX_DIMS],
-                    int *ret_n_dims, struct cm_diag *diag) {
-  int r = 0;
-  char *hdr = NULL;
-  float *data = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return cm_diag_set(diag, errno == ENOENT ? -ENOENT : -EIO, "%s: cannot open", path);
-  unsigned char pre[10];
-  if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0 || pre[6] < 1 || pre[6] > 3) {
-    r = cm_diag_set(diag, -CM_EFORMAT, "%s: not a .npy file (magic or version)", path);
-    goto out;
-  }
-  size_t hlen;
-  if (pre[6] == 1) {
-    if (fread(pre + 8, 1, 2, f) != 2)
-      goto short_file;
-    hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
+int ex_npy_parse_f32(const uint8_t *bytes, size_t n_bytes, const char *name, float **ret_data,
+                     int64_t ret_shape[EX_NPY_MAX_DIMS], int *ret_n_dims, struct cm_diag *diag) {
+  if (n_bytes < 10 || memcmp(bytes, "\x93NUMPY", 6) != 0 || bytes[6] < 1 || bytes[6] > 3)
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: not a .npy file (magic or version)", name);
+  size_t hlen, off;
+  if (bytes[6] == 1) {
+    hlen = (size_t)bytes[8] | (size_t)bytes[9] << 8;
+    off = 10;
   } else {
-    unsigned char b[4];
-    if (fread(b, 1, 4, f) != 4)
-      goto short_file;
-    hlen = (size_t)b[0] | (size_t)b[1] << 8 | (size_t)b[2] << 16 | (size_t)b[3] << 24;
-    if (hlen > (1 << 20)) {
-      r = cm_diag_set(diag, -CM_EFORMAT, "%s: header of %zu bytes", path, hlen);
-      goto out;
-    }
+    if (n_bytes < 12)
+      return cm_diag_set(diag, -CM_EFORMAT, "%s: truncated .npy header", name);
+    hlen = (size_t)bytes[8] | (size_t)bytes[9] << 8 | (size_t)bytes[10] << 16 |
+           (size_t)bytes[11] << 24;
+    off = 12;
   }
-  hdr = malloc(hlen + 1);
-  if (!hdr) {
-    r = -ENOMEM;
-    goto out;
-  }
-  if (fread(hdr, 1, hlen, f) != hlen)
-    goto short_file;
+  if (hlen > n_bytes - off || hlen > (1u << 20))
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: truncated .npy header", name);
+  char *hdr = malloc(hlen + 1);
+  if (!hdr)
+    return -ENOMEM;
+  memcpy(hdr, bytes + off, hlen);
   hdr[hlen] = 0;
+  int r = 0;
   const char *descr = find_value(hdr, "'descr'");
   const char *fo = find_value(hdr, "'fortran_order'");
   const char *sh = find_value(hdr, "'shape'");
   if (!descr || !fo || !sh || *sh != '(') {
-    r = cm_diag_set(diag, -CM_EFORMAT, "%s: header lacks descr, fortran_order or shape", path);
+    r = cm_diag_set(diag, -CM_EFORMAT, "%s: header lacks descr, fortran_order or shape", name);
     goto out;
   }
   if (strncmp(descr, "'<f4'", 5) != 0) {
-    r = cm_diag_set(diag, -CM_EDTYPE, "%s: dtype %.8s, only '<f4' (float32)", path, descr);
+    r = cm_diag_set(diag, -CM_EDTYPE, "%s: dtype is not '<f4' (float32)", name);
     goto out;
   }
   if (strncmp(fo, "False", 5) != 0) {
-    r = cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: Fortran order is not supported", path);
+    r = cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: Fortran order is not supported", name);
     goto out;
   }
   int nd = 0;
@@ -84,37 +72,67 @@ int ex_npy_load_f32(const char *path, float **ret_data, int64_t ret_shape[EX_NPY
     long long v = strtoll(p, &end, 10);
     if (end == p || v < 0 || nd == EX_NPY_MAX_DIMS) {
       r = cm_diag_set(diag, nd == EX_NPY_MAX_DIMS ? -CM_EUNSUPPORTED : -CM_EFORMAT,
-                      "%s: bad or too many dims in shape", path);
+                      "%s: bad or too many dims in shape", name);
       goto out;
     }
-    shape[nd++] = v;
-    if (v && n > EX_NPY_MAX_BYTES / 4 / (size_t)v) {
-      r = cm_diag_set(diag, -CM_ELIMIT, "%s: array larger than %zu bytes", path,
+    if (v && n > EX_NPY_MAX_BYTES / 4 / (unsigned long long)v) {
+      r = cm_diag_set(diag, -CM_ELIMIT, "%s: array larger than %zu bytes", name,
                       EX_NPY_MAX_BYTES);
       goto out;
     }
+    shape[nd++] = v;
     n *= (size_t)v;
     p = end;
   }
-  data = malloc((n ? n : 1) * sizeof(float));
+  if (n_bytes - off - hlen != n * sizeof(float)) {
+    r = cm_diag_set(diag, -CM_EFORMAT, "%s: %zu data bytes for a shape of %zu floats", name,
+                    n_bytes - off - hlen, n);
+    goto out;
+  }
+  float *data = malloc((n ? n : 1) * sizeof(float));
   if (!data) {
     r = -ENOMEM;
     goto out;
   }
-  if (fread(data, sizeof(float), n, f) != n || fgetc(f) != EOF) {
-    r = cm_diag_set(diag, -CM_EFORMAT, "%s: data size disagrees with shape", path);
-    goto out;
-  }
+  memcpy(data, bytes + off + hlen, n * sizeof(float));
   *ret_data = data;
-  data = NULL;
   memcpy(ret_shape, shape, (size_t)nd * sizeof(int64_t));
   *ret_n_dims = nd;
-  goto out;
-short_file:
-  r = cm_diag_set(diag, -CM_EFORMAT, "%s: truncated .npy header", path);
 out:
-  free(data);
   free(hdr);
+  return r;
+}
+
+int ex_npy_load_f32(const char *path, float **ret_data, int64_t ret_shape[EX_NPY_MAX_DIMS],
+                    int *ret_n_dims, struct cm_diag *diag) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return cm_diag_set(diag, errno == ENOENT ? -ENOENT : -EIO, "%s: cannot open", path);
+  int r = 0;
+  uint8_t *buf = NULL;
+  long len = -1;
+  if (fseek(f, 0, SEEK_END) == 0)
+    len = ftell(f);
+  if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    r = cm_diag_set(diag, -EIO, "%s: cannot read", path);
+    goto out;
+  }
+  if ((unsigned long)len > EX_NPY_MAX_BYTES + (1u << 20)) {
+    r = cm_diag_set(diag, -CM_ELIMIT, "%s: larger than %zu bytes", path, EX_NPY_MAX_BYTES);
+    goto out;
+  }
+  buf = malloc((size_t)len + 1);
+  if (!buf) {
+    r = -ENOMEM;
+    goto out;
+  }
+  if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
+    r = cm_diag_set(diag, -EIO, "%s: read error", path);
+    goto out;
+  }
+  r = ex_npy_parse_f32(buf, (size_t)len, path, ret_data, ret_shape, ret_n_dims, diag);
+out:
+  free(buf);
   fclose(f);
   return r;
 }

@@ -21,4 +21,9 @@
 int ex_npy_load_f32(const char *path, float **ret_data, int64_t ret_shape[EX_NPY_MAX_DIMS],
                     int *ret_n_dims, struct cm_diag *diag);
 
+/* The same, from bytes already in memory (the fuzzed entry point).
+ * Units: `name` only labels messages. Returns as ex_npy_load_f32, without the file errors. */
+int ex_npy_parse_f32(const uint8_t *bytes, size_t n_bytes, const char *name, float **ret_data,
+                     int64_t ret_shape[EX_NPY_MAX_DIMS], int *ret_n_dims, struct cm_diag *diag);
+
 #endif

@@ -1,7 +1,8 @@
 /* s1-forward: runs the float32 Qwen3.5 forward of a model directory on one input and writes the
  * final-norm hidden rows and top-20 logits at chosen positions (the tool the oracle tests and
- * humans use to check the reference). Input and output are JSON files; see the README. No
- * tokenizer or image decoding here: ids and pixel arrays come in ready. */
+ * humans use to check the reference). Input and output are JSON files; see the README. Token ids
+ * come in ready (no tokenizer); images come as files (prepared by preprocessor/image), pixel rows
+ * or merged embeddings (.npy). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "cm_model_dir.h"
 #include "ex_npy.h"
 #include "ex_qwen35.h"
+#include "pp_image.h"
 #include "s1_forward_images.h"
 
 #define TOP_K 20
@@ -63,6 +65,48 @@ static void input_fini(struct input *in) {
   }
   free(in->images);
   free(in->readout);
+}
+
+/* An image file (PNG, JPEG, WebP) prepared as the reference processor does (preprocessor/image):
+ * decode, smart_resize, exact resample, normalise, patchify. */
+static int prepare_image_file(const char *base, const char *name, int index, struct image_in *x,
+                              struct cm_diag *diag) {
+  char *path = join(base, name);
+  if (!path)
+    return -ENOMEM;
+  int r = 0;
+  uint8_t *bytes = NULL;
+  struct pp_image img = {0};
+  struct pp_image_limits lim;
+  pp_image_limits_default(&lim);
+  FILE *f = fopen(path, "rb");
+  long len = -1;
+  if (f && fseek(f, 0, SEEK_END) == 0)
+    len = ftell(f);
+  if (!f || len < 0 || (uint64_t)len > lim.max_bytes || fseek(f, 0, SEEK_SET) != 0) {
+    r = cm_diag_set(diag, f ? -CM_ELIMIT : -ENOENT, "%s: cannot read, or larger than %llu bytes",
+                    path, (unsigned long long)lim.max_bytes);
+    goto out;
+  }
+  bytes = malloc((size_t)len + 1);
+  if (!bytes || fread(bytes, 1, (size_t)len, f) != (size_t)len) {
+    r = bytes ? cm_diag_set(diag, -EIO, "%s: read error", path) : -ENOMEM;
+    goto out;
+  }
+  if ((r = pp_image_prepare_bytes(bytes, (size_t)len, (uint32_t)index, &lim, &img, diag)))
+    goto out;
+  memcpy(x->grid, img.grid_thw, sizeof(x->grid));
+  x->n_rows = img.n_patches;
+  x->n_merged = img.n_tokens;
+  x->pixels = img.pixel_values;
+  img.pixel_values = NULL;
+out:
+  pp_image_fini(&img);
+  if (f)
+    fclose(f);
+  free(bytes);
+  free(path);
+  return r;
 }
 
 static int read_input(const char *path, struct input *in, struct cm_diag *diag) {
@@ -140,10 +184,10 @@ static int read_input(const char *path, struct input *in, struct cm_diag *diag) 
       json_object *im = json_object_array_get_idx(v, (size_t)i), *f, *g;
       struct image_in *x = &in->images[i];
       if (json_object_is_type(im, json_type_string)) {
-        r = cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: images[%d] is a file path; image files "
-                        "need the image preprocessor, give {\"pixels\": X.npy, \"grid_thw\": "
-                        "[1,h,w]}", path, i);
-        goto out;
+        r = prepare_image_file(base, json_object_get_string(im), i, x, diag);
+        if (r)
+          goto out;
+        continue;
       }
       if (!json_object_object_get_ex(im, "grid_thw", &g) ||
           !json_object_is_type(g, json_type_array) || json_object_array_length(g) != 3) {
@@ -205,35 +249,6 @@ out:
   json_object_put(root);
   free(base);
   return r;
-}
-
-/* 3-axis positions (spec §8.1): text runs count on, an image run gets (P, P + row, P + col)
- * over its merged grid and advances P by max(rows, cols). */
-static void mrope_positions(const int32_t *tok, size_t n, int32_t image_id,
-                            const struct input *in, int32_t *pos, int64_t *ret_rope_delta) {
-  int64_t p = 0, max_id = -1;
-  int img = 0;
-  for (size_t i = 0; i < n;) {
-    if (tok[i] == image_id && img < in->n_images) {
-      const struct image_in *x = &in->images[img++];
-      int32_t lh = x->grid[1] / 2, lw = x->grid[2] / 2;
-      for (int32_t a = 0; a < lh; a++)
-        for (int32_t b = 0; b < lw; b++, i++) {
-          pos[i] = (int32_t)p;
-          pos[n + i] = (int32_t)(p + a);
-          pos[2 * n + i] = (int32_t)(p + b);
-        }
-      int64_t top = p + (lh > lw ? lh : lw) - 1;
-      max_id = top > max_id ? top : max_id;
-      p += lh > lw ? lh : lw;
-    } else {
-      pos[i] = pos[n + i] = pos[2 * n + i] = (int32_t)p;
-      max_id = p > max_id ? p : max_id;
-      p++;
-      i++;
-    }
-  }
-  *ret_rope_delta = max_id + 1 - (int64_t)n;
 }
 
 static json_object *float_array(const float *x, size_t n) {
@@ -308,10 +323,11 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
   }
   size_t k = 0;
   for (size_t i = 0, img = 0; i < in.n_tokens; i++) {
-    if (in.tokens[i] == cfg.image_token_id)
-      for (int64_t j = 0; j < in.images[img++].n_merged; j++)
+    if (in.tokens[i] == cfg.image_token_id) {
+      for (int64_t j = 0; j < in.images[img].n_merged; j++)
         tok[k++] = cfg.image_token_id;
-    else
+      img++;
+    } else
       tok[k++] = in.tokens[i];
   }
   if ((r = ex_qwen35_embed(m, tok, n, emb, diag)))
@@ -366,8 +382,15 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
       if (tok[i] == cfg.image_token_id)
         memcpy(emb + i * h, vis + (j++) * h, h * sizeof(float));
   }
-  int64_t rope_delta = 0;
-  mrope_positions(tok, n, cfg.image_token_id, &in, pos, &rope_delta);
+  /* 3-axis positions as get_rope_index walks them (preprocessor/image) */
+  struct pp_grid grids[MAX_IMAGES];
+  for (int i = 0; i < in.n_images; i++)
+    grids[i] = (struct pp_grid){in.images[i].grid[0], in.images[i].grid[1], in.images[i].grid[2]};
+  int32_t next_pos = 0;
+  if ((r = pp_mrope_positions(tok, n, cfg.image_token_id, grids, (size_t)in.n_images, 0, pos,
+                              &next_pos, diag)))
+    goto done;
+  int64_t rope_delta = (int64_t)next_pos - (int64_t)n;
 
   /* the forward: one pass, or a prefix snapshot and a continuation from a clone of it */
   size_t p = in.prefix_len > 0 && (size_t)in.prefix_len < n ? (size_t)in.prefix_len : 0;

@@ -3,6 +3,7 @@
  * and final GDN states must match a one-pass forward of prefix + row (≤ 1e-5 relative). Also the
  * whole model in chunked-only vs recurrent-only GDN mode, on tiny-A (ratio 2, untied) and the
  * ratio-3 tied variant, and a kept-LoRA model. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,38 @@ static void forms(struct ex_qwen35_model *m, const char *name) {
   free(a), free(b);
 }
 
+/* The optional bf16 rounding points: outputs are bf16 values and stay near the fp32 forward. */
+static void bf16_points(struct ex_qwen35_model *m) {
+  int32_t tok[70];
+  uint64_t s = 99;
+  for (size_t i = 0; i < 70; i++)
+    tok[i] = (int32_t)((test_urand(&s) + 1.0f) * 0.5f * (float)(m->cfg.vocab_size - 1));
+  float *a = run_full(m, tok, 70, NULL);
+  m->round_bf16 = true;
+  float *b = run_full(m, tok, 70, NULL);
+  size_t n = 70 * (size_t)m->cfg.hidden_size, not_bf16 = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &b[i], 4);
+    not_bf16 += (u & 0xffffu) != 0;
+  }
+  float *lg = malloc((size_t)m->cfg.vocab_size * 4);
+  ex_qwen35_logits(m, b, 1, lg);
+  for (int i = 0; i < m->cfg.vocab_size; i++) {
+    uint32_t u;
+    memcpy(&u, &lg[i], 4);
+    not_bf16 += (u & 0xffffu) != 0;
+  }
+  m->round_bf16 = false;
+  double e = test_rel_err(b, a, n);
+  printf("bf16 rounding points: rel diff to fp32 %.3e, %zu non-bf16 outputs\n", e, not_bf16);
+  if (not_bf16 || !(e > 1e-4 && e < 5e-2)) {
+    printf("FAIL bf16 rounding points\n");
+    failures++;
+  }
+  free(a), free(b), free(lg);
+}
+
 int main(void) {
   struct ex_qwen35_config cfg;
   struct ex_qwen35_model *m = NULL;
@@ -155,6 +188,7 @@ int main(void) {
     return 1;
   continuation(m, "tinyA", 11);
   forms(m, "tinyA");
+  bf16_points(m);
   ex_qwen35_model_free(m);
   test_qwen35_tiny_config(&cfg, 300, 6, true);
   if (test_qwen35_random_model(&cfg, 2, 0, &m))
