@@ -40,7 +40,7 @@ struct cm_model_dir {
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag);
 void cm_model_dir_free(struct cm_model_dir *dir);
 
-/* True for a family whose loader this build has ("qwen3_5"); the reserved names "open_jev",
+/* True for a family whose loader this build has ("qwen3_5", "open_jev"); the reserved names
  * "omnijev" and "jemm" are refused until their issues land. */
 bool cm_model_family_known(const char *family);
 

@@ -1,0 +1,168 @@
+/* The Open-Jev family behind the preprocessor's family interface (pp_family.h): loads the model
+ * constants and tokenizer from a model directory, turns a compiled request into a program (one
+ * row per candidate sequence, starting from the empty state, with a HEAD readout of the scalar
+ * head at its last token) and the result's head outputs into the response. No shared prefixes:
+ * every candidate runs alone, exactly as the reference's independent sequences. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "open_jev.h"
+#include "pp_family.h"
+#include "proto.h"
+
+#define OPEN_JEV_HEAD "open_jev_scalar" /* executor/heads/ex_head_open_jev.c */
+
+struct state {
+  struct pp_open_jev_model model; /* constants */
+  struct pp_tok *tok;             /* tokenizer, owned */
+  json_object *describe;          /* /v1/models entry, owned */
+  const char *revision;           /* x-model-revision: the checkpoint hash; borrowed */
+};
+
+struct ctx {
+  struct pp_open_jev_request *req; /* compiled request, owned */
+};
+
+static void state_free(void *p) {
+  struct state *s = p;
+  if (!s)
+    return;
+  pp_open_jev_model_fini(&s->model);
+  pp_tok_free(s->tok);
+  json_object_put(s->describe);
+  free(s);
+}
+
+static json_object *range(int lo, int hi) {
+  json_object *a = json_object_new_array();
+  json_object_array_add(a, json_object_new_int(lo));
+  json_object_array_add(a, json_object_new_int(hi));
+  return a;
+}
+
+static int load(const struct cm_model_dir *dir, void **ret_model, struct cm_diag *diag) {
+  struct state *s = calloc(1, sizeof *s);
+  if (!s)
+    return -ENOMEM;
+  int rc = pp_tok_load_file(dir->tokenizer_path, &s->tok, diag);
+  if (!rc)
+    rc = pp_open_jev_model_init(dir->manifest, s->tok, &s->model, diag);
+  if (rc) {
+    state_free(s);
+    return rc;
+  }
+  json_object *v = NULL;
+  if (json_object_object_get_ex(s->model.metadata, "checkpoint_sha256", &v) &&
+      json_object_is_type(v, json_type_string))
+    s->revision = json_object_get_string(v);
+  else
+    s->revision = "unknown";
+  json_object *d = json_object_new_object(), *al = json_object_new_array(),
+              *types = json_object_new_array(), *lim = json_object_new_object();
+  json_object_object_add(d, "id", json_object_new_string(s->model.model_id));
+  for (size_t i = 0; i < s->model.n_aliases; i++)
+    json_object_array_add(al, json_object_new_string(s->model.aliases[i]));
+  json_object_object_add(d, "aliases", al);
+  json_object_object_add(d, "family", json_object_new_string("open_jev"));
+  json_object_array_add(types, json_object_new_string("choice"));
+  json_object_array_add(types, json_object_new_string("score"));
+  json_object_array_add(types, json_object_new_string("noul"));
+  json_object_object_add(d, "question_types", types);
+  json_object_object_add(lim, "questions", range(1, PP_OPEN_JEV_MAX_QUESTIONS));
+  json_object_object_add(lim, "choice_options", range(1, PP_OPEN_JEV_MAX_CHOICE));
+  json_object_object_add(lim, "score_levels", range(PP_OPEN_JEV_MIN_SCORE, PP_OPEN_JEV_MAX_SCORE));
+  json_object_object_add(lim, "candidate_sequences", json_object_new_int(PP_OPEN_JEV_MAX_SEQUENCES));
+  json_object_object_add(d, "candidate_limits", lim);
+  json_object_object_add(d, "image_limits", json_object_new_int(0));
+  json_object_object_add(d, "max_tokens", json_object_new_int64(s->model.max_length));
+  json_object_object_add(d, "temperature", json_object_new_double(s->model.temperature));
+  s->describe = d;
+  *ret_model = s;
+  return 0;
+}
+
+static void describe(const void *model, struct pp_model_desc *ret_desc) {
+  const struct state *s = model;
+  ret_desc->id = s->model.model_id;
+  ret_desc->aliases = (const char *const *)s->model.aliases;
+  ret_desc->n_aliases = s->model.n_aliases;
+  ret_desc->revision = s->revision;
+  ret_desc->describe = s->describe;
+}
+
+static void ctx_free(void *p) {
+  struct ctx *c = p;
+  if (!c)
+    return;
+  pp_open_jev_request_free(c->req);
+  free(c);
+}
+
+static int compile(const void *model, json_object *request, const struct pp_request_info *info,
+                   struct proto_program *ret_program, void **ret_ctx, struct cm_diag *diag) {
+  (void)info;
+  const struct state *s = model;
+  struct ctx *c = calloc(1, sizeof *c);
+  if (!c)
+    return -ENOMEM;
+  int rc = pp_open_jev_compile(&s->model, request, false, &c->req, diag);
+  for (size_t i = 0; !rc && i < c->req->n_seqs; i++) {
+    uint32_t row;
+    const struct pp_open_jev_request *r = c->req;
+    rc = proto_program_add_row(ret_program, r->ids + r->seq_off[i],
+                               NULL, (uint32_t)(r->seq_off[i + 1] - r->seq_off[i]), -1, &row);
+    if (!rc)
+      rc = proto_program_add_readout(ret_program, PROTO_READOUT_HEAD, row, -1, NULL, 0,
+                                     OPEN_JEV_HEAD, NULL);
+    if (rc)
+      rc = cm_diag_set(diag, rc, "program: sequence %zu: %s", i, cm_strerror(rc));
+  }
+  if (rc) {
+    ctx_free(c);
+    return rc;
+  }
+  *ret_ctx = c;
+  return 0;
+}
+
+static int finish(const void *model, void *ctx, const struct proto_result *result,
+                  const struct pp_request_info *info, char **ret_json, size_t *ret_len,
+                  struct pp_finish_stats *ret_stats, struct cm_diag *diag) {
+  const struct state *s = model;
+  const struct ctx *c = ctx;
+  const struct pp_open_jev_request *r = c->req;
+  if (result->n_outputs != r->n_seqs)
+    return cm_diag_set(diag, -CM_EINTERNAL, "result has %u outputs for %zu sequences",
+                       result->n_outputs, r->n_seqs);
+  float *scores = malloc((r->n_seqs ? r->n_seqs : 1) * sizeof *scores);
+  if (!scores)
+    return -ENOMEM;
+  for (size_t i = 0; i < r->n_seqs; i++) {
+    if (result->n_floats[i] != 1) {
+      free(scores);
+      return cm_diag_set(diag, -CM_EINTERNAL, "head output %zu has %u values, expected 1", i,
+                         result->n_floats[i]);
+    }
+    scores[i] = result->outputs[i][0];
+  }
+  double seconds = (double)(proto_now_us() - info->compile_end_us) / 1e6;
+  int rc = pp_open_jev_finish(&s->model, r, scores, seconds, ret_json, ret_len, diag);
+  free(scores);
+  if (!rc && ret_stats) {
+    ret_stats->tokens = r->n_seqs ? r->seq_off[r->n_seqs] : 0;
+    ret_stats->decisions = r->n_questions;
+  }
+  return rc;
+}
+
+const struct pp_family pp_family_open_jev = {
+    .name = "open_jev",
+    .load = load,
+    .describe = describe,
+    .compile = compile,
+    .finish = finish,
+    .ctx_free = ctx_free,
+    .free = state_free,
+};
