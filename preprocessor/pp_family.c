@@ -7,10 +7,16 @@
 #ifdef PP_FAMILY_OPEN_JEV
 extern const struct pp_family pp_family_open_jev;
 #endif
+#ifdef PP_FAMILY_JEMM
+extern const struct pp_family pp_family_jemm;
+#endif
 
 static const struct pp_family *const families[] = {
 #ifdef PP_FAMILY_OPEN_JEV
     &pp_family_open_jev,
+#endif
+#ifdef PP_FAMILY_JEMM
+    &pp_family_jemm,
 #endif
     NULL,
 };
@@ -18,6 +24,9 @@ static const struct pp_family *const families[] = {
 static const char *const names[] = {
 #ifdef PP_FAMILY_OPEN_JEV
     "open_jev",
+#endif
+#ifdef PP_FAMILY_JEMM
+    "jemm",
 #endif
     NULL,
 };
