@@ -1,7 +1,9 @@
 /* Python's text rules as the JEMM reference meets them (spec/jemm.md §3.5-3.8): the str.isspace
  * set, flat/strip, str() and repr() of JSON values, compact json.dumps, and tool-spec summaries.
  * Integers come from json-c as int64/uint64; the values json-c clamps wider integers to are
- * refused rather than rendered wrong. Tool descriptions are parsed with json-c in strict mode. */
+ * refused rather than rendered wrong. Tool descriptions must pass Python's json.loads grammar
+ * (NaN/Infinity and duplicate keys included) before json-c parses them; a lone surrogate escape
+ * inside one becomes U+FFFD there (Python keeps it), the one known difference. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -381,6 +383,107 @@ static bool json_ws(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/* Grammar of Python's json.loads (strict=True): RFC 8259 plus NaN, Infinity, -Infinity; no raw
+ * control characters in strings, no single quotes, comments or trailing commas (json-c's strict
+ * mode lets some of those through). Duplicate keys are grammatical. Returns the end offset of
+ * one value at s[i], or 0 when there is none. */
+static size_t py_json_value(const char *s, size_t n, size_t i, int depth);
+
+static size_t py_json_ws(const char *s, size_t n, size_t i) {
+  while (i < n && json_ws(s[i]))
+    i++;
+  return i;
+}
+
+static size_t py_json_lit(const char *s, size_t n, size_t i, const char *lit) {
+  size_t k = strlen(lit);
+  return n - i >= k && memcmp(s + i, lit, k) == 0 ? i + k : 0;
+}
+
+static size_t py_json_string(const char *s, size_t n, size_t i) {
+  for (i++; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"')
+      return i + 1;
+    if (c < 0x20)
+      return 0;
+    if (c == '\\') {
+      if (++i >= n || !s[i] || !strchr("\"\\/bfnrtu", s[i]))
+        return 0;
+      if (s[i] == 'u')
+        for (int k = 0; k < 4; k++)
+          if (++i >= n || !s[i] || !strchr("0123456789abcdefABCDEF", s[i]))
+            return 0;
+    }
+  }
+  return 0;
+}
+
+static size_t py_json_number(const char *s, size_t n, size_t i) {
+  size_t a = i;
+  if (i < n && s[i] == '-')
+    i++;
+  if (i < n && s[i] == '0')
+    i++;
+  else if (i < n && s[i] >= '1' && s[i] <= '9')
+    while (i < n && s[i] >= '0' && s[i] <= '9')
+      i++;
+  else
+    return 0;
+  if (i + 1 < n && s[i] == '.' && s[i + 1] >= '0' && s[i + 1] <= '9')
+    for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+      ;
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    size_t j = i + 1;
+    if (j < n && (s[j] == '+' || s[j] == '-'))
+      j++;
+    if (j < n && s[j] >= '0' && s[j] <= '9') {
+      for (i = j; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+        ;
+    }
+  }
+  return i > a ? i : 0;
+}
+
+static size_t py_json_value(const char *s, size_t n, size_t i, int depth) {
+  i = py_json_ws(s, n, i);
+  if (i >= n || depth > 200)
+    return 0;
+  char c = s[i];
+  if (c == '"')
+    return py_json_string(s, n, i);
+  if (c == '{' || c == '[') {
+    char close = c == '{' ? '}' : ']';
+    i = py_json_ws(s, n, i + 1);
+    if (i < n && s[i] == close)
+      return i + 1;
+    for (;;) {
+      if (c == '{') {
+        if (i >= n || s[i] != '"' || !(i = py_json_string(s, n, i)))
+          return 0;
+        i = py_json_ws(s, n, i);
+        if (i >= n || s[i] != ':')
+          return 0;
+        i++;
+      }
+      if (!(i = py_json_value(s, n, i, depth + 1)))
+        return 0;
+      i = py_json_ws(s, n, i);
+      if (i < n && s[i] == close)
+        return i + 1;
+      if (i >= n || s[i] != ',')
+        return 0;
+      i = py_json_ws(s, n, i + 1);
+    }
+  }
+  size_t e;
+  if ((e = py_json_lit(s, n, i, "true")) || (e = py_json_lit(s, n, i, "false")) ||
+      (e = py_json_lit(s, n, i, "null")) || (e = py_json_lit(s, n, i, "NaN")) ||
+      (e = py_json_lit(s, n, i, "Infinity")) || (e = py_json_lit(s, n, i, "-Infinity")))
+    return e;
+  return py_json_number(s, n, i);
+}
+
 int pp_jemm_tool_text(struct pp_buf *b, const char *desc, size_t n, struct cm_diag *diag) {
   size_t a = 0, e = n;
   while (a < e && json_ws(desc[a]))
@@ -388,7 +491,7 @@ int pp_jemm_tool_text(struct pp_buf *b, const char *desc, size_t n, struct cm_di
   while (e > a && json_ws(desc[e - 1]))
     e--;
   json_object *tool = NULL;
-  if (e > a && memchr(desc + a, '\0', e - a) == NULL) {
+  if (e > a && py_json_value(desc, e, a, 0) == e && memchr(desc + a, '\0', e - a) == NULL) {
     json_tokener *tk = json_tokener_new();
     if (!tk)
       return -ENOMEM;

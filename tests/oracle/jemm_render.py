@@ -364,6 +364,15 @@ def cases():
     yield "tool_duplicate_keys", json.dumps({"questions": {"q": {"criteria": {
         "t": {"description": '{"name":"first","description":"d1","name":"second"}', "action": {"tool_name": 1}},
         "u": "plain"}}}})
+    yield "tool_json_grammar", json.dumps({"questions": {"q": {"criteria": {
+        k: {"description": d, "action": {"tool_name": k}} for k, d in (
+            ("single_quotes", "{'name':'r'}"), ("trailing_data", '{"name":"r"} x'),
+            ("raw_tab", '{"name":"a\tb"}'), ("trailing_comma", '{"name":"r",}'),
+            ("padded_escape", ' {"name":"\\u00e9 x","description":"\\n s\\u0085"}\n'),
+            ("nan_inf", '{"name":"n","v":[NaN,-Infinity],"parameters":{"p":{"default":Infinity}}}'),
+            ("comment", '{"name":"r"}/*c*/'), ("leading_zero", '{"name":"r","v":01}'),
+            ("exp_forms", '{"name":"r","parameters":{"a":{"default":1E2},"b":{"default":-0.0},'
+                          '"c":{"default":1e-7},"d":{"default":12345678901234567890}}}'))}}}})
     yield "tool_required_unhashable", json.dumps({"questions": {"q": {"criteria": {
         "t": {"description": '{"name":"x","parameters":{"required":[["a"]],"properties":{}}}',
               "action": {"tool_name": "x"}}, "u": "plain"}}}})
