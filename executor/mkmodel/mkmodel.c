@@ -3,7 +3,8 @@
  * small random PEFT LoRA adapter, for tests, the demo and benchmarks. Output is a pure function of
  * the arguments: each block of 2^18 elements of a tensor draws from its own splitmix64 stream seeded
  * by (seed, tensor name, block), so the weights depend on neither write order, layout nor thread
- * count. It leaves out training-quality init. */
+ * count. It leaves out training-quality init. The oracle fixtures pin the output by SHA-256: a
+ * change to any drawn value means regenerating them. */
 #include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>

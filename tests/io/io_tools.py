@@ -201,6 +201,30 @@ def case_mkmodel(tmp):
     export("--base", os.path.join(tmp, "k"), "--out", os.path.join(tmp, "kx"))
     check(sha(tmp + "/kx/weights.safetensors") == sha(g_ + "/weights.safetensors"),
           "mkmodel's sharded checkpoint exports to the same weights")
+    # mtp.* is skipped; F32 A_log stays F32 bit for bit; other F32 tensors round to BF16 (RNE)
+    s2 = os.path.join(tmp, "s2")
+    os.mkdir(s2)
+    for x in ("config.json", "tokenizer.json"):
+        shutil.copy(os.path.join(a, x), s2)
+    t3 = dict(src)
+    t3["mtp.fc.weight"] = ("BF16", np.ones((4, 4), np.uint16))
+    alog = np.linspace(-4.0, 0.1, 4).astype(np.float32) + np.float32(1e-7)
+    t3[L + "0.linear_attn.A_log"] = ("F32", alog)
+    rng = np.random.default_rng(0)
+    qf = (rng.standard_normal((512, 64)) * 0.05).astype(np.float32)
+    qf[0, :4] = [1.00390625, 1.01171875, -1.00390625, 1.0 + 2.0 ** -8 + 2.0 ** -20]  # ties and above
+    t3[L + "3.self_attn.q_proj.weight"] = ("F32", qf)
+    st_write(s2 + "/model.safetensors", t3)
+    export("--base", s2, "--out", os.path.join(tmp, "s2x"))
+    X = st_read(tmp + "/s2x/weights.safetensors")
+    check("mtp.fc.weight" not in X and len(X) == 89, "mtp.* skipped")
+    check(X[L + "0.linear_attn.A_log"][0] == "F32" and X[L + "0.linear_attn.A_log"][1].tobytes()
+          == alog.tobytes(), "F32 A_log kept exactly")
+    qx = X[L + "3.self_attn.q_proj.weight"]
+    check(qx[0] == "BF16" and np.array_equal(qx[1], f64_to_bf16(qf.astype(np.float64))),
+          "F32 weight rounded to BF16 half-even")
+    check(list(qx[1][0, :4]) == [0x3F80, 0x3F82, 0xBF80, 0x3F81], "bf16 ties to even")
+    check(run(OPEN_DIR, tmp + "/s2x").stdout.strip() == "ok qwen3_5 89 vision", "F32 A_log opens")
     # a wrong shape in the checkpoint is refused at export, naming file and tensor
     bad = dict(src)
     bad[L + "1.mlp.up_proj.weight"] = ("BF16", np.zeros((95, 64), np.uint16))
@@ -213,10 +237,10 @@ def case_mkmodel(tmp):
 
 def case_baddir(tmp):
     base = os.path.join(tmp, "hf")
-    mkmodel(base, "--seed", "3")
+    mkmodel(base, "--seed", "3", "--tied")  # tied: half the bytes to copy for each variant
     good = os.path.join(tmp, "good")
     export("--base", base, "--out", good)
-    check(run(OPEN_DIR, good).stdout.strip() == "ok qwen3_5 56", "good directory opens")
+    check(run(OPEN_DIR, good).stdout.strip() == "ok qwen3_5 55", "good directory opens")
     W = "weights.safetensors"
     L = "model.language_model.layers."
 
@@ -255,7 +279,7 @@ def case_baddir(tmp):
                                                          ("F16", np.zeros((128, 64), np.float16)))),
            f"{{d}}/{W}: tensor '{L}3.self_attn.k_proj.weight' has dtype F16, expected BF16")
     expect("extra", edit_weights(lambda t: t.__setitem__("mtp.fc.weight", ("BF16", np.zeros(4, np.uint16)))),
-           f"{{d}}/{W}: unexpected tensor 'mtp.fc.weight' (56 expected, 57 stored)")
+           f"{{d}}/{W}: unexpected tensor 'mtp.fc.weight' (55 expected, 56 stored)")
 
     def truncate(d):
         p = os.path.join(d, W)
