@@ -14,11 +14,13 @@
 #include "cm_qwen35.h"
 #include "cm_sha256.h"
 
-static const char *const reserved_families[] = {"omnijev", "jemm"};
+static const char *const reserved_families[] = {"omnijev"};
 
 bool cm_model_family_known(const char *family) {
   /* open_jev: a Qwen3.5 text backbone + heads.safetensors (checked by its head loader) */
-  return strcmp(family, "qwen3_5") == 0 || strcmp(family, "open_jev") == 0;
+  /* jemm: a Qwen3.5 backbone (+ kept adapter); its manifest blocks are read by the family */
+  return strcmp(family, "qwen3_5") == 0 || strcmp(family, "open_jev") == 0 ||
+         strcmp(family, "jemm") == 0;
 }
 
 static char *join(const char *dir, const char *name) {

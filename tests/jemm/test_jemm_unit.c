@@ -128,6 +128,14 @@ static void answers(const struct pp_jemm_model *m) {
             &rc, &d);
   EXPECT(rc == 0 && out && strstr(out, "\"choice\": \"zz\""), "J7 tie: %s", out ? out : d.msg);
   free(out);
+  /* finish rounds logits to bf16 (20.01 and 19.99 are both 20.0 there): a tie, first key wins */
+  float near[2] = {19.99f, 20.01f};
+  out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"zz\":\"x\",\"aa\":\"y\"}}}}", near, NULL,
+            &rc, &d);
+  EXPECT(rc == 0 && out && strstr(out, "\"choice\": \"zz\", \"probabilities\": {\"zz\": "
+                                       "0.49999999999999994, \"aa\": 0.49999999999999994}"),
+         "bf16 tie: %s", out ? out : d.msg);
+  free(out);
   /* non-finite logits are an execution error, never an answer */
   float bad[2] = {1, NAN};
   out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"a\":\"x\",\"b\":\"y\"}}}}", bad, NULL,
