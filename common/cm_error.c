@@ -81,6 +81,7 @@ int cm_error_http(int code, const char **ret_type) {
   case CM_EFORMAT:
   case CM_EUNSUPPORTED:
   case CM_EMISSING:
+  case ERANGE:
   case EINVAL: status = 422, type = "invalid_request"; break;
   case CM_EOVERLOADED: status = 503, type = "overloaded"; break;
   case CM_ENOTREADY: status = 503, type = "not_ready"; break;

@@ -50,7 +50,7 @@ void cm_diag_fini(struct cm_diag *diag);
 /* The one mapping of a code to the HTTP status and error type of spec/wire.md:
  * -CM_EJSON, -CM_EUTF8 → 400 "invalid_json"; -CM_ETOOLARGE → 413 "too_large"; -CM_EMEDIA → 415
  * "unsupported_media_type"; -CM_EREQUEST, -CM_ELIMIT, -CM_EFORMAT, -CM_EUNSUPPORTED, -CM_EMISSING,
- * -EINVAL → 422 "invalid_request"; -CM_EOVERLOADED → 503 "overloaded"; -CM_ENOTREADY → 503
+ * -EINVAL, -ERANGE → 422 "invalid_request"; -CM_EOVERLOADED → 503 "overloaded"; -CM_ENOTREADY → 503
  * "not_ready"; -CM_EUNAVAILABLE → 503 "unavailable"; -CM_ETIMEOUT, -ETIMEDOUT → 504 "timeout";
  * 0 → 200 and type NULL; anything else → 500 "internal".
  * Returns: the HTTP status; *ret_type (if non-NULL) gets a static string. */

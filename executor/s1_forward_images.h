@@ -1,5 +1,5 @@
-/* The image step of s1-forward: merged vision-tower embeddings for pixel inputs. Kept apart so
- * that the tool builds before and after the vision tower lands (one file per case). */
+/* The image step of s1-forward: merged vision-tower embeddings (ex_vision.h) for pixel inputs,
+ * kept apart from the text path of the tool. */
 #ifndef S1_FORWARD_IMAGES_H
 #define S1_FORWARD_IMAGES_H
 

@@ -34,7 +34,9 @@ struct executor {
   nng_socket sock;        /* REQ socket dialled to it */
   atomic_int state;       /* enum proto_state from the last probe (UNAVAILABLE when unreachable) */
   atomic_int in_flight;   /* programs sent and not answered */
-  char *revision;         /* from the last READY probe; guarded by probe thread only */
+  atomic_int pipes;       /* connected pipes (0: unreachable, a send would wait) */
+  atomic_int connected;   /* ever connected: before that an absent executor is still starting */
+  char reason[320];       /* why not ready, from the last probe (status thread only) */
 };
 
 struct model {
@@ -47,14 +49,15 @@ struct model {
 
 static struct {
   nng_socket front;                        /* REQ socket to the frontend */
-  struct executor ex[MAX_EXECUTORS];
-  int n_ex;
-  struct model models[MAX_MODELS];
-  int n_models;
-  int credits;
-  char worker_id[128];
+  struct executor ex[MAX_EXECUTORS];       /* executors dialled */
+  int n_ex;                                /* entries in ex */
+  struct model models[MAX_MODELS];         /* loaded models */
+  int n_models;                            /* entries in models */
+  int credits;                             /* worker threads = credits offered (--credits) */
+  char worker_id[128];                     /* "host:pid:id", sent with every message */
   atomic_int busy;                         /* workers inside a job */
-  volatile sig_atomic_t stop;
+  atomic_int serving;                      /* an executor was ready once: credits are offered */
+  volatile sig_atomic_t stop;              /* SIGTERM seen */
 } g;
 
 static int64_t mono_us(void) {
@@ -130,10 +133,15 @@ static void probe_executors(void) {
   for (int i = 0; i < g.n_ex; i++) {
     nng_msg *m = NULL;
     struct proto_health h = {0};
-    int st = PROTO_STATE_UNAVAILABLE;
-    if (roundtrip(g.ex[i].sock, &b, PROBE_TIMEOUT_MS, &m) == 0 &&
-        proto_health_decode(nng_msg_body(m), nng_msg_len(m), &h, NULL) == 0)
+    int st = atomic_load(&g.ex[i].connected) ? PROTO_STATE_UNAVAILABLE : PROTO_STATE_STARTING;
+    snprintf(g.ex[i].reason, sizeof(g.ex[i].reason), "executor %s: %s", g.ex[i].url,
+             st == PROTO_STATE_STARTING ? "not connected yet" : "unreachable");
+    if (atomic_load(&g.ex[i].pipes) > 0 && roundtrip(g.ex[i].sock, &b, PROBE_TIMEOUT_MS, &m) == 0 &&
+        proto_health_decode(nng_msg_body(m), nng_msg_len(m), &h, NULL) == 0) {
       st = (int)h.state;
+      snprintf(g.ex[i].reason, sizeof(g.ex[i].reason), "executor %s: %s", g.ex[i].url,
+               h.reason ? h.reason : "ready");
+    }
     nng_msg_free(m);
     proto_health_fini(&h);
     atomic_store(&g.ex[i].state, st);
@@ -141,11 +149,25 @@ static void probe_executors(void) {
   proto_bytes_free(&b);
 }
 
-/* The ready executor with the fewest programs in flight, or -1. */
+/* nng thread: an executor connection came or went. A lost one is unavailable at once (a REQ
+ * send without a pipe would wait for the deadline); the next probe decides when it is back. */
+static void on_executor_pipe(nng_pipe p, nng_pipe_ev ev, void *arg) {
+  (void)p;
+  struct executor *e = arg;
+  if (ev == NNG_PIPE_EV_ADD_POST) {
+    atomic_fetch_add(&e->pipes, 1);
+    atomic_store(&e->connected, 1);
+  } else if (ev == NNG_PIPE_EV_REM_POST) {
+    atomic_fetch_sub(&e->pipes, 1);
+    atomic_store(&e->state, PROTO_STATE_UNAVAILABLE);
+  }
+}
+
+/* The ready, connected executor with the fewest programs in flight, or -1. */
 static int pick_executor(void) {
   int best = -1, best_n = 0;
   for (int i = 0; i < g.n_ex; i++) {
-    if (atomic_load(&g.ex[i].state) != PROTO_STATE_READY)
+    if (atomic_load(&g.ex[i].state) != PROTO_STATE_READY || atomic_load(&g.ex[i].pipes) <= 0)
       continue;
     int n = atomic_load(&g.ex[i].in_flight);
     if (best < 0 || n < best_n)
@@ -155,19 +177,23 @@ static int pick_executor(void) {
 }
 
 static enum proto_state overall_state(uint32_t *ret_ready, const char **ret_reason) {
-  uint32_t ready = 0, starting = 0;
+  uint32_t ready = 0;
+  int starting = -1, other = -1;
   for (int i = 0; i < g.n_ex; i++) {
     int s = atomic_load(&g.ex[i].state);
     ready += s == PROTO_STATE_READY;
-    starting += s == PROTO_STATE_STARTING;
+    if (s == PROTO_STATE_STARTING && starting < 0)
+      starting = i;
+    if (s == PROTO_STATE_UNAVAILABLE && other < 0)
+      other = i;
   }
   *ret_ready = ready;
-  if (starting) {
-    *ret_reason = "an executor is still warming up";
+  if (starting >= 0) {
+    *ret_reason = g.ex[starting].reason;
     return PROTO_STATE_STARTING;
   }
   if (!ready) {
-    *ret_reason = "no executor is ready (retired or unreachable)";
+    *ret_reason = other >= 0 ? g.ex[other].reason : "no executor is ready";
     return PROTO_STATE_UNAVAILABLE;
   }
   *ret_reason = NULL;
@@ -189,6 +215,8 @@ static void *status_thread(void *arg) {
     const char *reason = NULL;
     s.state = overall_state(&s.executors_ready, &reason);
     s.reason = (char *)reason;
+    if (s.state == PROTO_STATE_READY)
+      atomic_store(&g.serving, 1);
     struct proto_bytes b = {0};
     nng_msg *m = NULL;
     if (proto_status_encode(&s, &b) == 0 && roundtrip(g.front, &b, PROBE_TIMEOUT_MS, &m) == 0)
@@ -357,6 +385,9 @@ static void *worker_thread(void *arg) {
   struct proto_ask ask = {.worker = g.worker_id};
   if (nng_ctx_open(&ctx, g.front) || nng_aio_alloc(&aio, NULL, NULL))
     return NULL;
+  /* no credit before an executor has finished its warm-up: a job would only fail here */
+  while (!g.stop && !atomic_load(&g.serving))
+    usleep(20000);
   while (!g.stop) {
     struct proto_bytes b = {0};
     nng_msg *m = NULL;
@@ -509,6 +540,8 @@ int main(int argc, char **argv) {
         (rv = nng_socket_set_size(e->sock, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||
         (rv = nng_socket_set_ms(e->sock, NNG_OPT_RECONNMINT, 50)) ||
         (rv = nng_socket_set_ms(e->sock, NNG_OPT_RECONNMAXT, 500)) ||
+        (rv = nng_pipe_notify(e->sock, NNG_PIPE_EV_ADD_POST, on_executor_pipe, e)) ||
+        (rv = nng_pipe_notify(e->sock, NNG_PIPE_EV_REM_POST, on_executor_pipe, e)) ||
         (rv = nng_dial(e->sock, e->url, NULL, NNG_FLAG_NONBLOCK))) {
       fprintf(stderr, "s1-preprocessor: executor %s: %s\n", e->url, nng_strerror(rv));
       return 1;

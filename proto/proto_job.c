@@ -120,7 +120,7 @@ static int reply_read(const msgpack_object *o, struct proto_reply *ret, struct c
     for (int i = 0; i < 4 && !r; i++)
       r = rd_i64(&t->ptr[i], 0, INT64_MAX / 4, "reply.t[]", &tv[i], diag);
   }
-  if (!r && rp.status != 200 && !rp.error_type)
+  if (!r && st != 200 && !rp.error_type)
     r = cm_diag_set(diag, -CM_EFORMAT, "reply.etype: required for status %lld", (long long)st);
   if (r) {
     proto_reply_fini(&rp);

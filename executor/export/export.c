@@ -17,6 +17,7 @@
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
 #include "export_jemm.h"
+#include "open_jev_export.h"
 
 #define EXPORT_VERSION "s1-export 0.1.0"
 
@@ -362,7 +363,8 @@ static void usage(FILE *f) {
   fprintf(f, "usage: s1-export --family qwen3_5|jemm --base HF_DIR [--adapter PEFT_DIR]\n"
              "                 [--lora merge|keep] [--chat CHAT.json] --out DIR\n"
              "  --lora: qwen3_5 merges by default; jemm keeps the adapter as fp32 factors\n"
-             "  --chat: jemm's chat wrapper {prefix, suffix} (recipe/jemm/chat_wrapper.py)\n");
+             "  --chat: jemm's chat wrapper {prefix, suffix} (recipe/jemm/chat_wrapper.py)\n"
+             "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n");
 }
 
 int main(int argc, char **argv) {
@@ -376,6 +378,9 @@ int main(int argc, char **argv) {
                                      {"chat", required_argument, 0, 'c'},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
+  for (int i = 1; i + 1 < argc; i++) /* --family open_jev: executor/export/open_jev_export.c */
+    if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "open_jev") == 0)
+      return ex_export_open_jev_main(argc, argv, main);
   int c;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {

@@ -1,7 +1,8 @@
 /* s1-executor: owns one model on one device and runs programs. The nng REP socket has a few
  * contexts whose callbacks answer health probes at once and hand programs to the one compute
  * thread (main). Ready only after a warm-up program; a sticky error retires it (health
- * UNAVAILABLE, every later program refused), so no request ever gets a wrong answer. */
+ * UNAVAILABLE, every later program refused, then exit 3 for the supervisor to restart it), so no
+ * request ever gets a wrong answer. */
 #include <errno.h>
 #include <getopt.h>
 #include <nng/nng.h>
@@ -22,6 +23,7 @@
 #include "proto_status.h"
 
 #define N_CTX 8
+#define RETIRE_EXIT_S 5 /* a retired executor answers 503 this long, then exits 3 (restart) */
 #define RECV_MAX_BYTES ((size_t)1 << 30)
 
 enum slot_phase { SLOT_RECV, SLOT_WAIT, SLOT_SEND };
@@ -36,8 +38,8 @@ struct slot {
 };
 
 static struct {
-  nng_socket sock;
-  struct slot slots[N_CTX];
+  nng_socket sock;           /* REP socket preprocessors dial */
+  struct slot slots[N_CTX];  /* its contexts */
   pthread_mutex_t mu;        /* guards the queue */
   pthread_cond_t cv;         /* signals work or stop */
   struct slot *head, *tail;  /* FIFO of programs */
@@ -45,7 +47,7 @@ static struct {
   atomic_ullong programs;    /* programs run */
   char *model_id, *revision; /* for health replies (set once before READY) */
   char reason[256];          /* why not ready */
-  volatile sig_atomic_t stop;
+  volatile sig_atomic_t stop; /* SIGTERM seen */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static int64_t mono_us(void) {
@@ -270,12 +272,14 @@ int main(int argc, char **argv) {
     snprintf(g.reason, sizeof(g.reason), "warm-up");
     r = warmup(runner, &diag);
   }
+  int64_t retired_us = 0;
   if (r) {
     fprintf(stderr, "s1-executor: %s: %s (%s); retired\n", model,
             diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
     snprintf(g.reason, sizeof(g.reason), "model failed to load or warm up: %s",
              diag.msg ? diag.msg : cm_strerror(r));
     atomic_store(&g.state, PROTO_STATE_UNAVAILABLE);
+    retired_us = mono_us();
   } else {
     fprintf(stderr, "s1-executor: %s ready on %s (model %s, revision %s, load + warm-up %.1f ms)\n",
             model, url, g.model_id, g.revision, (double)(mono_us() - t0) / 1000.0);
@@ -284,9 +288,15 @@ int main(int argc, char **argv) {
   cm_diag_fini(&diag);
 
   uint64_t seq = 0;
+  int rc = 0;
   while (!g.stop) {
+    if (retired_us && mono_us() - retired_us > (int64_t)RETIRE_EXIT_S * 1000000) {
+      fprintf(stderr, "s1-executor: retired; exiting for the supervisor to restart it\n");
+      rc = 3;
+      break;
+    }
     pthread_mutex_lock(&g.mu);
-    while (!g.head && !g.stop) {
+    if (!g.head && !g.stop) { /* one wait: the loop re-checks retirement every second */
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       ts.tv_sec += 1;
@@ -319,6 +329,7 @@ int main(int argc, char **argv) {
         snprintf(g.reason, sizeof(g.reason), "retired after: %s",
                  diag.msg ? diag.msg : cm_strerror(r));
         atomic_store(&g.state, PROTO_STATE_UNAVAILABLE);
+        retired_us = mono_us();
         proto_result_set_error(&res, -CM_EUNAVAILABLE, "executor retired");
       }
     }
@@ -354,5 +365,5 @@ int main(int argc, char **argv) {
   cm_model_dir_free(dir);
   free(g.model_id);
   free(g.revision);
-  return 0;
+  return rc;
 }

@@ -2,6 +2,7 @@
  * token maps, the merge-rank table, the added-token tries, normalizer and pre-tokenizer steps.
  * Anything the encoder would not reproduce exactly is refused here, with the component named. */
 #include "pp_tok_internal.h"
+#include "pp_tok_unicode.h"
 
 #include <errno.h>
 #include <json-c/json.h>
@@ -239,12 +240,161 @@ static int load_normalizer(struct pp_tok *tok, json_object *o, struct cm_diag *d
                      t);
 }
 
+/* The reference compiles Split regexes with Oniguruma (Ruby syntax, Unicode 16). PCRE2 with UCP
+ * agrees on lookarounds, (?i) and alternation order, but not on every class: PCRE2's \s also
+ * matches U+180E (Oniguruma's is Unicode White_Space), \h and \v mean hex digit and vertical tab
+ * in Ruby, \w differs in marks and No, and PCRE2 10.42's Unicode 14 tables lack the letters,
+ * marks and numbers added since (pp_tok_unicode.h, measured). Those are rewritten to explicit
+ * classes; a negated shorthand inside a class has no such rewrite and is refused. */
+#define WS_CLASS "\\t\\n\\x0b\\f\\r\\x20\\x85\\xa0\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+#define WORD_CLASS "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200c}\\x{200d}"
+#define HEX_CLASS "0-9a-fA-F"
+
+struct strbuf {
+  char *p;    /* bytes */
+  size_t n;   /* used */
+  size_t cap; /* allocated */
+  bool oom;   /* an append failed */
+};
+
+static void sb_add(struct strbuf *b, const char *s, size_t n) {
+  if (b->oom)
+    return;
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    while (cap < b->n + n + 1)
+      cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+}
+
+static void sb_str(struct strbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+/* The extra ranges of general category `name` (name_len bytes), or NULL. */
+static const char *unicode_extra(const char *name, size_t name_len) {
+  for (size_t i = 0; i < sizeof(TOK_UNICODE_EXTRA) / sizeof(TOK_UNICODE_EXTRA[0]); i++)
+    if (strlen(TOK_UNICODE_EXTRA[i].name) == name_len &&
+        memcmp(TOK_UNICODE_EXTRA[i].name, name, name_len) == 0)
+      return TOK_UNICODE_EXTRA[i].extra;
+  return NULL;
+}
+
+static int translate_pattern(const char *pat, size_t n, char **ret, size_t *ret_n,
+                             struct cm_diag *diag) {
+  struct strbuf b = {0};
+  bool in_class = false;
+  size_t class_start = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = pat[i];
+    if (c == '\\' && i + 1 < n) {
+      char e = pat[i + 1];
+      const char *base = NULL, *extra = NULL;
+      size_t skip = 2; /* pattern bytes consumed */
+      char prop[16];
+      bool negated = false;
+      switch (e) {
+      case 's': case 'S': base = WS_CLASS; negated = e == 'S'; break;
+      case 'w': case 'W': base = WORD_CLASS; negated = e == 'W'; break;
+      case 'h': case 'H': base = HEX_CLASS; negated = e == 'H'; break;
+      case 'v': base = "\\x0b"; break;
+      case 'p': case 'P': {
+        const char *name = pat + i + 2;
+        size_t len = 0;
+        if (i + 2 < n && pat[i + 2] == '{') {
+          const char *close = memchr(pat + i + 3, '}', n - i - 3);
+          if (close) {
+            name = pat + i + 3;
+            len = (size_t)(close - name);
+            skip = 3 + len + 1;
+          }
+        } else if (i + 2 < n) {
+          len = 1;
+          skip = 3;
+        }
+        extra = len ? unicode_extra(name, len) : NULL;
+        if (extra && len < sizeof(prop) - 6) {
+          snprintf(prop, sizeof(prop), "\\p{%.*s}", (int)len, name);
+          base = prop;
+          negated = e == 'P';
+        } else {
+          extra = NULL;
+        }
+        break;
+      }
+      case 'Q':
+        free(b.p);
+        return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                           "tokenizer.json: unsupported component Split regex with \\Q");
+      default:
+        break;
+      }
+      if (!base) {
+        sb_add(&b, pat + i, 2);
+        i++;
+        continue;
+      }
+      i += skip - 1;
+      if (in_class) {
+        if (negated) {
+          free(b.p);
+          return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                             "tokenizer.json: unsupported component Split regex with \\%c "
+                             "inside a class", e);
+        }
+        sb_str(&b, base);
+        if (extra)
+          sb_str(&b, extra);
+      } else {
+        sb_str(&b, negated ? "[^" : "[");
+        sb_str(&b, base);
+        if (extra)
+          sb_str(&b, extra);
+        sb_str(&b, "]");
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      class_start = b.n + 1;
+    } else if (in_class && c == ']') {
+      /* a ']' right after '[' or '[^' is a literal */
+      bool first = b.n == class_start || (b.n == class_start + 1 && b.p[class_start] == '^');
+      if (!first)
+        in_class = false;
+    }
+    sb_add(&b, &c, 1);
+  }
+  if (b.oom) {
+    free(b.p);
+    return -ENOMEM;
+  }
+  *ret = b.p;
+  *ret_n = b.n;
+  return 0;
+}
+
 static int compile_stage(struct tok_stage *st, const char *pat, size_t n, bool literal,
                          struct cm_diag *diag) {
   int err;
   PCRE2_SIZE off;
   uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
+  char *tr = NULL;
+  if (!literal) {
+    int rc = translate_pattern(pat, n, &tr, &n, diag);
+    if (rc)
+      return rc;
+    pat = tr;
+  }
   st->re = pcre2_compile((PCRE2_SPTR)pat, n, opts, &err, &off, NULL);
+  free(tr);
   if (!st->re) {
     PCRE2_UCHAR msg[160];
     pcre2_get_error_message(err, msg, sizeof(msg));

@@ -4,7 +4,11 @@ a prefix split at 64 tokens is bit-identical to the one-pass forward (chunk grid
 splits agree within 1e-5, readouts resolve negative positions, image embeddings are scattered, and
 each bad input is refused with a message naming the problem. Standard library only.
 
+An image file given by path (decoded and prepared by preprocessor/image, then the vision tower)
+must give the same bits as its pixel rows from s1-pixels given as .npy.
+
 Usage: s1_forward_cli.py --mkmodel BIN --export BIN --forward BIN --tokenizer FILE
+                         --pixels S1_PIXELS_BIN --image PNG
 """
 import argparse
 import json
@@ -29,19 +33,19 @@ def npy(path, rows, cols, dtype="<f4", fill=0.01):
 
 def main():
     ap = argparse.ArgumentParser()
-    for k in ("mkmodel", "export", "forward", "tokenizer"):
+    for k in ("mkmodel", "export", "forward", "tokenizer", "pixels", "image"):
         ap.add_argument("--" + k, required=True)
     a = ap.parse_args()
     w = tempfile.mkdtemp(prefix="s1_forward_cli_")
     fails = []
 
-    def fwd(inp, extra=()):
+    def fwd(inp, extra=(), model="m"):
         ip, op = os.path.join(w, "in.json"), os.path.join(w, "out.json")
         if os.path.exists(op):
             os.remove(op)
         with open(ip, "w") as f:
             f.write(inp if isinstance(inp, str) else json.dumps(inp))
-        p = subprocess.run([a.forward, "--model", os.path.join(w, "m"), "--input", ip,
+        p = subprocess.run([a.forward, "--model", os.path.join(w, model), "--input", ip,
                             "--output", op] + list(extra), capture_output=True, text=True)
         return p.returncode, p.stderr, (json.load(open(op)) if p.returncode == 0 else None)
 
@@ -112,6 +116,37 @@ def main():
             rc, err, _ = fwd(inp)
             if rc == 0 or needle not in err:
                 fails.append(f"refusal '{name}': rc {rc}, stderr {err.strip()!r} lacks {needle!r}")
+        # an image file vs its s1-pixels rows, on a checkpoint with the vision tower
+        subprocess.run([a.mkmodel, "--shape", "tiny", "--tied", "--vision", "--seed", "6",
+                        "--tokenizer", a.tokenizer, "--out", hf + "v"], check=True,
+                       capture_output=True)
+        subprocess.run([a.export, "--family", "qwen3_5", "--base", hf + "v", "--out",
+                        os.path.join(w, "mv")], check=True, capture_output=True)
+        pdir = os.path.join(w, "px")
+        subprocess.run([a.pixels, a.image, "--out", pdir], check=True, capture_output=True)
+        meta = json.load(open(os.path.join(pdir, "0.json")))
+        raw = open(os.path.join(pdir, "0.f32"), "rb").read()
+        hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 1536), }" % meta["n_patches"]
+        h = hdr.encode()
+        h += b" " * ((64 - (10 + len(h) + 1) % 64) % 64) + b"\n"
+        with open(os.path.join(w, "p.npy"), "wb") as f:
+            f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + raw)
+        itoks = toks[:3] + [vs, img_id, ve] + toks[3:5]
+        r1 = fwd({"tokens": itoks, "readout": [4, -1], "images": [os.path.abspath(a.image)]},
+                 model="mv")
+        r2 = fwd({"tokens": itoks, "readout": [4, -1],
+                  "images": [{"pixels": "p.npy", "grid_thw": meta["grid_thw"]}]}, model="mv")
+        if r1[0] or r2[0]:
+            fails.append(f"image file / pixels runs failed: {r1[1]}{r2[1]}")
+        elif r1[2] != r2[2] or r1[2]["n_tokens"] != 7 + meta["n_image_tokens"]:
+            fails.append("image file and its s1-pixels rows give different results")
+        else:
+            print(f"image file {os.path.basename(a.image)}: grid {meta['grid_thw']}, "
+                  f"{r1[2]['n_tokens']} tokens, equal to its pixel rows")
+        rc, err, _ = fwd({"tokens": itoks, "readout": [-1],
+                          "images": [{"pixels": "p.npy", "grid_thw": meta["grid_thw"]}]})
+        if rc == 0 or "no vision tower" not in err:
+            fails.append(f"pixels on a text-only directory: rc {rc} {err!r}")
         rc, err, _ = fwd({"tokens": [1]}, ["--device", "cuda:0"])
         if rc == 0 or "not available" not in err:
             fails.append(f"--device cuda:0 accepted: {err!r}")

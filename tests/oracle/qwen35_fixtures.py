@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -67,11 +66,6 @@ def markers():
                                    "get_vision_interpolation_indices_and_weights",
                                    "mm_token_type_ids", "torch_chunk_gated_delta_rule",
                                    "torch_recurrent_gated_delta_rule")}
-    m = re.search(r"def torch_chunk_gated_delta_rule\((.|\n)*?return", src)
-    if m:
-        body = m.group(0)
-        i_l2, i_f32 = body.find("l2norm"), body.find("torch.float32")
-        out["V1_l2norm_after_fp32_cast"] = (i_l2 > i_f32 >= 0)
     return out
 
 

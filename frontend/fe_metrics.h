@@ -1,0 +1,41 @@
+/* Counters and latency histograms of the frontend, rendered as Prometheus text (version 0.0.4).
+ * Pure data: the loop thread updates them, /metrics renders them; no locking (one thread). */
+#ifndef S1_FE_METRICS_H
+#define S1_FE_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FE_HIST_BUCKETS 14 /* upper bounds, seconds: 0.001 … 60, then +Inf */
+
+/* One latency histogram. */
+struct fe_hist {
+  uint64_t counts[FE_HIST_BUCKETS + 1]; /* per bucket (not cumulative); last is +Inf */
+  double sum_s;                         /* sum of observations, seconds */
+  uint64_t n;                           /* observations */
+};
+
+enum fe_stage { FE_STAGE_QUEUE, FE_STAGE_PREPROCESS, FE_STAGE_EXECUTE, FE_STAGE_TOTAL, FE_STAGE_COUNT };
+
+struct fe_metrics {
+  uint64_t by_status[6][100];          /* requests answered on /v1/systemone by status [1xx..5xx] */
+  struct fe_hist stage[FE_STAGE_COUNT]; /* latency histograms */
+  uint64_t tokens;                     /* input tokens of answered requests */
+  uint64_t decisions;                  /* questions answered */
+  uint64_t queue_depth;                /* gauge: requests waiting for a credit */
+  uint64_t in_flight;                  /* gauge: requests at a preprocessor */
+  uint64_t credits;                    /* gauge: idle credits held */
+  uint64_t preprocessors;              /* gauge: connected preprocessors */
+};
+
+/* Records one observation in µs. */
+void fe_hist_observe(struct fe_hist *h, int64_t us);
+
+/* Counts one answered request. */
+void fe_metrics_count_status(struct fe_metrics *m, int status);
+
+/* Renders the Prometheus text. Ownership: *ret_text heap (free()), *ret_len its length.
+ * Returns 0 or -ENOMEM. */
+int fe_metrics_render(const struct fe_metrics *m, char **ret_text, size_t *ret_len);
+
+#endif

@@ -1,0 +1,904 @@
+/* s1-frontend: the HTTP face of s1serve (h2o event loop, one thread). Enforces content type and
+ * body size (h2o refuses an oversize body while reading; a filter gives that 413 the error shape),
+ * gives each request an id and a deadline, keeps a bounded queue (full: fast 503 + Retry-After),
+ * and hands jobs to preprocessors through a credit pool: the preprocessors are REQ sockets that
+ * ask for work, this process is the REP side holding one context per outstanding credit. nng
+ * callbacks only post events to the loop; every request and all state live on the loop thread. */
+#include <errno.h>
+#include <getopt.h>
+#include <h2o.h>
+#include <json-c/json.h>
+#include <netinet/in.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fe_metrics.h"
+#include "proto_job.h"
+#include "proto_status.h"
+
+#define MAX_WORKERS 256
+#define WORKER_STALE_US 2000000 /* a preprocessor not heard from for 2 s is gone */
+#define TICK_MS 20
+#define RECV_MAX_BYTES ((size_t)64 << 20)
+
+enum slot_phase { SLOT_RECV, SLOT_HOLD, SLOT_SEND };
+enum ev_type { EV_RECV, EV_SEND_FAILED, EV_PIPE_REM };
+enum pend_state { PEND_QUEUED, PEND_IN_FLIGHT };
+
+/* One REP context: receiving, holding a credit (an ASK waiting for a job) or sending. */
+struct slot {
+  nng_ctx ctx;           /* REP context */
+  nng_aio *aio;          /* its aio (callback on_aio) */
+  enum slot_phase phase; /* touched by the loop, and by the callback only while not HOLD */
+  uint32_t pipe;         /* pipe of the ASK held */
+  uint64_t job_id;       /* job being sent */
+  h2o_linklist_t link;   /* in g.credits while HOLD */
+};
+
+/* An event from an nng thread to the loop. */
+struct ev {
+  h2o_multithread_message_t super; /* queue link */
+  enum ev_type type;               /* what happened */
+  struct slot *slot;               /* EV_RECV: the context that received */
+  nng_msg *msg;   /* EV_RECV: the message received (owned by the event) */
+  uint64_t job_id; /* EV_SEND_FAILED */
+  uint32_t pipe;   /* EV_PIPE_REM */
+};
+
+/* One POST waiting for its answer; allocated from the request's pool. */
+struct pending {
+  h2o_req_t *req;      /* the HTTP request (valid until answered) */
+  uint64_t job_id;     /* id of its job */
+  char *rid;           /* x-request-id, in the request pool */
+  char *model_header;  /* x-model header value or NULL */
+  int64_t deadline_us; /* proto_now_us clock */
+  int64_t start_us;    /* monotonic, arrival */
+  int64_t dispatch_us; /* monotonic, handed to a preprocessor */
+  enum pend_state state; /* queued or in flight */
+  uint32_t pipe;       /* preprocessor pipe while in flight */
+  h2o_linklist_t link; /* in g.queue or g.in_flight */
+};
+
+struct worker {
+  char *id;                 /* preprocessor id */
+  uint32_t pipe;            /* its pipe */
+  int64_t seen_us;          /* monotonic, last message */
+  struct proto_status st;   /* last STATUS (zeroed until one arrives) */
+  int has_status;           /* st is set */
+};
+
+static struct {
+  h2o_globalconf_t config;          /* h2o configuration (one host, one path) */
+  h2o_context_t ctx;                /* the one h2o context and its event loop */
+  h2o_accept_ctx_t accept_ctx;      /* for h2o_accept */
+  h2o_socket_t *listener;           /* HTTP listen socket; NULL once draining */
+  h2o_multithread_queue_t *mq;      /* nng threads → loop */
+  h2o_multithread_receiver_t recv;  /* its receiver (on_messages) */
+  h2o_timeout_t tick;               /* TICK_MS timer */
+  h2o_timeout_entry_t tick_entry;   /* its entry (on_tick) */
+  nng_socket pool;                  /* REP socket the preprocessors dial */
+  struct slot *slots;               /* [n_slots] REP contexts */
+  int n_slots;                      /* = --contexts */
+  h2o_linklist_t credits;           /* slots holding a credit */
+  h2o_linklist_t queue;             /* pending, waiting for a credit */
+  h2o_linklist_t in_flight;         /* pending, sent to a preprocessor */
+  size_t queue_len, queue_max;      /* queued now, and the bound (--queue) */
+  size_t max_body;                  /* body limit, bytes (--max-body) */
+  int64_t timeout_us;               /* request deadline after arrival (--timeout-ms) */
+  uint64_t next_job;                /* last job id handed out */
+  struct worker workers[MAX_WORKERS]; /* known preprocessors */
+  int n_workers;                    /* entries in workers */
+  struct fe_metrics metrics;        /* /metrics */
+  volatile sig_atomic_t term;       /* SIGTERM seen (signal handler) */
+  int draining;                     /* admission stopped */
+} g;
+
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void on_term(int sig) {
+  (void)sig;
+  g.term = 1;
+}
+
+/* ---- HTTP answers --------------------------------------------------------------------------- */
+
+static const char *reason_of(int status) {
+  switch (status) {
+  case 200: return "OK";
+  case 400: return "Bad Request";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 413: return "Payload Too Large";
+  case 415: return "Unsupported Media Type";
+  case 422: return "Unprocessable Entity";
+  case 500: return "Internal Server Error";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  default: return "Status";
+  }
+}
+
+static void add_hdr(h2o_req_t *req, const char *name, const char *value, size_t n) {
+  h2o_iovec_t v = h2o_strdup(&req->pool, value, n);
+  h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, v.base, v.len);
+}
+
+/* Sends status + JSON body with the headers of wire.md. body is copied. */
+static void respond(h2o_req_t *req, int status, const char *body, size_t n, const char *rid,
+                    const struct proto_timings *t, const char *revision, int retry_after_s) {
+  req->res.status = status;
+  req->res.reason = reason_of(status);
+  h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                 H2O_STRLIT("application/json"));
+  if (rid)
+    add_hdr(req, "x-request-id", rid, strlen(rid));
+  char st[160];
+  struct proto_timings z = {0};
+  if (!t)
+    t = &z;
+  int k = snprintf(st, sizeof(st), "queue;dur=%.3f, preprocess;dur=%.3f, execute;dur=%.3f, "
+                   "finish;dur=%.3f", (double)t->queue_us / 1000.0,
+                   (double)t->preprocess_us / 1000.0, (double)t->execute_us / 1000.0,
+                   (double)t->finish_us / 1000.0);
+  add_hdr(req, "server-timing", st, (size_t)k);
+  if (revision)
+    add_hdr(req, "x-model-revision", revision, strlen(revision));
+  if (retry_after_s > 0) {
+    k = snprintf(st, sizeof(st), "%d", retry_after_s);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL,
+                   h2o_strdup(&req->pool, st, (size_t)k).base, (size_t)k);
+  }
+  req->res.content_length = n;
+  h2o_send_inline(req, body, n);
+}
+
+/* The error shape of wire.md, {"error": {"type", "message"}}, JSON-escaped by json-c. */
+static void respond_shape(h2o_req_t *req, int status, const char *type, const char *message,
+                          const char *rid, int retry_after_s) {
+  json_object *root = json_object_new_object(), *err = json_object_new_object();
+  json_object_object_add(err, "type", json_object_new_string(type));
+  json_object_object_add(err, "message", json_object_new_string(message ? message : type));
+  json_object_object_add(root, "error", err);
+  size_t n = 0;
+  const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
+                                                    JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+  respond(req, status, s, n, rid, NULL, NULL, retry_after_s);
+  json_object_put(root);
+}
+
+/* The error answer for a code (cm_error_http is the one mapping). */
+static void respond_error(h2o_req_t *req, int code, const char *message, const char *rid,
+                          int retry_after_s) {
+  const char *type = NULL;
+  int status = cm_error_http(code, &type);
+  if (!type)
+    type = "internal", status = 500;
+  respond_shape(req, status, type, message, rid, retry_after_s);
+}
+
+static void respond_plain_error(h2o_req_t *req, int status, const char *type, const char *message,
+                                const char *rid) {
+  respond_shape(req, status, type, message, rid, 0);
+}
+
+static char *request_id(h2o_req_t *req);
+
+/* ---- the 413 shape filter ------------------------------------------------------------------- */
+
+/* h2o answers an oversize body itself (text/plain). This filter replaces that answer's body with
+ * the error shape; everything else passes through untouched. */
+static const char too_large_body[] =
+    "{\"error\":{\"type\":\"too_large\",\"message\":\"body: larger than the limit\"}}";
+
+static void too_large_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n,
+                           h2o_send_state_t state) {
+  (void)bufs, (void)n;
+  if (h2o_send_state_is_in_progress(state)) {
+    h2o_ostream_send_next(self, req, NULL, 0, state);
+    return;
+  }
+  h2o_iovec_t b = h2o_iovec_init(too_large_body, sizeof(too_large_body) - 1);
+  h2o_ostream_send_next(self, req, &b, 1, state);
+}
+
+static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+  (void)self;
+  if (req->res.status == 413) {
+    ssize_t i = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (i >= 0)
+      req->res.headers.entries[i].value = h2o_iovec_init(H2O_STRLIT("application/json"));
+    req->res.content_length = sizeof(too_large_body) - 1;
+    char *rid = request_id(req);
+    add_hdr(req, "x-request-id", rid, strlen(rid));
+    add_hdr(req, "server-timing", H2O_STRLIT("queue;dur=0.000, preprocess;dur=0.000, "
+                                             "execute;dur=0.000, finish;dur=0.000"));
+    fe_metrics_count_status(&g.metrics, 413);
+    h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
+    o->do_send = too_large_send;
+    slot = &o->next;
+  }
+  h2o_setup_next_ostream(req, slot);
+}
+
+/* ---- preprocessors and credits -------------------------------------------------------------- */
+
+static struct worker *worker_by_id(const char *id, uint32_t pipe) {
+  for (int i = 0; i < g.n_workers; i++)
+    if (strcmp(g.workers[i].id, id) == 0) {
+      g.workers[i].pipe = pipe;
+      return &g.workers[i];
+    }
+  if (g.n_workers == MAX_WORKERS)
+    return NULL;
+  struct worker *w = &g.workers[g.n_workers];
+  memset(w, 0, sizeof(*w));
+  if (!(w->id = strdup(id)))
+    return NULL;
+  w->pipe = pipe;
+  g.n_workers++;
+  return w;
+}
+
+static void worker_remove(int i) {
+  free(g.workers[i].id);
+  proto_status_fini(&g.workers[i].st);
+  g.workers[i] = g.workers[--g.n_workers];
+}
+
+/* Health of the pool: 0 when at least one preprocessor serves (reports READY), else the code and
+ * reason: not_ready while none is connected or all are starting, unavailable when the connected
+ * ones have no executor left. A preprocessor joining later (still starting) changes nothing. */
+static int pool_state(const char **ret_reason) {
+  int any = 0, starting = 0, ready = 0;
+  const char *why = NULL;
+  for (int i = 0; i < g.n_workers; i++) {
+    if (!g.workers[i].has_status)
+      continue;
+    any = 1;
+    const struct proto_status *s = &g.workers[i].st;
+    if (s->state == PROTO_STATE_STARTING)
+      starting = 1;
+    else if (s->state == PROTO_STATE_READY)
+      ready++;
+    else
+      why = s->reason;
+  }
+  if (ready) {
+    *ret_reason = NULL;
+    return 0;
+  }
+  if (!any || (starting && !why)) {
+    *ret_reason = any ? "warm-up not finished" : "no preprocessor connected";
+    return -CM_ENOTREADY;
+  }
+  *ret_reason = why ? why : "no executor available";
+  return -CM_EUNAVAILABLE;
+}
+
+static void slot_recv(struct slot *s) {
+  s->phase = SLOT_RECV;
+  nng_ctx_recv(s->ctx, s->aio);
+}
+
+static void slot_send(struct slot *s, const struct proto_bytes *b) {
+  nng_msg *m = NULL;
+  if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, b->data, b->len) != 0) {
+    nng_msg_free(m);
+    slot_recv(s);
+    return;
+  }
+  s->phase = SLOT_SEND;
+  nng_aio_set_msg(s->aio, m);
+  nng_ctx_send(s->ctx, s->aio);
+}
+
+/* Finishes a pending request with a reply from a preprocessor. */
+static void answer(struct pending *p, const struct proto_reply *rp) {
+  struct proto_timings t = rp->timings;
+  int64_t now = mono_us();
+  t.queue_us = p->dispatch_us - p->start_us;
+  fe_metrics_count_status(&g.metrics, rp->status);
+  fe_hist_observe(&g.metrics.stage[FE_STAGE_QUEUE], t.queue_us);
+  fe_hist_observe(&g.metrics.stage[FE_STAGE_PREPROCESS], t.preprocess_us);
+  fe_hist_observe(&g.metrics.stage[FE_STAGE_EXECUTE], t.execute_us);
+  fe_hist_observe(&g.metrics.stage[FE_STAGE_TOTAL], now - p->start_us);
+  g.metrics.tokens += rp->tokens;
+  g.metrics.decisions += rp->decisions;
+  h2o_linklist_unlink(&p->link);
+  g.metrics.in_flight--;
+  respond(p->req, rp->status, rp->body, rp->n_body, p->rid, &t, rp->model_revision, 0);
+}
+
+static void fail_pending(struct pending *p, int code, const char *message) {
+  fe_metrics_count_status(&g.metrics, cm_error_http(code, NULL));
+  fe_hist_observe(&g.metrics.stage[FE_STAGE_TOTAL], mono_us() - p->start_us);
+  if (p->state == PEND_QUEUED)
+    g.queue_len--, g.metrics.queue_depth--;
+  else
+    g.metrics.in_flight--;
+  h2o_linklist_unlink(&p->link);
+  respond_error(p->req, code, message, p->rid, 0);
+}
+
+/* Hands queued requests to held credits while both exist. */
+static void dispatch(void) {
+  while (!h2o_linklist_is_empty(&g.queue) && !h2o_linklist_is_empty(&g.credits)) {
+    struct pending *p = H2O_STRUCT_FROM_MEMBER(struct pending, link, g.queue.next);
+    struct slot *s = H2O_STRUCT_FROM_MEMBER(struct slot, link, g.credits.next);
+    h2o_linklist_unlink(&s->link);
+    g.metrics.credits--;
+    struct proto_job job = {.job_id = p->job_id, .request_id = p->rid,
+                            .deadline_us = p->deadline_us, .model = p->model_header,
+                            .body = p->req->entity.base, .n_body = p->req->entity.len};
+    struct proto_bytes b = {0};
+    h2o_linklist_unlink(&p->link);
+    g.queue_len--;
+    g.metrics.queue_depth--;
+    if (proto_job_encode(&job, &b) != 0) {
+      g.metrics.in_flight++;
+      p->state = PEND_IN_FLIGHT;
+      h2o_linklist_insert(&g.in_flight, &p->link);
+      fail_pending(p, -CM_EINTERNAL, "the request could not be handed to a preprocessor");
+      h2o_linklist_insert(&g.credits, &s->link);
+      g.metrics.credits++;
+      continue;
+    }
+    p->state = PEND_IN_FLIGHT;
+    p->pipe = s->pipe;
+    p->dispatch_us = mono_us();
+    h2o_linklist_insert(&g.in_flight, &p->link);
+    g.metrics.in_flight++;
+    s->job_id = p->job_id;
+    slot_send(s, &b);
+    proto_bytes_free(&b);
+  }
+}
+
+static struct pending *find_in_flight(uint64_t job_id) {
+  for (h2o_linklist_t *l = g.in_flight.next; l != &g.in_flight; l = l->next) {
+    struct pending *p = H2O_STRUCT_FROM_MEMBER(struct pending, link, l);
+    if (p->job_id == job_id)
+      return p;
+  }
+  return NULL;
+}
+
+static void on_recv_event(struct slot *s, nng_msg *m) {
+  enum proto_kind kind;
+  uint32_t pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(m));
+  const void *d = nng_msg_body(m);
+  size_t n = nng_msg_len(m);
+  struct cm_diag diag = {0};
+  if (proto_peek(d, n, &kind, &diag) != 0) {
+    fprintf(stderr, "s1-frontend: refused a message: %s\n", diag.msg ? diag.msg : "?");
+    cm_diag_fini(&diag);
+    slot_recv(s);
+    return;
+  }
+  if (kind == PROTO_KIND_STATUS) {
+    struct proto_status st = {0};
+    struct proto_bytes ack = {0};
+    if (proto_status_decode(d, n, &st, &diag) == 0) {
+      struct worker *w = worker_by_id(st.worker, pipe);
+      if (w) {
+        proto_status_fini(&w->st);
+        w->st = st;
+        w->has_status = 1;
+        w->seen_us = mono_us();
+      } else {
+        proto_status_fini(&st);
+      }
+    }
+    cm_diag_fini(&diag);
+    if (proto_simple_encode(PROTO_KIND_ACK, &ack) == 0)
+      slot_send(s, &ack);
+    else
+      slot_recv(s);
+    proto_bytes_free(&ack);
+    return;
+  }
+  if (kind != PROTO_KIND_ASK) {
+    slot_recv(s);
+    return;
+  }
+  struct proto_ask ask = {0};
+  if (proto_ask_decode(d, n, &ask, &diag) != 0) {
+    fprintf(stderr, "s1-frontend: refused an ask: %s\n", diag.msg ? diag.msg : "?");
+    cm_diag_fini(&diag);
+    slot_recv(s);
+    return;
+  }
+  struct worker *w = worker_by_id(ask.worker, pipe);
+  if (w)
+    w->seen_us = mono_us();
+  if (ask.has_reply) {
+    struct pending *p = find_in_flight(ask.reply.job_id);
+    if (p)
+      answer(p, &ask.reply);
+  }
+  proto_ask_fini(&ask);
+  s->phase = SLOT_HOLD;
+  s->pipe = pipe;
+  h2o_linklist_insert(&g.credits, &s->link);
+  g.metrics.credits++;
+  dispatch();
+}
+
+static void on_pipe_gone(uint32_t pipe) {
+  for (int i = 0; i < g.n_slots; i++) {
+    struct slot *s = &g.slots[i];
+    if (s->phase == SLOT_HOLD && s->pipe == pipe) {
+      h2o_linklist_unlink(&s->link);
+      g.metrics.credits--;
+      slot_recv(s);
+    }
+  }
+  for (h2o_linklist_t *l = g.in_flight.next; l != &g.in_flight;) {
+    struct pending *p = H2O_STRUCT_FROM_MEMBER(struct pending, link, l);
+    l = l->next;
+    if (p->pipe == pipe)
+      fail_pending(p, -CM_EINTERNAL, "the preprocessor handling the request went away");
+  }
+  for (int i = 0; i < g.n_workers;)
+    if (g.workers[i].pipe == pipe)
+      worker_remove(i);
+    else
+      i++;
+}
+
+static void on_messages(h2o_multithread_receiver_t *r, h2o_linklist_t *messages) {
+  (void)r;
+  while (!h2o_linklist_is_empty(messages)) {
+    struct ev *e = H2O_STRUCT_FROM_MEMBER(struct ev, super.link, messages->next);
+    h2o_linklist_unlink(&e->super.link);
+    switch (e->type) {
+    case EV_RECV: on_recv_event(e->slot, e->msg); nng_msg_free(e->msg); break;
+    case EV_SEND_FAILED: {
+      struct pending *p = find_in_flight(e->job_id);
+      if (p)
+        fail_pending(p, -CM_EINTERNAL, "the request could not be handed to a preprocessor");
+      break;
+    }
+    case EV_PIPE_REM: on_pipe_gone(e->pipe); break;
+    }
+    free(e);
+  }
+}
+
+static void post(struct ev *e) {
+  h2o_multithread_send_message(&g.recv, &e->super);
+}
+
+/* nng thread: an operation on a REP context finished. */
+static void on_aio(void *arg) {
+  struct slot *s = arg;
+  int rv = nng_aio_result(s->aio);
+  if (s->phase == SLOT_SEND) {
+    uint64_t job = s->job_id;
+    s->job_id = 0;
+    if (rv != 0) {
+      nng_msg_free(nng_aio_get_msg(s->aio));
+      struct ev *e = calloc(1, sizeof(*e));
+      if (e && job) {
+        e->type = EV_SEND_FAILED;
+        e->job_id = job;
+        post(e);
+      } else {
+        free(e);
+      }
+    }
+    if (rv != NNG_ECLOSED)
+      slot_recv(s);
+    return;
+  }
+  if (rv != 0) {
+    if (rv != NNG_ECLOSED)
+      slot_recv(s);
+    return;
+  }
+  struct ev *e = calloc(1, sizeof(*e));
+  if (!e) {
+    nng_msg_free(nng_aio_get_msg(s->aio));
+    slot_recv(s);
+    return;
+  }
+  e->type = EV_RECV;
+  e->slot = s;
+  e->msg = nng_aio_get_msg(s->aio);
+  post(e);
+}
+
+static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
+  (void)arg;
+  if (ev != NNG_PIPE_EV_REM_POST)
+    return;
+  struct ev *e = calloc(1, sizeof(*e));
+  if (!e)
+    return;
+  e->type = EV_PIPE_REM;
+  e->pipe = (uint32_t)nng_pipe_id(p);
+  post(e);
+}
+
+/* Every TICK_MS: expire deadlines, forget silent preprocessors, handle SIGTERM. */
+static void on_tick(h2o_timeout_entry_t *entry) {
+  (void)entry;
+  int64_t now = proto_now_us(), mono = mono_us();
+  for (h2o_linklist_t *l = g.queue.next; l != &g.queue;) {
+    struct pending *p = H2O_STRUCT_FROM_MEMBER(struct pending, link, l);
+    l = l->next;
+    if (now >= p->deadline_us)
+      fail_pending(p, -CM_ETIMEOUT, "the request deadline passed in the queue");
+  }
+  /* in flight: the preprocessor answers 504 itself; this catches a lost answer */
+  for (h2o_linklist_t *l = g.in_flight.next; l != &g.in_flight;) {
+    struct pending *p = H2O_STRUCT_FROM_MEMBER(struct pending, link, l);
+    l = l->next;
+    if (now >= p->deadline_us + 2000000)
+      fail_pending(p, -CM_ETIMEOUT, "the request deadline passed");
+  }
+  for (int i = 0; i < g.n_workers;)
+    if (mono - g.workers[i].seen_us > WORKER_STALE_US && g.workers[i].has_status)
+      worker_remove(i);
+    else
+      i++;
+  g.metrics.preprocessors = (uint64_t)g.n_workers;
+  if (g.term && !g.draining) {
+    g.draining = 1;
+    fprintf(stderr, "s1-frontend: SIGTERM: admission stopped, draining %zu queued, %llu in "
+            "flight\n", g.queue_len, (unsigned long long)g.metrics.in_flight);
+    if (g.listener) {
+      h2o_socket_read_stop(g.listener);
+      h2o_socket_close(g.listener);
+      g.listener = NULL;
+    }
+  }
+  h2o_timeout_link(g.ctx.loop, &g.tick, &g.tick_entry);
+}
+
+/* ---- routes --------------------------------------------------------------------------------- */
+
+static char *request_id(h2o_req_t *req) {
+  ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
+  if (i >= 0) {
+    h2o_iovec_t v = req->headers.entries[i].value;
+    int ok = v.len > 0 && v.len <= 128;
+    for (size_t k = 0; ok && k < v.len; k++)
+      ok = v.base[k] > 0x20 && v.base[k] < 0x7f;
+    if (ok)
+      return h2o_strdup(&req->pool, v.base, v.len).base;
+  }
+  static uint64_t counter;
+  uint8_t r[8];
+  h2o_mem_pool_t *pool = &req->pool;
+  char *s = h2o_mem_alloc_pool(pool, 40);
+  uint64_t x = (uint64_t)proto_now_us() ^ ((uint64_t)getpid() << 40) ^ (++counter * 0x9e3779b97f4a7c15ull);
+  memcpy(r, &x, 8);
+  snprintf(s, 40, "%02x%02x%02x%02x%02x%02x%02x%02x-%llu", r[0], r[1], r[2], r[3], r[4], r[5],
+           r[6], r[7], (unsigned long long)counter);
+  return s;
+}
+
+static int is_json_type(h2o_req_t *req) {
+  ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+  if (i < 0)
+    return 0;
+  h2o_iovec_t v = req->headers.entries[i].value;
+  static const char want[] = "application/json";
+  size_t n = sizeof(want) - 1;
+  if (v.len < n || strncasecmp(v.base, want, n) != 0)
+    return 0;
+  return v.len == n || v.base[n] == ';' || v.base[n] == ' ';
+}
+
+static void handle_post(h2o_req_t *req, char *rid) {
+  if (!is_json_type(req)) {
+    fe_metrics_count_status(&g.metrics, 415);
+    respond_error(req, -CM_EMEDIA, "Content-Type: must be application/json", rid, 0);
+    return;
+  }
+  if (req->entity.len > g.max_body) {
+    fe_metrics_count_status(&g.metrics, 413);
+    respond_error(req, -CM_ETOOLARGE, "body: larger than the limit", rid, 0);
+    return;
+  }
+  const char *reason = NULL;
+  int code = g.draining ? -CM_EUNAVAILABLE : pool_state(&reason);
+  if (g.draining)
+    reason = "the server is shutting down";
+  if (code) {
+    fe_metrics_count_status(&g.metrics, 503);
+    respond_error(req, code, reason, rid, code == -CM_ENOTREADY ? 1 : 0);
+    return;
+  }
+  if (h2o_linklist_is_empty(&g.credits) && g.queue_len >= g.queue_max) {
+    fe_metrics_count_status(&g.metrics, 503);
+    respond_error(req, -CM_EOVERLOADED, "the request queue is full; retry later", rid, 1);
+    return;
+  }
+  struct pending *p = h2o_mem_alloc_pool(&req->pool, sizeof(*p));
+  memset(p, 0, sizeof(*p));
+  p->req = req;
+  p->rid = rid;
+  p->job_id = ++g.next_job;
+  p->start_us = mono_us();
+  p->dispatch_us = p->start_us;
+  p->deadline_us = proto_now_us() + g.timeout_us;
+  ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-model"), -1);
+  if (i >= 0 && req->headers.entries[i].value.len <= PROTO_MAX_ID_BYTES) {
+    h2o_iovec_t v = req->headers.entries[i].value;
+    p->model_header = h2o_strdup(&req->pool, v.base, v.len).base;
+  }
+  p->state = PEND_QUEUED;
+  h2o_linklist_insert(&g.queue, &p->link);
+  g.queue_len++;
+  g.metrics.queue_depth++;
+  dispatch();
+}
+
+static void handle_health(h2o_req_t *req, char *rid) {
+  const char *reason = NULL;
+  int code = g.draining ? -CM_EUNAVAILABLE : pool_state(&reason);
+  if (g.draining)
+    reason = "shutting down";
+  json_object *root = json_object_new_object();
+  if (code) {
+    json_object_object_add(root, "status", json_object_new_string(code == -CM_ENOTREADY
+                                                                      ? "starting"
+                                                                      : "unavailable"));
+    json_object_object_add(root, "reason", json_object_new_string(reason));
+  } else {
+    json_object *models = json_object_new_array();
+    json_object_object_add(root, "status", json_object_new_string("ready"));
+    for (int i = 0; i < g.n_workers; i++)
+      for (uint32_t k = 0; g.workers[i].has_status && k < g.workers[i].st.n_models; k++) {
+        const char *id = g.workers[i].st.models[k].id;
+        int seen = 0;
+        for (size_t j = 0; j < json_object_array_length(models); j++)
+          seen |= strcmp(json_object_get_string(json_object_array_get_idx(models, j)), id) == 0;
+        if (!seen)
+          json_object_array_add(models, json_object_new_string(id));
+      }
+    json_object_object_add(root, "models", models);
+  }
+  size_t n = 0;
+  const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
+                                                    JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+  respond(req, code ? 503 : 200, s, n, rid, NULL, NULL, 0);
+  json_object_put(root);
+}
+
+static void handle_models(h2o_req_t *req, char *rid) {
+  json_object *root = json_object_new_object(), *arr = json_object_new_array();
+  json_object *ids = json_object_new_object();
+  for (int i = 0; i < g.n_workers; i++)
+    for (uint32_t k = 0; g.workers[i].has_status && k < g.workers[i].st.n_models; k++) {
+      const struct proto_model *m = &g.workers[i].st.models[k];
+      if (json_object_object_get_ex(ids, m->id, NULL))
+        continue;
+      json_object_object_add(ids, m->id, NULL);
+      json_object *d = json_tokener_parse(m->describe);
+      if (d)
+        json_object_array_add(arr, d);
+    }
+  json_object_put(ids);
+  json_object_object_add(root, "models", arr);
+  size_t n = 0;
+  const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
+                                                    JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+  respond(req, 200, s, n, rid, NULL, NULL, 0);
+  json_object_put(root);
+}
+
+static void handle_metrics(h2o_req_t *req, char *rid) {
+  char *text = NULL;
+  size_t n = 0;
+  if (fe_metrics_render(&g.metrics, &text, &n) != 0) {
+    respond_plain_error(req, 500, "internal", "metrics rendering failed", rid);
+    return;
+  }
+  req->res.status = 200;
+  req->res.reason = "OK";
+  h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                 H2O_STRLIT("text/plain; version=0.0.4"));
+  add_hdr(req, "x-request-id", rid, strlen(rid));
+  req->res.content_length = n;
+  h2o_send_inline(req, text, n);
+  free(text);
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req) {
+  (void)self;
+  char *rid = request_id(req);
+  h2o_iovec_t path = req->path_normalized;
+  int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
+  int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
+  if (h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"))) {
+    if (is_post)
+      handle_post(req, rid);
+    else
+      respond_plain_error(req, 405, "method_not_allowed", "use POST", rid);
+  } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/health")) ||
+             h2o_memis(path.base, path.len, H2O_STRLIT("/v1/models")) ||
+             h2o_memis(path.base, path.len, H2O_STRLIT("/metrics"))) {
+    if (!is_get)
+      respond_plain_error(req, 405, "method_not_allowed", "use GET", rid);
+    else if (path.base[1] == 'h')
+      handle_health(req, rid);
+    else if (path.base[1] == 'v')
+      handle_models(req, rid);
+    else
+      handle_metrics(req, rid);
+  } else {
+    respond_plain_error(req, 404, "not_found", "no such route", rid);
+  }
+  return 0;
+}
+
+static void on_accept(h2o_socket_t *listener, const char *err) {
+  if (err)
+    return;
+  h2o_socket_t *sock;
+  while ((sock = h2o_evloop_socket_accept(listener)) != NULL)
+    h2o_accept(&g.accept_ctx, sock);
+}
+
+static int listen_http(const char *hostport) {
+  char host[64] = "127.0.0.1";
+  int port = 8080;
+  const char *colon = strrchr(hostport, ':');
+  if (colon) {
+    size_t n = (size_t)(colon - hostport);
+    if (n >= sizeof(host))
+      return -EINVAL;
+    memcpy(host, hostport, n);
+    host[n] = 0;
+    port = atoi(colon + 1);
+  } else {
+    port = atoi(hostport);
+  }
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  if (port <= 0 || port > 65535 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
+    return -EINVAL;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  if (fd < 0)
+    return -errno;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, SOMAXCONN) != 0) {
+    int e = -errno;
+    close(fd);
+    return e;
+  }
+  g.listener = h2o_evloop_socket_create(g.ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+  h2o_socket_read_start(g.listener, on_accept);
+  return 0;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: s1-frontend [--listen HOST:PORT] [--pool URL] [--queue N] [--max-body BYTES]\n"
+          "                   [--timeout-ms MS] [--contexts N]\n"
+          "  --listen    HTTP address (default 127.0.0.1:8080)\n"
+          "  --pool      nng URL preprocessors dial (default ipc:///tmp/s1-frontend.sock)\n"
+          "  --queue     requests waiting for a credit before 503 overloaded (default 64)\n"
+          "  --max-body  request body limit, bytes (default 4194304)\n"
+          "  --timeout-ms request deadline (default 30000)\n"
+          "  --contexts  REP contexts = most credits held at once (default 256)\n");
+}
+
+static long parse_num(const char *s, long lo, long hi) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  return *s && !*end && v >= lo && v <= hi ? v : -1;
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"listen", required_argument, 0, 'l'},   {"pool", required_argument, 0, 'p'},
+      {"queue", required_argument, 0, 'q'},    {"max-body", required_argument, 0, 'b'},
+      {"timeout-ms", required_argument, 0, 't'}, {"contexts", required_argument, 0, 'c'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  const char *listen_at = "127.0.0.1:8080", *pool_url = "ipc:///tmp/s1-frontend.sock";
+  long queue = 64, max_body = 4 << 20, timeout_ms = 30000, contexts = 256;
+  int c;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case 'l': listen_at = optarg; break;
+    case 'p': pool_url = optarg; break;
+    case 'q': queue = parse_num(optarg, 0, 1 << 20); break;
+    case 'b': max_body = parse_num(optarg, 1, PROTO_MAX_BODY_BYTES); break;
+    case 't': timeout_ms = parse_num(optarg, 1, 3600000); break;
+    case 'c': contexts = parse_num(optarg, 1, 65536); break;
+    case 'h': usage(); return 0;
+    default: usage(); return 2;
+    }
+  }
+  if (queue < 0 || max_body < 0 || timeout_ms < 0 || contexts < 0 || optind != argc) {
+    usage();
+    return 2;
+  }
+  g.queue_max = (size_t)queue;
+  g.max_body = (size_t)max_body;
+  g.timeout_us = timeout_ms * 1000;
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa = {.sa_handler = on_term};
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  h2o_linklist_init_anchor(&g.credits);
+  h2o_linklist_init_anchor(&g.queue);
+  h2o_linklist_init_anchor(&g.in_flight);
+
+  h2o_config_init(&g.config);
+  g.config.max_request_entity_size = g.max_body;
+  g.config.server_name = h2o_iovec_init(H2O_STRLIT("s1serve"));
+  h2o_hostconf_t *host = h2o_config_register_host(&g.config,
+                                                  h2o_iovec_init(H2O_STRLIT("default")), 65535);
+  h2o_pathconf_t *pathconf = h2o_config_register_path(host, "/", 0);
+  h2o_handler_t *handler = h2o_create_handler(pathconf, sizeof(*handler));
+  handler->on_req = on_req;
+  h2o_create_filter(pathconf, sizeof(h2o_filter_t))->on_setup_ostream = on_setup_ostream;
+  h2o_create_filter(&host->fallback_path, sizeof(h2o_filter_t))->on_setup_ostream =
+      on_setup_ostream;
+  h2o_context_init(&g.ctx, h2o_evloop_create(), &g.config);
+  g.accept_ctx.ctx = &g.ctx;
+  g.accept_ctx.hosts = g.config.hosts;
+  g.mq = h2o_multithread_create_queue(g.ctx.loop);
+  h2o_multithread_register_receiver(g.mq, &g.recv, on_messages);
+  h2o_timeout_init(g.ctx.loop, &g.tick, TICK_MS);
+  g.tick_entry.cb = on_tick;
+  h2o_timeout_link(g.ctx.loop, &g.tick, &g.tick_entry);
+
+  int rv;
+  if ((rv = nng_rep0_open(&g.pool)) ||
+      (rv = nng_socket_set_size(g.pool, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||
+      (rv = nng_pipe_notify(g.pool, NNG_PIPE_EV_REM_POST, on_pipe_event, NULL)) ||
+      (rv = nng_listen(g.pool, pool_url, NULL, 0))) {
+    fprintf(stderr, "s1-frontend: cannot listen on %s: %s\n", pool_url, nng_strerror(rv));
+    return 1;
+  }
+  g.n_slots = (int)contexts;
+  g.slots = calloc((size_t)g.n_slots, sizeof(*g.slots));
+  for (int i = 0; g.slots && i < g.n_slots; i++) {
+    if ((rv = nng_ctx_open(&g.slots[i].ctx, g.pool)) ||
+        (rv = nng_aio_alloc(&g.slots[i].aio, on_aio, &g.slots[i]))) {
+      fprintf(stderr, "s1-frontend: nng: %s\n", nng_strerror(rv));
+      return 1;
+    }
+    slot_recv(&g.slots[i]);
+  }
+  if ((rv = listen_http(listen_at))) {
+    fprintf(stderr, "s1-frontend: cannot listen on %s: %s\n", listen_at, strerror(-rv));
+    return 1;
+  }
+  fprintf(stderr, "s1-frontend: http://%s, pool %s, queue %ld, body limit %ld, timeout %ld ms\n",
+          listen_at, pool_url, queue, max_body, timeout_ms);
+  while (h2o_evloop_run(g.ctx.loop, 100) == 0 || errno == EINTR) {
+    if (g.draining && g.queue_len == 0 && g.metrics.in_flight == 0)
+      break;
+  }
+  /* let the last answers leave */
+  for (int i = 0; i < 20; i++)
+    h2o_evloop_run(g.ctx.loop, 10);
+  fprintf(stderr, "s1-frontend: drained, exiting\n");
+  nng_close(g.pool);
+  for (int i = 0; i < g.n_slots; i++)
+    nng_aio_free(g.slots[i].aio);
+  free(g.slots);
+  for (int i = 0; i < g.n_workers; i++) {
+    free(g.workers[i].id);
+    proto_status_fini(&g.workers[i].st);
+  }
+  return 0;
+}

@@ -1,0 +1,175 @@
+"""Bad input on the real trio: every malformed or refused request gets the right status and error
+type in the one error shape, and a correct request between any two of them is answered."""
+import json
+import trio
+
+LONG_STATE = " ".join("word%d" % i for i in range(4000))  # far over max_length=4096 tokens
+
+
+def q(**kw):
+    base = {"type": "choice", "instructions": "Pick.", "criteria": {"a": "A", "b": "B"}}
+    base.update(kw)
+    return base
+
+
+def req(questions=None, **top):
+    body = {"state": "s", "questions": questions if questions is not None else {"q": q()}}
+    body.update(top)
+    return json.dumps(body)
+
+
+CASES = [
+    # (name, body bytes or str, content type or None, status, type)
+    ("not json", "hello", "application/json", 400, "invalid_json"),
+    ("empty body", "", "application/json", 400, "invalid_json"),
+    ("truncated", '{"state":', "application/json", 400, "invalid_json"),
+    ("duplicate top key", '{"state":"a","state":"b","questions":{}}', "application/json", 400,
+     "invalid_json"),
+    ("duplicate nested key", '{"state":"a","questions":{"q":{"type":"noul","type":"noul",'
+     '"instructions":"i"}}}', "application/json", 400, "invalid_json"),
+    ("duplicate escaped key", '{"state":"a","\\u0073tate":"b","questions":{}}',
+     "application/json", 400, "invalid_json"),
+    ("NaN", '{"state":NaN,"questions":{}}', "application/json", 400, "invalid_json"),
+    ("Infinity", '{"state":[Infinity],"questions":{}}', "application/json", 400, "invalid_json"),
+    ("-Infinity", '{"state":[-Infinity],"questions":{}}', "application/json", 400,
+     "invalid_json"),
+    ("lone high surrogate", '{"state":"\\ud800","questions":{}}', "application/json", 400,
+     "invalid_json"),
+    ("lone low surrogate", '{"state":"\\udc00x","questions":{}}', "application/json", 400,
+     "invalid_json"),
+    ("nesting 128", '{"state":' + "[" * 127 + "]" * 127 + ',"questions":{}}', "application/json",
+     400, "invalid_json"),
+    ("trailing garbage", req() + " x", "application/json", 400, "invalid_json"),
+    ("trailing comma", '{"state":"a","questions":{},}', "application/json", 400, "invalid_json"),
+    ("single quotes", "{'state':'a'}", "application/json", 400, "invalid_json"),
+    ("invalid utf-8", b'{"state":"\xff\xfe","questions":{}}', "application/json", 400,
+     "invalid_json"),
+    ("raw control char", '{"state":"a\x01b","questions":{}}', "application/json", 400,
+     "invalid_json"),
+    ("leading zero", '{"state":"a","n":01,"questions":{}}', "application/json", 400,
+     "invalid_json"),
+    ("comment", '{"state":"a", // c\n"questions":{}}', "application/json", 400, "invalid_json"),
+    ("body is an array", "[]", "application/json", 422, "invalid_request"),
+    ("body is a string", '"x"', "application/json", 422, "invalid_request"),
+    ("missing state", json.dumps({"questions": {"q": q()}}), "application/json", 422,
+     "invalid_request"),
+    ("state null", req(state=None), "application/json", 422, "invalid_request"),
+    ("state number", req(state=5), "application/json", 422, "invalid_request"),
+    ("missing questions", json.dumps({"state": "s"}), "application/json", 422,
+     "invalid_request"),
+    ("empty questions", req(questions={}), "application/json", 422, "invalid_request"),
+    ("questions array", req(questions=[q()]), "application/json", 422, "invalid_request"),
+    ("question not object", req(questions={"q": "choice"}), "application/json", 422,
+     "invalid_request"),
+    ("unknown type", req(questions={"q": q(type="rank")}), "application/json", 422,
+     "invalid_request"),
+    ("type missing", req(questions={"q": {"instructions": "i", "criteria": {"a": "x"}}}),
+     "application/json", 422, "invalid_request"),
+    ("instructions missing", req(questions={"q": {"type": "noul"}}), "application/json", 422,
+     "invalid_request"),
+    ("instructions number", req(questions={"q": q(instructions=3)}), "application/json", 422,
+     "invalid_request"),
+    ("choice no options", req(questions={"q": q(criteria={})}), "application/json", 422,
+     "invalid_request"),
+    ("choice 256 options", req(questions={"q": q(criteria={"k%d" % i: "x" for i in range(256)})}),
+     "application/json", 422, "invalid_request"),
+    ("choice option number", req(questions={"q": q(criteria={"a": 1})}), "application/json", 422,
+     "invalid_request"),
+    ("score 1 level", req(questions={"q": q(type="score", criteria=["x"])}), "application/json",
+     422, "invalid_request"),
+    ("score 11 levels", req(questions={"q": q(type="score", criteria=["x"] * 11)}),
+     "application/json", 422, "invalid_request"),
+    ("noul half criteria", req(questions={"q": q(type="noul", criteria={"true": "yes"})}),
+     "application/json", 422, "invalid_request"),
+    ("wrong model", req(model="gpt-4"), "application/json", 422, "invalid_request"),
+    ("model not a string", req(model=5), "application/json", 422, "invalid_request"),
+    ("oversize prompt", req(state=LONG_STATE), "application/json", 422, "invalid_request"),
+    ("text/plain", req(), "text/plain", 415, "unsupported_media_type"),
+    ("no content type", req(), None, 415, "unsupported_media_type"),
+    ("application/xml", req(), "application/xml", 415, "unsupported_media_type"),
+    ("huge body", None, "application/json", 413, "too_large"),
+]
+
+
+def post_oversize(t):
+    """Announces a 5 MiB body and sends none of it: the limit is checked while reading, so the
+    413 arrives before any body byte."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", t.port), timeout=30)
+    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (5 << 20))
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < 10:
+        more = s.recv(65536)
+        if not more:
+            break
+        data += more
+        if b"}}" in data:
+            break
+    s.close()
+    head, body = data.split(b"\r\n\r\n", 1)
+    status = int(head.split(b" ")[1])
+    headers = dict(line.decode().lower().split(": ", 1) for line in head.split(b"\r\n")[1:])
+    return status, headers, body
+
+
+def test(t):
+    t.make_model()
+    t.start_all(credits=2)
+    assert len(CASES) >= 40, len(CASES)
+    n_ok = 0
+    for name, body, ctype, status, etype in CASES:
+        headers = {"Content-Type": ctype} if ctype else {}
+        headers["Content-Type"] = ctype if ctype else ""
+        if not ctype:
+            del headers["Content-Type"]
+        if body is None:
+            s, h, b = post_oversize(t)
+        else:
+            s, h, b = t.http("POST", "/v1/systemone", body, headers)
+        assert s == status, "%s: status %d, want %d: %s" % (name, s, status, b[:300])
+        e = json.loads(b)
+        assert list(e.keys()) == ["error"] and e["error"]["type"] == etype, (name, e)
+        assert isinstance(e["error"]["message"], str) and e["error"]["message"], (name, e)
+        assert h.get("x-request-id") and h.get("server-timing"), (name, h)
+        assert h.get("content-type") == "application/json", (name, h)
+        # the service keeps answering correct requests in between
+        s, h, b = t.post(trio.VALID, headers={"x-request-id": "ok-%d" % n_ok})
+        trio.check_valid_answer(s, h, b)
+        assert h["x-request-id"] == "ok-%d" % n_ok
+        n_ok += 1
+    # a chunked upload over the limit is refused while reading, too
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", t.port, timeout=60)
+    c.putrequest("POST", "/v1/systemone")
+    c.putheader("Content-Type", "application/json")
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    chunk = b"x" * (1 << 20)
+    try:
+        for _ in range(6):
+            c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        c.send(b"0\r\n\r\n")
+    except OSError:
+        pass
+    r = c.getresponse()
+    assert r.status == 413, r.status
+    assert json.loads(r.read())["error"]["type"] == "too_large"
+    c.close()
+    # routes
+    s, _, b = t.http("GET", "/v1/systemone")
+    assert s == 405, s
+    s, _, b = t.http("POST", "/nope", "{}", {"Content-Type": "application/json"})
+    assert s == 404 and json.loads(b)["error"]["type"] == "not_found", (s, b)
+    # the metrics counted the refusals by status
+    s, _, m = t.http("GET", "/metrics")
+    text = m.decode()
+    assert 's1_requests_total{status="400"} 19' in text, text[:2000]
+    assert 's1_requests_total{status="413"} 2' in text, text[:2000]
+    assert 's1_requests_total{status="415"} 3' in text, text[:2000]
+    assert 's1_requests_total{status="200"} %d' % n_ok in text, text[:2000]
+    print("%d refused requests, %d correct ones answered in between" % (len(CASES) + 1, n_ok))
+
+
+if __name__ == "__main__":
+    trio.main(test)

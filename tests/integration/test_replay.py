@@ -1,0 +1,51 @@
+"""Replay: an executor started with --record writes every program and its result; s1-replay re-runs
+them against the model directory and finds them identical (exit 0); against a model directory with
+another head it reports the difference (exit 1)."""
+import copy
+import os
+import subprocess
+
+import trio
+
+
+def test(t):
+    t.make_model()
+    other = t.make_model(name="other", seed=4243)  # other base weights
+    rec = os.path.join(t.tmp, "rec")
+    t.start_all(credits=2, record=rec)
+    score = copy.deepcopy(trio.VALID)
+    score["questions"] = {"lvl": {"type": "score", "instructions": {"scale": [1, 2]},
+                                  "criteria": ["low", {"mid": True}, ["high"]]}}
+    noul = {"state": ["é", "漢字"], "questions": {"n": {"type": "noul", "instructions": "ok?",
+                                                        "criteria": {"true": "y", "false": "n"}}}}
+    answers = []
+    for body in (trio.VALID, score, noul):
+        s, h, b = t.post(body)
+        assert s == 200, (s, b[:300])
+        answers.append(b)
+    s, h, b = t.post({"state": "s", "questions": {}})  # refused by compile: never reaches the executor
+    assert s == 422
+    t.kill("ex", 15)
+    files = sorted(os.listdir(rec))
+    assert files == ["%08d.%s.msgpack" % (i, k) for i in range(3) for k in ("program", "result")], files
+    r = subprocess.run([t.bin("executor/server/s1-replay"), rec, "--model", t.model],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and "3 records, 3 identical, 0 differ" in out, out
+    r = subprocess.run([t.bin("executor/server/s1-replay"), rec, "--model", other],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out2 = r.stdout.decode()
+    assert r.returncode == 1 and "DIFFERS" in out2 and "0 identical, 3 differ" in out2, out2
+    # the same requests answered again by a restarted executor give the same bytes (modulo timing)
+    t.start_executor(name="ex")
+    t.wait_health(200, want="ready")
+    for body, before in zip((trio.VALID, score, noul), answers):
+        s, h, b = t.post(body)
+        assert s == 200
+        strip = lambda x: x.split(b'"inference_seconds"')[0]
+        assert strip(b) == strip(before), (b, before)
+    print(out.strip())
+
+
+if __name__ == "__main__":
+    trio.main(test)

@@ -1,0 +1,196 @@
+"""The real trio for the integration tests: the tiny random-weight Open-Jev model directory of the
+GPU oracle (s1-mkmodel --seed 4242 + the committed upstream package in
+tests/fixtures/open_jev/e2e/package, exported by s1-export --family open_jev), then s1-executor, s1-preprocessor and s1-frontend started as
+separate processes (fork + exec) talking over ipc:// in a temporary directory, and HTTP helpers.
+Stdlib only. Every test calls Trio.stop() (also on failure) and prints the process logs then."""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "fixtures", "open_jev", "e2e")
+MODEL_ID = "s1serve/open-jev-tiny-random"
+
+
+class Trio:
+    def __init__(self, build_root, shared_dir):
+        self.build = build_root
+        self.shared = shared_dir
+        self.tmp = tempfile.mkdtemp(prefix="s1t-", dir="/tmp")
+        self.procs = {}
+        self.logs = {}
+        self.port = free_port()
+        self.fe_url = "ipc://%s/fe.sock" % self.tmp
+        self.ex_url = "ipc://%s/ex.sock" % self.tmp
+        self.model = None
+
+    def bin(self, rel):
+        return os.path.join(self.build, rel)
+
+    def make_model(self, name="model", seed=4242):
+        """s1-mkmodel tiny (real Qwen3 tokenizer) + the upstream package -> s1-export."""
+        hf = os.path.join(self.tmp, name + "-hf")
+        out = os.path.join(self.tmp, name)
+        tokdir = os.path.join(self.shared, "tokenizers", "qwen3")
+        run([self.bin("executor/mkmodel/s1-mkmodel"), "--shape", "tiny", "--seed", str(seed),
+             "--tokenizer", os.path.join(tokdir, "tokenizer.json"), "--out", hf])
+        shutil.copy(os.path.join(tokdir, "tokenizer_config.json"), hf)
+        run([self.bin("executor/export/s1-export"), "--family", "open_jev", "--package",
+             os.path.join(FIXTURES, "package"), "--base", hf, "--out", out])
+        if self.model is None:
+            self.model = out
+        return out
+
+    def start(self, name, argv):
+        log = open(os.path.join(self.tmp, name + ".log"), "ab")
+        self.logs[name] = log.name
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        return self.procs[name]
+
+    def start_executor(self, name="ex", record=None, model=None):
+        argv = [self.bin("executor/server/s1-executor"), "--model", model or self.model,
+                "--device", "cpu", "--listen", self.ex_url]
+        if record:
+            argv += ["--record", record]
+        return self.start(name, argv)
+
+    def start_frontend(self, queue=64, timeout_ms=60000, max_body=4 << 20):
+        return self.start("fe", [self.bin("frontend/s1-frontend"), "--listen",
+                                 "127.0.0.1:%d" % self.port, "--pool", self.fe_url, "--queue",
+                                 str(queue), "--timeout-ms", str(timeout_ms), "--max-body",
+                                 str(max_body)])
+
+    def start_preprocessor(self, name="pp", credits=2):
+        return self.start(name, [self.bin("preprocessor/s1-preprocessor"), "--frontend",
+                                 self.fe_url, "--executor", self.ex_url, "--model", self.model,
+                                 "--credits", str(credits), "--id", name])
+
+    def start_all(self, credits=2, queue=64, record=None):
+        self.start_executor(record=record)
+        self.start_frontend(queue=queue)
+        self.start_preprocessor(credits=credits)
+        self.wait_health(200)
+
+    def wait_health(self, status, timeout=120, want=None):
+        end = time.time() + timeout
+        last = None
+        while time.time() < end:
+            try:
+                s, _, b = self.http("GET", "/health", timeout=5)
+                last = (s, b)
+                if s == status and (want is None or json.loads(b).get("status") == want):
+                    return json.loads(b)
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("health never became %s %s (last %r)" % (status, want, last))
+
+    def http(self, method, path, body=None, headers=None, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            h = dict(headers or {})
+            if isinstance(body, str):
+                body = body.encode()
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            data = r.read()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+        finally:
+            c.close()
+
+    def post(self, body, headers=None, timeout=120):
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        if not isinstance(body, (str, bytes)):
+            body = json.dumps(body)
+        return self.http("POST", "/v1/systemone", body, h, timeout)
+
+    def kill(self, name, sig=signal.SIGKILL):
+        p = self.procs.get(name)
+        if p and p.poll() is None:
+            p.send_signal(sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        return p.returncode if p else None
+
+    def stop(self, failed=False):
+        for name in ("fe", "pp", "pp2", "ex"):
+            self.kill(name, signal.SIGTERM)
+        for name, p in self.procs.items():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if failed:
+            for name, path in self.logs.items():
+                with open(path, errors="replace") as f:
+                    sys.stderr.write("---- %s log ----\n%s\n" % (name, f.read()[-6000:]))
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def run(argv):
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        raise AssertionError("%s failed: %s" % (argv[0], r.stdout.decode(errors="replace")))
+    return r.stdout.decode(errors="replace")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+VALID = {
+    "state": {"weather": "sunny", "time": "noon", "notes": ["clear sky", "warm"]},
+    "questions": {
+        "color": {"type": "choice", "instructions": "What color is the sky?",
+                  "criteria": {"blue": "The sky is blue.", "green": "The sky is green."}},
+        "warmth": {"type": "score", "instructions": "How warm is it?",
+                   "criteria": ["cold", "mild", "hot"]},
+        "day": {"type": "noul", "instructions": "Is it daytime?"},
+    },
+}
+
+
+def check_valid_answer(status, headers, body):
+    """A correct request's answer: 200, the Open-Jev shape, probabilities summing to one."""
+    assert status == 200, (status, body[:500])
+    a = json.loads(body)
+    assert list(a.keys()) == ["answers", "model", "usage", "metadata"], a.keys()
+    assert a["model"] == MODEL_ID
+    ans = a["answers"]
+    assert list(ans.keys()) == ["color", "warmth", "day"], ans.keys()
+    p = ans["color"]["probabilities"]
+    assert abs(sum(p.values()) - 1.0) < 1e-9, p
+    assert ans["color"]["choice"] == max(p, key=lambda k: p[k])
+    assert 0.0 <= ans["day"]["noul"] <= 1.0
+    assert a["usage"]["input_tokens"] > 0 and a["metadata"]["candidate_sequences"] == 6
+    assert headers.get("x-request-id") and headers.get("x-model-revision")
+    assert headers.get("server-timing", "").startswith("queue;dur=")
+    return a
+
+
+def main(test_fn):
+    build_root, shared = sys.argv[1], sys.argv[2]
+    t = Trio(build_root, shared)
+    ok = False
+    try:
+        test_fn(t)
+        ok = True
+    finally:
+        t.stop(failed=not ok)
+    print("PASS")

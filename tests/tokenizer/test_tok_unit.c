@@ -1,0 +1,269 @@
+/* Unit tests of the tokenizer on a small hand-built tokenizer.json (all 256 byte symbols plus a
+ * few merges in both spellings): merge order, lookups, appending, invalid UTF-8 offsets, refused
+ * components named in the message, lossy decode, limits, and a 1 MiB whitespace run through the
+ * Qwen split regex (JIT stack). */
+#include "pp_tok.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                     \
+      failures++;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+static const char QWEN_RE[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* GPT-2 byte-level spelling of byte b as UTF-8. */
+static void byte_spelling(int b, char *out) {
+  int printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
+  int cp = b;
+  if (!printable) {
+    int n = 0;
+    for (int i = 0; i < b; i++)
+      n += !((i >= 0x21 && i <= 0x7e) || (i >= 0xa1 && i <= 0xac) || (i >= 0xae));
+    cp = 256 + n;
+  }
+  if (cp < 0x80) {
+    out[0] = (char)cp;
+    out[1] = 0;
+  } else {
+    out[0] = (char)(0xc0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3f));
+    out[2] = 0;
+  }
+}
+
+/* Builds the small tokenizer as a json-c document; ids 0..255 are bytes, then merged tokens. */
+static json_object *tiny_doc(void) {
+  json_object *vocab = json_object_new_object();
+  char s[8];
+  for (int b = 0; b < 256; b++) {
+    byte_spelling(b, s);
+    json_object_object_add(vocab, s, json_object_new_int(b));
+  }
+  /* "ab" 256, "bc" 257, "abc" 258, "ĠĠ" 259 ("Ġ" is the space byte) */
+  json_object_object_add(vocab, "ab", json_object_new_int(256));
+  json_object_object_add(vocab, "bc", json_object_new_int(257));
+  json_object_object_add(vocab, "abc", json_object_new_int(258));
+  json_object_object_add(vocab, "\xc4\xa0\xc4\xa0", json_object_new_int(259));
+  json_object *merges = json_object_new_array();
+  /* "b c" outranks "a b": "abc" must become a + bc, never ab + c; the pair form is accepted too */
+  json_object_array_add(merges, json_object_new_string("b c"));
+  json_object *pair = json_object_new_array();
+  json_object_array_add(pair, json_object_new_string("a"));
+  json_object_array_add(pair, json_object_new_string("bc"));
+  json_object_array_add(merges, pair);
+  json_object_array_add(merges, json_object_new_string("a b"));
+  json_object_array_add(merges, json_object_new_string("\xc4\xa0 \xc4\xa0"));
+  json_object *model = json_object_new_object();
+  json_object_object_add(model, "type", json_object_new_string("BPE"));
+  json_object_object_add(model, "vocab", vocab);
+  json_object_object_add(model, "merges", merges);
+  json_object *doc = json_object_new_object();
+  json_object_object_add(doc, "model", model);
+  json_object *added = json_object_new_array();
+  json_object *a = json_object_new_object();
+  json_object_object_add(a, "id", json_object_new_int(300));
+  json_object_object_add(a, "content", json_object_new_string("<|end|>"));
+  json_object_object_add(a, "normalized", json_object_new_boolean(0));
+  json_object_object_add(a, "special", json_object_new_boolean(1));
+  json_object_array_add(added, a);
+  json_object_object_add(doc, "added_tokens", added);
+  json_object_object_add(doc, "normalizer",
+                         json_tokener_parse("{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"}]}"));
+  json_object *split = json_object_new_object();
+  json_object_object_add(split, "type", json_object_new_string("Split"));
+  json_object *pat = json_object_new_object();
+  json_object_object_add(pat, "Regex", json_object_new_string(QWEN_RE));
+  json_object_object_add(split, "pattern", pat);
+  json_object_object_add(split, "behavior", json_object_new_string("Isolated"));
+  json_object *bl = json_tokener_parse("{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}");
+  json_object *pre = json_object_new_object();
+  json_object_object_add(pre, "type", json_object_new_string("Sequence"));
+  json_object *steps = json_object_new_array();
+  json_object_array_add(steps, split);
+  json_object_array_add(steps, bl);
+  json_object_object_add(pre, "pretokenizers", steps);
+  json_object_object_add(doc, "pre_tokenizer", pre);
+  json_object_object_add(doc, "decoder", json_tokener_parse("{\"type\":\"ByteLevel\"}"));
+  return doc;
+}
+
+static int load_doc(json_object *doc, struct pp_tok **tok, struct cm_diag *d) {
+  size_t n;
+  const char *s = json_object_to_json_string_length(doc, JSON_C_TO_STRING_PLAIN, &n);
+  return pp_tok_load_buffer(s, n, tok, d);
+}
+
+static bool ids_eq(const struct pp_tok_ids *ids, const int32_t *want, size_t n) {
+  return ids->n == n && memcmp(ids->ids, want, n * sizeof(int32_t)) == 0;
+}
+
+/* Loads doc with `key` replaced by the JSON text `value` and expects a refusal naming `needle`. */
+static void expect_refused(const char *key, const char *value, int code, const char *needle) {
+  json_object *doc = tiny_doc();
+  json_object *v = json_tokener_parse(value);
+  if (strncmp(key, "model.", 6) == 0)
+    json_object_object_add(json_object_object_get(doc, "model"), key + 6, v);
+  else
+    json_object_object_add(doc, key, v);
+  struct pp_tok *tok = NULL;
+  struct cm_diag d = {0};
+  int rc = load_doc(doc, &tok, &d);
+  if (rc != code || !d.msg || !strstr(d.msg, needle)) {
+    fprintf(stderr, "refusal of %s=%s: rc %d msg %s\n", key, value, rc, d.msg ? d.msg : "-");
+    failures++;
+  }
+  CHECK(tok == NULL);
+  cm_diag_fini(&d);
+  json_object_put(doc);
+}
+
+int main(void) {
+  json_object *doc = tiny_doc();
+  struct pp_tok *tok = NULL;
+  struct cm_diag d = {0};
+  CHECK(load_doc(doc, &tok, &d) == 0);
+  json_object_put(doc);
+  if (!tok) {
+    fprintf(stderr, "load: %s\n", d.msg);
+    return 1;
+  }
+  struct pp_tok_ids ids = {0};
+
+  /* merges by rank: b+c first, then a+bc; "ab" alone uses a+b */
+  CHECK(pp_tok_encode(tok, "abc", 3, &ids, &d) == 0);
+  CHECK(ids_eq(&ids, (int32_t[]){258}, 1));
+  CHECK(pp_tok_encode(tok, " ab", 3, &ids, &d) == 0); /* appends */
+  CHECK(ids_eq(&ids, (int32_t[]){258, ' ', 256}, 3));
+  ids.n = 0;
+  /* "   x": the split regex gives "  " + " x"; "  " merges to id 259 */
+  CHECK(pp_tok_encode(tok, "   x", 4, &ids, &d) == 0);
+  CHECK(ids_eq(&ids, (int32_t[]){259, ' ', 'x'}, 3));
+  ids.n = 0;
+  CHECK(pp_tok_encode(tok, "a<|end|>b", 9, &ids, &d) == 0);
+  CHECK(ids_eq(&ids, (int32_t[]){'a', 300, 'b'}, 3));
+  ids.n = 0;
+  CHECK(pp_tok_encode(tok, "", 0, &ids, &d) == 0 && ids.n == 0);
+  /* NUL is an ordinary character (byte-level id 0) */
+  CHECK(pp_tok_encode(tok, "\0", 1, &ids, &d) == 0 && ids_eq(&ids, (int32_t[]){0}, 1));
+
+  /* lookups */
+  size_t n;
+  const char *s = pp_tok_id_to_token(tok, 259, &n);
+  CHECK(s && n == 4 && memcmp(s, "\xc4\xa0\xc4\xa0", 4) == 0);
+  CHECK(pp_tok_token_to_id(tok, "abc", 3) == 258);
+  CHECK(pp_tok_token_to_id(tok, "<|end|>", 7) == 300);
+  CHECK(pp_tok_token_to_id(tok, "zzz", 3) == -1);
+  CHECK(pp_tok_id_to_token(tok, 299, &n) == NULL && pp_tok_id_to_token(tok, -1, &n) == NULL);
+  CHECK(pp_tok_vocab_size(tok, false) == 260 && pp_tok_vocab_size(tok, true) == 261);
+  CHECK(pp_tok_is_special(tok, 300) && !pp_tok_is_special(tok, 258));
+
+  /* invalid UTF-8: error with the byte offset, ids untouched */
+  static const struct {
+    const char *s;
+    size_t n;
+    const char *offset;
+  } bad[] = {{"ab\xff" "cd", 5, "offset 2"},     {"\xc0\xaf", 2, "offset 0"},
+             {"x\xed\xa0\x80", 4, "offset 1"},   {"xy\xe4\xbd", 4, "offset 2"},
+             {"\xf4\x90\x80\x80", 4, "offset 0"}, {"ok\x80", 3, "offset 2"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    struct cm_diag e = {0};
+    size_t before = ids.n;
+    CHECK(pp_tok_encode(tok, bad[i].s, bad[i].n, &ids, &e) == -CM_EUTF8);
+    CHECK(e.msg && strstr(e.msg, bad[i].offset));
+    CHECK(ids.n == before);
+    cm_diag_fini(&e);
+  }
+  /* limit checked before reading the text */
+  {
+    struct cm_diag e = {0};
+    CHECK(pp_tok_encode(tok, "x", PP_TOK_MAX_TEXT_BYTES + 1, &ids, &e) == -CM_ELIMIT);
+    cm_diag_fini(&e);
+  }
+
+  /* decode: lossy per maximal invalid subpart, specials kept or skipped, unknown ids refused */
+  struct pp_tok_text text = {0};
+  int32_t dec1[] = {0xe4, 0xbd, 'a', 0xff, 0xff, 300, 258};
+  CHECK(pp_tok_decode(tok, dec1, 7, false, &text, &d) == 0);
+  CHECK(text.n == 20 && memcmp(text.bytes, "\xef\xbf\xbd" "a\xef\xbf\xbd\xef\xbf\xbd<|end|>abc", 20) == 0);
+  text.n = 0;
+  CHECK(pp_tok_decode(tok, dec1, 7, true, &text, &d) == 0);
+  CHECK(text.n == 13 && memcmp(text.bytes, "\xef\xbf\xbd" "a\xef\xbf\xbd\xef\xbf\xbd" "abc", 13) == 0);
+  {
+    struct cm_diag e = {0};
+    size_t before = text.n;
+    CHECK(pp_tok_decode(tok, (int32_t[]){1, 299}, 2, false, &text, &e) == -EINVAL);
+    CHECK(e.msg && strstr(e.msg, "299") && text.n == before);
+    cm_diag_fini(&e);
+  }
+
+  /* 1 MiB of spaces then a word: one long match of \s+(?!\S), no JIT stack failure */
+  size_t big = (size_t)1 << 20;
+  char *sp = malloc(big + 1);
+  memset(sp, ' ', big);
+  sp[big] = 'x';
+  ids.n = 0;
+  CHECK(pp_tok_encode(tok, sp, big + 1, &ids, &d) == 0);
+  /* (2^20 - 1) spaces: 2^19 - 1 pairs and one single space; then " x" */
+  CHECK(ids.n == big / 2 + 2 && ids.ids[0] == 259 && ids.ids[ids.n - 3] == ' ' &&
+        ids.ids[ids.n - 2] == ' ' && ids.ids[ids.n - 1] == 'x');
+  text.n = 0;
+  CHECK(pp_tok_decode(tok, ids.ids, ids.n, false, &text, &d) == 0);
+  CHECK(text.n == big + 1 && memcmp(text.bytes, sp, big + 1) == 0);
+  free(sp);
+  pp_tok_text_fini(&text);
+  pp_tok_ids_fini(&ids);
+  pp_tok_free(tok);
+  cm_diag_fini(&d);
+
+  /* refused components, each named */
+  expect_refused("normalizer", "{\"type\":\"Lowercase\"}", -CM_EUNSUPPORTED, "normalizer Lowercase");
+  expect_refused("pre_tokenizer", "{\"type\":\"Whitespace\"}", -CM_EUNSUPPORTED,
+                 "pre_tokenizer Whitespace");
+  expect_refused("pre_tokenizer", "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"x\"},\"behavior\":\"Isolated\"}",
+                 -CM_EUNSUPPORTED, "without ByteLevel");
+  expect_refused("decoder", "null", -CM_EUNSUPPORTED, "decoder null");
+  expect_refused("decoder", "{\"type\":\"WordPiece\"}", -CM_EUNSUPPORTED, "decoder WordPiece");
+  expect_refused("truncation", "{\"max_length\":5}", -CM_EUNSUPPORTED, "truncation");
+  expect_refused("model.type", "\"WordPiece\"", -CM_EUNSUPPORTED, "model WordPiece");
+  expect_refused("model.dropout", "0.1", -CM_EUNSUPPORTED, "dropout");
+  expect_refused("model.continuing_subword_prefix", "\"##\"", -CM_EUNSUPPORTED,
+                 "continuing_subword_prefix");
+  expect_refused("post_processor", "{\"type\":\"Mystery\"}", -CM_EUNSUPPORTED,
+                 "post_processor Mystery");
+  expect_refused("pre_tokenizer", "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"[\\\\S]\"},\"behavior\":\"Isolated\"}",
+                 -CM_EUNSUPPORTED, "inside a class");
+  expect_refused("pre_tokenizer", "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"}",
+                 -CM_EUNSUPPORTED, "rejected by PCRE2");
+  expect_refused("model.merges", "[\"a zz\"]", -CM_EFORMAT, "merges[0]");
+
+  /* malformed JSON, trailing bytes, size limit */
+  static const char *const broken[] = {"{\"model\": ", "{} x", "[1, 2]", "{\"model\": {\"type\": \"BPE\"}}"};
+  for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
+    struct cm_diag e = {0};
+    struct pp_tok *t2 = NULL;
+    int rc = pp_tok_load_buffer(broken[i], strlen(broken[i]), &t2, &e);
+    CHECK(rc == -CM_EFORMAT || rc == -CM_EMISSING);
+    CHECK(t2 == NULL && e.msg);
+    cm_diag_fini(&e);
+  }
+  {
+    struct cm_diag e = {0};
+    struct pp_tok *t2 = NULL;
+    CHECK(pp_tok_load_buffer("{}", PP_TOK_MAX_FILE_BYTES + 1, &t2, &e) == -CM_ELIMIT);
+    cm_diag_fini(&e);
+    CHECK(pp_tok_load_file("/nonexistent/tokenizer.json", &t2, &e) == -ENOENT);
+    cm_diag_fini(&e);
+  }
+  return failures ? 1 : 0;
+}
