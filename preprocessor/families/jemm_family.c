@@ -3,6 +3,7 @@
  * row per question with a LABEL_LOGITS readout of its candidates' label ids at the last token)
  * and turns the label logits into the reference's response. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,7 @@ struct state {
   struct pp_jemm_model model; /* constants, label ids, chat wrapper */
   struct pp_tok *tok;         /* tokenizer, owned */
   json_object *describe;      /* /v1/models entry, owned */
-  const char *revision;       /* x-model-revision; borrowed from the manifest */
+  char revision[16];          /* x-model-revision: a SHA-256 prefix of the checkpoint file */
 };
 
 static void state_free(void *p) {
@@ -45,12 +46,15 @@ static int load(const struct cm_model_dir *dir, void **ret_model, struct cm_diag
     state_free(s);
     return rc;
   }
-  json_object *jm = NULL, *v = NULL;
-  s->revision = "unknown";
-  if (json_object_object_get_ex(dir->manifest, "jemm", &jm) &&
-      json_object_object_get_ex(jm, "checkpoint_revision", &v) &&
-      json_object_is_type(v, json_type_string))
-    s->revision = json_object_get_string(v);
+  /* x-model-revision: the kept adapter's SHA-256 (the JEMM checkpoint), else the weights' */
+  json_object *files = NULL, *f = NULL, *h = NULL;
+  if (json_object_object_get_ex(dir->manifest, "files", &files) &&
+      (json_object_object_get_ex(files, "adapter.safetensors", &f) ||
+       json_object_object_get_ex(files, "weights.safetensors", &f)) &&
+      json_object_object_get_ex(f, "sha256", &h) && json_object_is_type(h, json_type_string))
+    snprintf(s->revision, sizeof s->revision, "%.12s", json_object_get_string(h));
+  else
+    snprintf(s->revision, sizeof s->revision, "unknown");
   json_object *d = json_object_new_object(), *al = json_object_new_array(),
               *types = json_object_new_array(), *lim = json_object_new_object(),
               *img = json_object_new_object(), *tok = json_object_new_object();
