@@ -17,8 +17,8 @@
 #define JEMM_TEMPERATURE 1.3480874159655591 /* jemm/model.py TEMPERATURE */
 #define JEMM_THRESHOLD 0.9872681877423998   /* jemm/model.py THRESHOLD */
 #define JEMM_LABELS "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"
-#define JEMM_SYSTEM                                                                              \
-  "Choose the best available candidate for the question using only the supplied state. "        \
+#define JEMM_SYSTEM                                                                                \
+  "Choose the best available candidate for the question using only the supplied state. "           \
   "Return exactly one candidate label."
 /* The Qwen3.5 template rendered for [system, user] with add_generation_prompt, thinking off. */
 #define JEMM_PREFIX "<|im_start|>system\n" JEMM_SYSTEM "<|im_end|>\n<|im_start|>user\n"
@@ -213,7 +213,8 @@ static int chat(const struct export_jemm_in *in, const struct pp_tok *tok, json_
     for (size_t i = 0; tmpl && i < sizeof pieces / sizeof *pieces && !rc; i++)
       if (!template_has(tmpl, pieces[i]))
         rc = fail("the base's chat template lacks \"%s\"; render the wrapper with "
-                  "recipe/jemm/chat_wrapper.py and pass --chat", pieces[i]);
+                  "recipe/jemm/chat_wrapper.py and pass --chat",
+                  pieces[i]);
     source = tmpl ? "built-in Qwen3.5 wrapper (spec/jemm.md 3.11), checked against the base's "
                     "chat template"
                   : "built-in Qwen3.5 wrapper (spec/jemm.md 3.11); the base has no chat template";
@@ -258,7 +259,8 @@ int export_jemm(const struct export_jemm_in *in, json_object *manifest, json_obj
   if (in->n_pairs != want || in->n_other_pairs)
     return fail("adapter has %zu language pairs and %zu elsewhere; JEMM adapts every language "
                 "projection (%zu pairs: 8 per Gated DeltaNet layer, 7 per attention layer) and "
-                "nothing else", in->n_pairs, in->n_other_pairs, want);
+                "nothing else",
+                in->n_pairs, in->n_other_pairs, want);
   if (in->dims->tied)
     return fail("tie_word_embeddings is true; JEMM reads an untied LM head");
   char *tpath = join(in->out, "tokenizer.json");

@@ -16,17 +16,17 @@
 
 /* What export.c knows when the Qwen3.5 part is written. */
 struct export_jemm_in {
-  const char *base;                   /* Hugging Face base directory */
-  const char *adapter_dir;            /* PEFT adapter directory; JEMM needs one */
-  const char *out;                    /* output directory; tokenizer.json already copied */
-  const char *chat_path;              /* --chat JSON {"prefix", "suffix"}, or NULL */
-  bool merged;                        /* the LoRA was merged into weights.safetensors */
-  int64_t rank;                       /* adapter r */
-  double alpha;                       /* adapter lora_alpha */
-  size_t n_pairs;                     /* adapted language-model projections */
-  size_t n_other_pairs;               /* factors on anything else (lm_head, vision) */
-  const struct cm_qwen35_dims *dims;  /* the base's sizes */
-  int64_t image_token_id;             /* config image_token_id, -1 when absent */
+  const char *base;                  /* Hugging Face base directory */
+  const char *adapter_dir;           /* PEFT adapter directory; JEMM needs one */
+  const char *out;                   /* output directory; tokenizer.json already copied */
+  const char *chat_path;             /* --chat JSON {"prefix", "suffix"}, or NULL */
+  bool merged;                       /* the LoRA was merged into weights.safetensors */
+  int64_t rank;                      /* adapter r */
+  double alpha;                      /* adapter lora_alpha */
+  size_t n_pairs;                    /* adapted language-model projections */
+  size_t n_other_pairs;              /* factors on anything else (lm_head, vision) */
+  const struct cm_qwen35_dims *dims; /* the base's sizes */
+  int64_t image_token_id;            /* config image_token_id, -1 when absent */
 };
 
 /* Adds manifest "family" = "jemm", "jemm" {model_id, aliases, temperature, mm_temperature,

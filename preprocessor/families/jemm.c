@@ -15,7 +15,8 @@ static int get_key(json_object *o, const char *key, json_type t, const char *whe
   json_object *v = NULL;
   if (!json_object_object_get_ex(o, key, &v))
     return cm_diag_set(diag, -CM_EMISSING, "manifest: key '%s%s' is missing", where, key);
-  if (!json_object_is_type(v, t) && !(t == json_type_double && json_object_is_type(v, json_type_int)))
+  if (!json_object_is_type(v, t) &&
+      !(t == json_type_double && json_object_is_type(v, json_type_int)))
     return cm_diag_set(diag, -CM_EFORMAT, "manifest: key '%s%s' has the wrong type", where, key);
   *ret = v;
   return 0;
@@ -94,8 +95,10 @@ int pp_jemm_model_init(json_object *manifest, const struct pp_tok *tok,
     rc = pp_tok_encode(tok, PP_JEMM_LABELS + i, 1, &ids, diag);
     int64_t want = json_object_get_int64(json_object_array_get_idx(labels, (size_t)i));
     if (!rc && (ids.n < 1 || ids.ids[0] != want))
-      rc = cm_diag_set(diag, -CM_EFORMAT, "manifest: label '%c' has id %lld, the tokenizer "
-                       "gives %d", PP_JEMM_LABELS[i], (long long)want, ids.n ? ids.ids[0] : -1);
+      rc = cm_diag_set(diag, -CM_EFORMAT,
+                       "manifest: label '%c' has id %lld, the tokenizer "
+                       "gives %d",
+                       PP_JEMM_LABELS[i], (long long)want, ids.n ? ids.ids[0] : -1);
     if (!rc)
       m.label_ids[i] = ids.ids[0];
     for (int j = 0; !rc && j < i; j++)
@@ -109,7 +112,8 @@ int pp_jemm_model_init(json_object *manifest, const struct pp_tok *tok,
     m.vision_start_id = special_id(tok, "<|vision_start|>");
     m.vision_end_id = special_id(tok, "<|vision_end|>");
     if (m.image_token_id < 0 || m.vision_start_id < 0 || m.vision_end_id < 0)
-      rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer: <|image_pad|>, <|vision_start|> or "
+      rc = cm_diag_set(diag, -CM_EFORMAT,
+                       "tokenizer: <|image_pad|>, <|vision_start|> or "
                        "<|vision_end|> is not a special token");
   }
   if (!rc)
@@ -137,7 +141,8 @@ int pp_jemm_model_init(json_object *manifest, const struct pp_tok *tok,
   return 0;
 }
 
-/* ---- compile ---------------------------------------------------------------------------------- */
+/* ---- compile ----------------------------------------------------------------------------------
+ */
 
 void pp_jemm_request_free(struct pp_jemm_request *r) {
   if (!r)
@@ -171,9 +176,9 @@ static int description(struct pp_buf *b, json_object *v, struct cm_diag *diag) {
 
 /* One candidate: its description text and whether its action has "tool_name". */
 struct cand {
-  const char *id;   /* answer key */
-  struct pp_buf d;  /* description, before flattening */
-  bool tool;        /* action object contains "tool_name" */
+  const char *id;  /* answer key */
+  struct pp_buf d; /* description, before flattening */
+  bool tool;       /* action object contains "tool_name" */
 };
 
 static const char *const score_ids[PP_JEMM_N_LABELS] = {
@@ -186,13 +191,13 @@ static int or_fallback(struct cand *c, const char *fallback) {
 }
 
 /* systemone.candidates_for, then contract._check_candidates (count). */
-static int candidates(const char *qid, json_object *q, enum pp_jemm_type *ret_type,
-                      struct cand *c, size_t *ret_n, struct cm_diag *diag) {
+static int candidates(const char *qid, json_object *q, enum pp_jemm_type *ret_type, struct cand *c,
+                      size_t *ret_n, struct cm_diag *diag) {
   json_object *type = NULL, *crit = NULL;
   bool has_type = json_object_object_get_ex(q, "type", &type);
   json_object_object_get_ex(q, "criteria", &crit);
-  const char *t = has_type && json_object_is_type(type, json_type_string)
-                      ? json_object_get_string(type) : NULL;
+  const char *t =
+      has_type && json_object_is_type(type, json_type_string) ? json_object_get_string(type) : NULL;
   if (has_type && !(t && (!strcmp(t, "choice") || !strcmp(t, "score") || !strcmp(t, "noul")))) {
     struct pp_buf r = {0};
     /* repr(kind): a string is quoted, anything else as Python shows it */
@@ -230,12 +235,16 @@ static int candidates(const char *qid, json_object *q, enum pp_jemm_type *ret_ty
   } else if (t && !strcmp(t, "score")) {
     *ret_type = PP_JEMM_SCORE;
     if (!json_object_is_type(crit, json_type_array) || json_object_array_length(crit) < 2)
-      return cm_diag_set(diag, -CM_EREQUEST, "questions.%s.criteria: score question needs a list "
-                         "of at least two levels", qid);
+      return cm_diag_set(diag, -CM_EREQUEST,
+                         "questions.%s.criteria: score question needs a list "
+                         "of at least two levels",
+                         qid);
     n = json_object_array_length(crit);
     if (n > PP_JEMM_N_LABELS)
-      return cm_diag_set(diag, -CM_EREQUEST, "questions.%s.criteria: UNSUPPORTED: candidate "
-                         "count", qid);
+      return cm_diag_set(diag, -CM_EREQUEST,
+                         "questions.%s.criteria: UNSUPPORTED: candidate "
+                         "count",
+                         qid);
     for (size_t i = 0; i < n && !rc; i++) {
       char fb[16];
       snprintf(fb, sizeof fb, "level %zu", i);
@@ -247,11 +256,15 @@ static int candidates(const char *qid, json_object *q, enum pp_jemm_type *ret_ty
   } else {
     *ret_type = PP_JEMM_CHOICE;
     if (!json_object_is_type(crit, json_type_object) || json_object_object_length(crit) < 2)
-      return cm_diag_set(diag, -CM_EREQUEST, "questions.%s.criteria: choice question needs a "
-                         "criteria map with at least two options", qid);
+      return cm_diag_set(diag, -CM_EREQUEST,
+                         "questions.%s.criteria: choice question needs a "
+                         "criteria map with at least two options",
+                         qid);
     if (json_object_object_length(crit) > PP_JEMM_N_LABELS)
-      return cm_diag_set(diag, -CM_EREQUEST, "questions.%s.criteria: UNSUPPORTED: candidate "
-                         "count", qid);
+      return cm_diag_set(diag, -CM_EREQUEST,
+                         "questions.%s.criteria: UNSUPPORTED: candidate "
+                         "count",
+                         qid);
     json_object_object_foreach(crit, key, val) {
       if (rc)
         break;
@@ -325,8 +338,10 @@ static int compile_images(const struct pp_jemm_model *m, json_object *body,
     return 0;
   if (!json_object_is_type(imgs, json_type_array) ||
       json_object_array_length(imgs) > PP_JEMM_MAX_IMAGES)
-    return cm_diag_set(diag, -CM_EREQUEST, "images: images must be a list of at most %d base64 "
-                       "strings", PP_JEMM_MAX_IMAGES);
+    return cm_diag_set(diag, -CM_EREQUEST,
+                       "images: images must be a list of at most %d base64 "
+                       "strings",
+                       PP_JEMM_MAX_IMAGES);
   size_t n = json_object_array_length(imgs);
   if (!n)
     return 0;
@@ -337,8 +352,7 @@ static int compile_images(const struct pp_jemm_model *m, json_object *body,
   for (size_t i = 0; i < n && !rc; i++) {
     json_object *it = json_object_array_get_idx(imgs, i);
     if (!json_object_is_type(it, json_type_string))
-      return cm_diag_set(diag, -CM_EREQUEST, "images[%zu]: image %zu is not a base64 string", i,
-                         i);
+      return cm_diag_set(diag, -CM_EREQUEST, "images[%zu]: image %zu is not a base64 string", i, i);
     rc = pp_image_prepare_data_url(json_object_get_string(it),
                                    (size_t)json_object_get_string_len(it), (uint32_t)i,
                                    &m->image_limits, &r->images[i], diag);
@@ -367,8 +381,8 @@ static int prompt_text(const struct pp_jemm_model *m, const struct pp_jemm_reque
 }
 
 static int compile_question(const struct pp_jemm_model *m, struct pp_jemm_request *r,
-                            const char *qid, json_object *q, const char *state,
-                            size_t state_len, size_t *prompt_bytes, struct cm_diag *diag) {
+                            const char *qid, json_object *q, const char *state, size_t state_len,
+                            size_t *prompt_bytes, struct cm_diag *diag) {
   struct pp_jemm_question *out = &r->questions[r->n_questions];
   struct cand c[PP_JEMM_N_LABELS] = {0};
   struct pp_buf u = {0}, p = {0};
@@ -392,13 +406,17 @@ static int compile_question(const struct pp_jemm_model *m, struct pp_jemm_reques
     for (size_t i = 0; i < r->n_images; i++)
       want += r->images[i].n_tokens;
     if (pads != want)
-      rc = cm_diag_set(diag, -CM_EREQUEST, "questions.%s: unexpected image placeholders (image "
-                       "marker text in a request with images)", qid);
+      rc = cm_diag_set(diag, -CM_EREQUEST,
+                       "questions.%s: unexpected image placeholders (image "
+                       "marker text in a request with images)",
+                       qid);
   }
   size_t budget = r->n_images ? PP_JEMM_MAX_MM_TOKENS : PP_JEMM_MAX_TEXT_TOKENS;
   if (!rc && ids.n > budget)
-    rc = cm_diag_set(diag, -CM_EREQUEST, "questions.%s: UNSUPPORTED: input exceeds token budget "
-                     "(%zu tokens, at most %zu)", qid, ids.n, budget);
+    rc = cm_diag_set(diag, -CM_EREQUEST,
+                     "questions.%s: UNSUPPORTED: input exceeds token budget "
+                     "(%zu tokens, at most %zu)",
+                     qid, ids.n, budget);
   if (!rc && !(out->cand_ids = malloc(n * sizeof *out->cand_ids)))
     rc = -ENOMEM;
   if (!rc) {
@@ -541,8 +559,7 @@ int pp_jemm_program(const struct pp_jemm_model *m, const struct pp_jemm_request 
     for (size_t a = 0; a < 3; a++)
       for (size_t t = 0; t < n; t++)
         pos[a * n + t] = r->next_pos + (int32_t)t;
-    rc = proto_program_add_row(p, x->ids + r->prefix_len, pos, (uint32_t)n, (int32_t)prefix,
-                               &row);
+    rc = proto_program_add_row(p, x->ids + r->prefix_len, pos, (uint32_t)n, (int32_t)prefix, &row);
     if (!rc)
       rc = proto_program_add_readout(p, PROTO_READOUT_LABEL_LOGITS, row, -1, m->label_ids,
                                      (uint32_t)x->n_candidates, NULL, NULL);
@@ -551,7 +568,8 @@ int pp_jemm_program(const struct pp_jemm_model *m, const struct pp_jemm_request 
   return rc;
 }
 
-/* ---- finish ----------------------------------------------------------------------------------- */
+/* ---- finish -----------------------------------------------------------------------------------
+ */
 
 /* Round to the nearest bf16 (ties to even): the LM head's output type. Identity on an executor
  * that already rounds; on one that does not, it restores the reference's ties. */
@@ -649,8 +667,8 @@ static int put_answer(struct pp_buf *b, const struct pp_jemm_question *q, const 
 }
 
 int pp_jemm_finish(const struct pp_jemm_model *m, const struct pp_jemm_request *r,
-                   const float *const *logits, double latency_ms, char **ret_json,
-                   size_t *ret_len, struct cm_diag *diag) {
+                   const float *const *logits, double latency_ms, char **ret_json, size_t *ret_len,
+                   struct cm_diag *diag) {
   double s[PP_JEMM_N_LABELS], p[PP_JEMM_N_LABELS];
   double t = r->n_images ? m->mm_temperature : m->temperature;
   struct pp_buf b = {0};

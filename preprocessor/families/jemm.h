@@ -19,16 +19,16 @@
 
 /* Limits (spec §8.5; the question cap and prompt bytes are the port's, §8.6). Refusals: 422. */
 #define PP_JEMM_LABELS "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345" /* candidate labels, in order */
-#define PP_JEMM_N_LABELS 32                   /* candidates per question, at most */
-#define PP_JEMM_MAX_QUESTIONS 64              /* questions per request */
-#define PP_JEMM_MAX_IMAGES 4                  /* images per request, shared by every question */
-#define PP_JEMM_MAX_IMAGE_PIXELS 3145728      /* source width x height (3072 tokens x 32 x 32) */
-#define PP_JEMM_MAX_TEXT_TOKENS 8192          /* tokens of one text prompt */
-#define PP_JEMM_MAX_MM_TOKENS 3072            /* tokens of one prompt of a request with images */
+#define PP_JEMM_N_LABELS 32                               /* candidates per question, at most */
+#define PP_JEMM_MAX_QUESTIONS 64                          /* questions per request */
+#define PP_JEMM_MAX_IMAGES 4             /* images per request, shared by every question */
+#define PP_JEMM_MAX_IMAGE_PIXELS 3145728 /* source width x height (3072 tokens x 32 x 32) */
+#define PP_JEMM_MAX_TEXT_TOKENS 8192     /* tokens of one text prompt */
+#define PP_JEMM_MAX_MM_TOKENS 3072       /* tokens of one prompt of a request with images */
 #define PP_JEMM_MAX_PROMPT_BYTES ((size_t)16 << 20) /* rendered prompt text, all questions */
-#define PP_JEMM_MAX_ALIASES 16                /* model aliases in a manifest */
-#define PP_JEMM_SYSTEM                                                                           \
-  "Choose the best available candidate for the question using only the supplied state. "        \
+#define PP_JEMM_MAX_ALIASES 16                      /* model aliases in a manifest */
+#define PP_JEMM_SYSTEM                                                                             \
+  "Choose the best available candidate for the question using only the supplied state. "           \
   "Return exactly one candidate label."
 
 enum pp_jemm_type {
@@ -39,32 +39,32 @@ enum pp_jemm_type {
 
 /* What the preprocessor knows of one exported JEMM model (manifest "jemm" + "chat"). */
 struct pp_jemm_model {
-  char *model_id;                         /* the response "model" ("JEMM") */
-  char *aliases[PP_JEMM_MAX_ALIASES];     /* other accepted request "model" names */
-  size_t n_aliases;                       /* entries used in aliases */
-  double temperature;                     /* T for text-only requests */
-  double mm_temperature;                  /* T when the request has any image */
-  double threshold;                       /* shipped with the model, never applied (§7) */
-  char *chat_prefix;                      /* template text before the user content */
-  char *chat_suffix;                      /* template text after it, ending in "</think>\n\n" */
-  int32_t label_ids[PP_JEMM_N_LABELS];    /* first token id of each label, label order */
-  int32_t image_token_id;                 /* <|image_pad|> */
-  int32_t vision_start_id;                /* <|vision_start|> */
-  int32_t vision_end_id;                  /* <|vision_end|> */
-  struct pp_image_limits image_limits;    /* decode and smart_resize limits */
-  const struct pp_tok *tok;               /* the model's tokenizer, borrowed */
+  char *model_id;                      /* the response "model" ("JEMM") */
+  char *aliases[PP_JEMM_MAX_ALIASES];  /* other accepted request "model" names */
+  size_t n_aliases;                    /* entries used in aliases */
+  double temperature;                  /* T for text-only requests */
+  double mm_temperature;               /* T when the request has any image */
+  double threshold;                    /* shipped with the model, never applied (§7) */
+  char *chat_prefix;                   /* template text before the user content */
+  char *chat_suffix;                   /* template text after it, ending in "</think>\n\n" */
+  int32_t label_ids[PP_JEMM_N_LABELS]; /* first token id of each label, label order */
+  int32_t image_token_id;              /* <|image_pad|> */
+  int32_t vision_start_id;             /* <|vision_start|> */
+  int32_t vision_end_id;               /* <|vision_end|> */
+  struct pp_image_limits image_limits; /* decode and smart_resize limits */
+  const struct pp_tok *tok;            /* the model's tokenizer, borrowed */
 };
 
 /* One compiled question. */
 struct pp_jemm_question {
-  const char *id;          /* question id (key of "questions"), borrowed from the body */
-  enum pp_jemm_type type;  /* question type */
-  size_t n_candidates;     /* 2 .. 32 */
-  const char **cand_ids;   /* [n_candidates] answer keys: choice keys (borrowed) or static */
-  char *user;              /* the user message (spec §3.9), NUL-terminated, heap */
-  size_t user_len;         /* its bytes */
-  int32_t *ids;            /* [n_ids] the whole templated prompt's token ids, heap */
-  size_t n_ids;            /* prompt length in tokens (≤ the budget) */
+  const char *id;         /* question id (key of "questions"), borrowed from the body */
+  enum pp_jemm_type type; /* question type */
+  size_t n_candidates;    /* 2 .. 32 */
+  const char **cand_ids;  /* [n_candidates] answer keys: choice keys (borrowed) or static */
+  char *user;             /* the user message (spec §3.9), NUL-terminated, heap */
+  size_t user_len;        /* its bytes */
+  int32_t *ids;           /* [n_ids] the whole templated prompt's token ids, heap */
+  size_t n_ids;           /* prompt length in tokens (≤ the budget) */
 };
 
 /* A compiled request. Ownership: heap (pp_jemm_request_free); holds a reference on the body. */
@@ -88,6 +88,7 @@ struct pp_jemm_request {
  * Returns 0; -CM_EMISSING / -CM_EFORMAT naming the key; -ENOMEM. Source: spec §3.11, §4.4, §9.3. */
 int pp_jemm_model_init(json_object *manifest, const struct pp_tok *tok,
                        struct pp_jemm_model *ret_model, struct cm_diag *diag);
+/* Frees the model's strings and zeroes it; accepts NULL and a zeroed struct. */
 void pp_jemm_model_fini(struct pp_jemm_model *m);
 
 /* Compiles a strictly parsed request body, in the reference's order: body an object, images
@@ -100,6 +101,7 @@ void pp_jemm_model_fini(struct pp_jemm_model *m);
  * (-CM_EFORMAT, -CM_ELIMIT: 422); -ENOMEM. Source: jemm/systemone.py, jemm/contract.py. */
 int pp_jemm_compile(const struct pp_jemm_model *m, json_object *body,
                     struct pp_jemm_request **ret_req, struct cm_diag *diag);
+/* Frees a compiled request (images, prompts) and drops its body reference; accepts NULL. */
 void pp_jemm_request_free(struct pp_jemm_request *req);
 
 /* Appends the program of a compiled request: its images, one prefix (the shared ids with the
@@ -120,8 +122,8 @@ void pp_jemm_softmax(const double *s, size_t n, double temperature, double *ret_
  * Ownership: *ret_json heap (free), *ret_len its bytes.
  * Returns 0; -CM_EINTERNAL for a non-finite logit; -ENOMEM. Source: systemone.answer, §7. */
 int pp_jemm_finish(const struct pp_jemm_model *m, const struct pp_jemm_request *req,
-                   const float *const *logits, double latency_ms, char **ret_json,
-                   size_t *ret_len, struct cm_diag *diag);
+                   const float *const *logits, double latency_ms, char **ret_json, size_t *ret_len,
+                   struct cm_diag *diag);
 
 /* ---- Python text rules, exposed for tests ---- */
 

@@ -125,8 +125,8 @@ static int finish(const void *model, void *ctx, const struct proto_result *resul
       return cm_diag_set(diag, -CM_EINTERNAL, "output %zu has %u logits for %zu candidates", q,
                          result->n_floats[q], r->questions[q].n_candidates);
   double latency_ms = (double)(proto_now_us() - info->received_us) / 1000.0;
-  int rc = pp_jemm_finish(&s->model, r, (const float *const *)result->outputs, latency_ms,
-                          ret_json, ret_len, diag);
+  int rc = pp_jemm_finish(&s->model, r, (const float *const *)result->outputs, latency_ms, ret_json,
+                          ret_len, diag);
   if (!rc && ret_stats) {
     ret_stats->tokens = r->input_tokens;
     ret_stats->decisions = r->n_questions;

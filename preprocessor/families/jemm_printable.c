@@ -2,6 +2,7 @@
  * (Unicode 14.0.0): code points above U+007F that are not printable. */
 #include "jemm.h"
 
+/* clang-format off */
 const uint32_t pp_jemm_unprintable[][2] = {
     {0x80, 0xA0},
     {0xAD, 0xAD},
@@ -705,3 +706,4 @@ const uint32_t pp_jemm_unprintable[][2] = {
     {0xE01F0, 0x10FFFF},
 };
 const size_t pp_jemm_n_unprintable = 700;
+/* clang-format on */

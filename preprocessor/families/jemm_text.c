@@ -18,8 +18,8 @@ extern const size_t pp_jemm_n_unprintable;
 
 bool pp_jemm_is_space(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 bool pp_jemm_is_printable(uint32_t c) {
@@ -53,9 +53,9 @@ static uint32_t next_cp(const char *s, size_t n, size_t *i) {
   }
   if (u[0] < 0xF0 || left < 4) {
     *i += left < 3 ? left : 3;
-    return left < 3 ? 0xFFFD
-                    : ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) |
-                          (u[2] & 0x3F);
+    return left < 3
+               ? 0xFFFD
+               : ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3F);
   }
   *i += 4;
   return ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) |
@@ -180,10 +180,14 @@ static int py_text(struct pp_buf *b, json_object *v, bool top, bool exact, int d
   if (depth > 256)
     return cm_diag_set(diag, -CM_EREQUEST, "value nested too deeply");
   switch (json_object_get_type(v)) {
-  case json_type_null: return pp_buf_puts(b, "None");
-  case json_type_boolean: return pp_buf_puts(b, json_object_get_boolean(v) ? "True" : "False");
-  case json_type_int: return put_int(b, v, exact, diag);
-  case json_type_double: return put_double(b, json_object_get_double(v), false);
+  case json_type_null:
+    return pp_buf_puts(b, "None");
+  case json_type_boolean:
+    return pp_buf_puts(b, json_object_get_boolean(v) ? "True" : "False");
+  case json_type_int:
+    return put_int(b, v, exact, diag);
+  case json_type_double:
+    return put_double(b, json_object_get_double(v), false);
   case json_type_string: {
     const char *s = json_object_get_string(v);
     size_t n = (size_t)json_object_get_string_len(v);
@@ -230,10 +234,14 @@ static int compact(struct pp_buf *b, json_object *v, int depth, struct cm_diag *
   if (depth > 256)
     return cm_diag_set(diag, -CM_EREQUEST, "value nested too deeply");
   switch (json_object_get_type(v)) {
-  case json_type_null: return pp_buf_puts(b, "null");
-  case json_type_boolean: return pp_buf_puts(b, json_object_get_boolean(v) ? "true" : "false");
-  case json_type_int: return put_int(b, v, false, diag);
-  case json_type_double: return put_double(b, json_object_get_double(v), true);
+  case json_type_null:
+    return pp_buf_puts(b, "null");
+  case json_type_boolean:
+    return pp_buf_puts(b, json_object_get_boolean(v) ? "true" : "false");
+  case json_type_int:
+    return put_int(b, v, false, diag);
+  case json_type_double:
+    return put_double(b, json_object_get_double(v), true);
   case json_type_string:
     return pp_pyjson_string(b, json_object_get_string(v), (size_t)json_object_get_string_len(v));
   case json_type_array: {
@@ -313,8 +321,10 @@ static int check_integers(const char *s, size_t n, struct cm_diag *diag) {
     const char *lim = neg ? "9223372036854775808" : "18446744073709551615";
     size_t nl = strlen(lim);
     if (nd > nl || (nd == nl && memcmp(s + d, lim, nl) > 0))
-      return cm_diag_set(diag, -CM_EREQUEST, "integer %.*s%s in a tool description is outside "
-                         "64 bits", (int)(nd > 24 ? 24 : nd + neg), s + a, nd > 24 ? "..." : "");
+      return cm_diag_set(diag, -CM_EREQUEST,
+                         "integer %.*s%s in a tool description is outside "
+                         "64 bits",
+                         (int)(nd > 24 ? 24 : nd + neg), s + a, nd > 24 ? "..." : "");
   }
   return 0;
 }

@@ -80,7 +80,8 @@ static int full_forward(struct model *m, const struct pp_jemm_request *r, size_t
                         const struct proto_program *shared, float *out, struct cm_diag *d) {
   json_object *jt = NULL;
   int32_t image_token_id = json_object_object_get_ex(m->dir->config, "image_token_id", &jt)
-                               ? json_object_get_int(jt) : -1;
+                               ? json_object_get_int(jt)
+                               : -1;
   const struct pp_jemm_question *x = &r->questions[q];
   struct proto_program p = {0};
   struct proto_result res = {0};
@@ -100,8 +101,8 @@ static int full_forward(struct model *m, const struct pp_jemm_request *r, size_t
       g[i] = (struct pp_grid){r->images[i].grid_thw[0], r->images[i].grid_thw[1],
                               r->images[i].grid_thw[2]};
     if (!rc)
-      rc = pos ? pp_mrope_positions(x->ids, x->n_ids, image_token_id, g, r->n_images, 0, pos,
-                                    &next, d)
+      rc = pos ? pp_mrope_positions(x->ids, x->n_ids, image_token_id, g, r->n_images, 0, pos, &next,
+                                    d)
                : -1;
     size_t n = x->n_ids - 1;
     int32_t *ppos = pos ? malloc(3 * n * sizeof *ppos) : NULL, last[3];
@@ -111,15 +112,16 @@ static int full_forward(struct model *m, const struct pp_jemm_request *r, size_t
     }
     if (!rc)
       rc = ppos ? proto_program_add_prefix(&p, x->ids, ppos, (uint32_t)n, -1, img,
-                                           (uint32_t)r->n_images, &pre) : -1;
+                                           (uint32_t)r->n_images, &pre)
+                : -1;
     if (!rc)
       rc = proto_program_add_row(&p, x->ids + n, last, 1, (int32_t)pre, &row);
     free(pos);
     free(ppos);
   }
   if (!rc)
-    rc = proto_program_add_readout(&p, PROTO_READOUT_LABEL_LOGITS, row, -1,
-                                   shared->readouts[q].ids, shared->readouts[q].n_ids, NULL, NULL);
+    rc = proto_program_add_readout(&p, PROTO_READOUT_LABEL_LOGITS, row, -1, shared->readouts[q].ids,
+                                   shared->readouts[q].n_ids, NULL, NULL);
   if (!rc)
     rc = ex_runner_run(m->runner, &p, &res, d);
   if (!rc)
@@ -142,9 +144,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   EXPECT(um.dir->adapter && !mm.dir->adapter, "unmerged dir keeps the adapter, merged does not");
-  const char *wanted[] = {"three_questions_shared_prefix", "text_multi_structured",
-                          "j6_32_labels", "j13_special_in_description", "image_one_256",
-                          "image_four"};
+  const char *wanted[] = {"three_questions_shared_prefix", "text_multi_structured", "j6_32_labels",
+                          "j13_special_in_description",    "image_one_256",         "image_four"};
   FILE *f = fopen(argv[3], "r");
   char *line = NULL;
   size_t cap = 0;
@@ -202,8 +203,8 @@ int main(int argc, char **argv) {
         scale = fmax(scale, fabs((double)ref[i]));
       for (size_t i = 0; !frc && i < n; i++) {
         EXPECT(fabs((double)got[i] - ref[i]) <= 1e-5 * scale,
-               "%s: %s label %zu: continuation %.9g, full forward %.9g", name,
-               r->questions[q].id, i, got[i], ref[i]);
+               "%s: %s label %zu: continuation %.9g, full forward %.9g", name, r->questions[q].id,
+               i, got[i], ref[i]);
         EXPECT(is_bf16(b[i]) && is_bf16(refb[i]) &&
                    fabs((double)b[i] - refb[i]) <= 0.03 * scale + bf16_step(refb[i]),
                "%s: %s label %zu: bf16 continuation %.9g, bf16 full forward %.9g", name,
@@ -218,7 +219,8 @@ int main(int argc, char **argv) {
       EXPECT(resp && !strcmp(json_object_get_string(get(resp, "model")), "JEMM") &&
                  json_object_object_length(ans) == (int)r->n_questions &&
                  json_object_get_int64(get(get(resp, "usage"), "input_tokens")) ==
-                     (int64_t)r->input_tokens && st.tokens == r->input_tokens,
+                     (int64_t)r->input_tokens &&
+                 st.tokens == r->input_tokens,
              "%s: response %s", name, json);
       printf("%s: %s\n", name, json);
       json_object_put(resp);

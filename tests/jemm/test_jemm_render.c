@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
     const char *name = json_object_get_string(get(c, "name"));
     json_object *jbody = get(c, "body"), *jerr = get(c, "error");
     n_cases++;
-    int rc = pp_json_parse(json_object_get_string(jbody),
-                           (size_t)json_object_get_string_len(jbody), &root, &d);
+    int rc = pp_json_parse(json_object_get_string(jbody), (size_t)json_object_get_string_len(jbody),
+                           &root, &d);
     CHECK(rc == 0, "%s: strict parse: %s", name, d.msg);
     rc = pp_jemm_compile(&model, root, &req, &d);
     if (jerr) {
@@ -95,8 +95,10 @@ int main(int argc, char **argv) {
       CHECK(rc != 0, "%s: compiled, want error \"%s\"", name, json_object_get_string(jerr));
       CHECK(cm_error_http(rc, &type) == 422, "%s: status %d for \"%s\"", name,
             cm_error_http(rc, NULL), d.msg);
-      CHECK(d.msg && strstr(d.msg, json_object_get_string(jerr)), "%s: message \"%s\", want "
-            "one containing \"%s\"", name, d.msg, json_object_get_string(jerr));
+      CHECK(d.msg && strstr(d.msg, json_object_get_string(jerr)),
+            "%s: message \"%s\", want "
+            "one containing \"%s\"",
+            name, d.msg, json_object_get_string(jerr));
       n_errors++;
       n_ok++;
       goto next;
@@ -119,8 +121,7 @@ int main(int argc, char **argv) {
     n_images += req->n_images > 0;
     for (size_t q = 0; q < req->n_questions; q++) {
       const struct pp_jemm_question *x = &req->questions[q];
-      json_object *p = json_object_array_get_idx(jp, q), *ju = get(p, "user"),
-                  *ji = get(p, "ids");
+      json_object *p = json_object_array_get_idx(jp, q), *ju = get(p, "user"), *ji = get(p, "ids");
       CHECK(strcmp(x->id, json_object_get_string(get(p, "id"))) == 0, "%s: question %zu id %s",
             name, q, x->id);
       CHECK(x->user_len == (size_t)json_object_get_string_len(ju) &&
@@ -129,8 +130,8 @@ int main(int argc, char **argv) {
             json_object_get_string(ju));
       CHECK(x->n_candidates == (size_t)json_object_get_int(get(p, "n_candidates")),
             "%s: %zu candidates", name, x->n_candidates);
-      CHECK(x->n_ids == json_object_array_length(ji), "%s: %s has %zu ids, want %zu", name,
-            x->id, x->n_ids, json_object_array_length(ji));
+      CHECK(x->n_ids == json_object_array_length(ji), "%s: %s has %zu ids, want %zu", name, x->id,
+            x->n_ids, json_object_array_length(ji));
       for (size_t k = 0; k < x->n_ids; k++)
         CHECK(x->ids[k] == at(ji, k), "%s: %s id %zu: %d, want %d", name, x->id, k, x->ids[k],
               at(ji, k));
@@ -157,8 +158,8 @@ int main(int argc, char **argv) {
         for (size_t a = 0; a < 3; a++) {
           int32_t pos = t < k ? prog.prefixes[0].pos[a * k + t] : row->pos[a * (n - k) + t - k];
           int32_t want = jpos ? at(json_object_array_get_idx(jpos, a), t) : (int32_t)t;
-          CHECK(pos == want, "%s: question %zu position %zu axis %zu: %d, want %d", name, q, t,
-                a, pos, want);
+          CHECK(pos == want, "%s: question %zu position %zu axis %zu: %d, want %d", name, q, t, a,
+                pos, want);
         }
       }
       CHECK(ro->kind == PROTO_READOUT_LABEL_LOGITS && ro->row == q && ro->position == -1 &&

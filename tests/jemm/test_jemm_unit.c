@@ -16,7 +16,7 @@ static int fails;
 #define EXPECT(cond, ...)                                                                          \
   do {                                                                                             \
     if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                            \
+      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                              \
       fprintf(stderr, __VA_ARGS__);                                                                \
       fputc('\n', stderr);                                                                         \
       fails++;                                                                                     \
@@ -107,8 +107,10 @@ static void answers(const struct pp_jemm_model *m) {
   struct pp_jemm_request *r = NULL;
   /* J4: score fallbacks, uniform logits, no "score" key */
   float z3[3] = {0, 0, 0};
-  char *out = run(m, "{\"questions\":{\"s\":{\"type\":\"score\",\"criteria\":[null,\"mid\","
-                     "\"hi\"]}}}", z3, &r, &rc, &d);
+  char *out = run(m,
+                  "{\"questions\":{\"s\":{\"type\":\"score\",\"criteria\":[null,\"mid\","
+                  "\"hi\"]}}}",
+                  z3, &r, &rc, &d);
   EXPECT(rc == 0 && out && strstr(out, "\"expected_value\": 1.0") && !strstr(out, "\"score\":"),
          "J4 answer: %s", out ? out : d.msg);
   EXPECT(r && strstr(r->questions[0].user, "A) level 0\nB) mid\nC) hi\n"), "J4 text");
@@ -117,29 +119,31 @@ static void answers(const struct pp_jemm_model *m) {
   /* J5: noul order and baseline */
   float z2[2] = {0, 0};
   out = run(m, "{\"questions\":{\"n\":{\"type\":\"noul\"}}}", z2, NULL, &rc, &d);
-  EXPECT(rc == 0 && out && strstr(out, "{\"n\": {\"type\": \"noul\", \"noul\": 0.5, "
-                                       "\"probabilities\": {\"yes\": 0.5, \"no\": 0.5}, "
-                                       "\"confidence\": 0.5}}"),
+  EXPECT(rc == 0 && out &&
+             strstr(out, "{\"n\": {\"type\": \"noul\", \"noul\": 0.5, "
+                         "\"probabilities\": {\"yes\": 0.5, \"no\": 0.5}, "
+                         "\"confidence\": 0.5}}"),
          "J5 answer: %s", out ? out : d.msg);
   free(out);
   /* J7: a tie goes to the first key */
   float tie[2] = {1, 1};
-  out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"zz\":\"x\",\"aa\":\"y\"}}}}", tie, NULL,
-            &rc, &d);
+  out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"zz\":\"x\",\"aa\":\"y\"}}}}", tie, NULL, &rc,
+            &d);
   EXPECT(rc == 0 && out && strstr(out, "\"choice\": \"zz\""), "J7 tie: %s", out ? out : d.msg);
   free(out);
   /* finish rounds logits to bf16 (20.01 and 19.99 are both 20.0 there): a tie, first key wins */
   float near[2] = {19.99f, 20.01f};
   out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"zz\":\"x\",\"aa\":\"y\"}}}}", near, NULL,
             &rc, &d);
-  EXPECT(rc == 0 && out && strstr(out, "\"choice\": \"zz\", \"probabilities\": {\"zz\": "
-                                       "0.49999999999999994, \"aa\": 0.49999999999999994}"),
+  EXPECT(rc == 0 && out &&
+             strstr(out, "\"choice\": \"zz\", \"probabilities\": {\"zz\": "
+                         "0.49999999999999994, \"aa\": 0.49999999999999994}"),
          "bf16 tie: %s", out ? out : d.msg);
   free(out);
   /* non-finite logits are an execution error, never an answer */
   float bad[2] = {1, NAN};
-  out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"a\":\"x\",\"b\":\"y\"}}}}", bad, NULL,
-            &rc, &d);
+  out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"a\":\"x\",\"b\":\"y\"}}}}", bad, NULL, &rc,
+            &d);
   EXPECT(rc == -CM_EINTERNAL && !out, "non-finite logit: rc %d", rc);
   /* J8: the readout row is the last prompt token, "\n\n" */
   run(m, "{\"questions\":{\"q\":{\"type\":\"noul\"}}}", NULL, &r, &rc, &d);
@@ -176,54 +180,62 @@ static void answers(const struct pp_jemm_model *m) {
     EXPECT(rc == -CM_EREQUEST && cm_error_http(rc, NULL) == 422, "refused %zu: rc %d", i, rc);
   }
   /* exact 64-bit extremes inside a tool spec render (J11) */
-  run(m, "{\"questions\":{\"q\":{\"criteria\":{\"t\":{\"description\":\"{\\\"name\\\":\\\"r\\\","
-         "\\\"parameters\\\":{\\\"x\\\":{\\\"default\\\":-9223372036854775808}}}\",\"action\":"
-         "{\"tool_name\":1}},\"b\":\"x\"}}}}", NULL, &r, &rc, &d);
+  run(m,
+      "{\"questions\":{\"q\":{\"criteria\":{\"t\":{\"description\":\"{\\\"name\\\":\\\"r\\\","
+      "\\\"parameters\\\":{\\\"x\\\":{\\\"default\\\":-9223372036854775808}}}\",\"action\":"
+      "{\"tool_name\":1}},\"b\":\"x\"}}}}",
+      NULL, &r, &rc, &d);
   EXPECT(rc == 0 && strstr(r->questions[0].user, "A) r | params: x=-9223372036854775808\n"),
          "int64 min default: %s", rc ? d.msg : r->questions[0].user);
   pp_jemm_request_free(r);
   /* a tool spec with NaN / Infinity (Python's json.loads accepts them) is a tool spec */
-  run(m, "{\"questions\":{\"q\":{\"criteria\":{\"t\":{\"description\":\"{\\\"name\\\":\\\"r\\\","
-         "\\\"x\\\":[NaN,-Infinity],\\\"parameters\\\":{\\\"p\\\":{\\\"default\\\":Infinity}}}\","
-         "\"action\":{\"tool_name\":1}},\"b\":\"x\"}}}}", NULL, &r, &rc, &d);
-  EXPECT(rc == 0 && strstr(r->questions[0].user, "A) r | params: p=inf\n"),
-         "NaN tool: %s", rc ? d.msg : r->questions[0].user);
+  run(m,
+      "{\"questions\":{\"q\":{\"criteria\":{\"t\":{\"description\":\"{\\\"name\\\":\\\"r\\\","
+      "\\\"x\\\":[NaN,-Infinity],\\\"parameters\\\":{\\\"p\\\":{\\\"default\\\":Infinity}}}\","
+      "\"action\":{\"tool_name\":1}},\"b\":\"x\"}}}}",
+      NULL, &r, &rc, &d);
+  EXPECT(rc == 0 && strstr(r->questions[0].user, "A) r | params: p=inf\n"), "NaN tool: %s",
+         rc ? d.msg : r->questions[0].user);
   pp_jemm_request_free(r);
   /* json.loads refuses single quotes, trailing data, raw TAB in a string and trailing commas:
    * plain text, as the reference */
-  run(m, "{\"questions\":{\"q\":{\"criteria\":{\"t\":{\"description\":\"{'name':'r'}\","
-         "\"action\":{\"tool_name\":1}},\"u\":{\"description\":\"{\\\"name\\\":\\\"r\\\"} x\","
-         "\"action\":{\"tool_name\":1}},\"v\":{\"description\":\"{\\\"name\\\":\\\"a\\tb\\\"}\","
-         "\"action\":{\"tool_name\":1}},\"w\":{\"description\":\"{\\\"name\\\":\\\"r\\\",}\","
-         "\"action\":{\"tool_name\":1}},\"x\":{\"description\":\" {\\\"name\\\":\\\"\\\\u00e9\\\"}\\n\","
-         "\"action\":{\"tool_name\":1}}}}}}", NULL, &r, &rc, &d);
+  run(m,
+      "{\"questions\":{\"q\":{\"criteria\":{\"t\":{\"description\":\"{'name':'r'}\","
+      "\"action\":{\"tool_name\":1}},\"u\":{\"description\":\"{\\\"name\\\":\\\"r\\\"} x\","
+      "\"action\":{\"tool_name\":1}},\"v\":{\"description\":\"{\\\"name\\\":\\\"a\\tb\\\"}\","
+      "\"action\":{\"tool_name\":1}},\"w\":{\"description\":\"{\\\"name\\\":\\\"r\\\",}\","
+      "\"action\":{\"tool_name\":1}},\"x\":{\"description\":\" "
+      "{\\\"name\\\":\\\"\\\\u00e9\\\"}\\n\","
+      "\"action\":{\"tool_name\":1}}}}}}",
+      NULL, &r, &rc, &d);
   EXPECT(rc == 0 && strstr(r->questions[0].user, "A) {'name':'r'}\nB) {\"name\":\"r\"} x\n"
-                                                  "C) {\"name\":\"a b\"}\nD) {\"name\":\"r\",}\n"
-                                                  "E) \xc3\xa9\n"),
+                                                 "C) {\"name\":\"a b\"}\nD) {\"name\":\"r\",}\n"
+                                                 "E) \xc3\xa9\n"),
          "non-JSON tools: %s", rc ? d.msg : r->questions[0].user);
   pp_jemm_request_free(r);
   cm_diag_fini(&d);
 }
 
 static void text_sets(void) {
-  const uint32_t space[] = {0x9, 0xA, 0xB, 0xC, 0xD, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0x85, 0xA0,
-                            0x1680, 0x2000, 0x200A, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
+  const uint32_t space[] = {0x9,    0xA,    0xB,    0xC,    0xD,    0x1C,   0x1D,
+                            0x1E,   0x1F,   0x20,   0x85,   0xA0,   0x1680, 0x2000,
+                            0x200A, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
   const uint32_t not_space[] = {0x0, 0x8, 0xE, 0x1B, 0x21, 0x84, 0x200B, 0xFEFF, 0x180E, 0x2060};
   for (size_t i = 0; i < sizeof space / sizeof *space; i++)
     EXPECT(pp_jemm_is_space(space[i]), "U+%04X should be whitespace", space[i]);
   for (size_t i = 0; i < sizeof not_space / sizeof *not_space; i++)
     EXPECT(!pp_jemm_is_space(not_space[i]), "U+%04X should not be whitespace", not_space[i]);
   const uint32_t printable[] = {0x20, 0x7E, 0xE9, 0x300, 0x7FD, 0x8D3, 0x4E00, 0x1F600};
-  const uint32_t unprintable[] = {0x7F, 0xA0, 0xAD, 0x200B, 0x2028, 0xE000, 0x378, 0xD800,
-                                  0xE0001, 0x10FFFF};
+  const uint32_t unprintable[] = {0x7F,   0xA0,  0xAD,   0x200B,  0x2028,
+                                  0xE000, 0x378, 0xD800, 0xE0001, 0x10FFFF};
   for (size_t i = 0; i < sizeof printable / sizeof *printable; i++)
     EXPECT(pp_jemm_is_printable(printable[i]), "U+%04X should be printable", printable[i]);
   for (size_t i = 0; i < sizeof unprintable / sizeof *unprintable; i++)
-    EXPECT(!pp_jemm_is_printable(unprintable[i]), "U+%04X should not be printable",
-           unprintable[i]);
+    EXPECT(!pp_jemm_is_printable(unprintable[i]), "U+%04X should not be printable", unprintable[i]);
   struct pp_buf b = {0};
   EXPECT(pp_jemm_flat(&b, "\x1c a \xe3\x80\x80\n b\xc2\x85", 12) == 0 && b.n == 3 &&
-             !memcmp(b.bytes, "a b", 3), "flat: '%s'", b.bytes);
+             !memcmp(b.bytes, "a b", 3),
+         "flat: '%s'", b.bytes);
   pp_buf_fini(&b);
   EXPECT(pp_jemm_flat(&b, " \t ", 3) == 0 && b.n == 0, "flat of spaces");
   pp_buf_fini(&b);
