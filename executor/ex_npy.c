@@ -76,8 +76,7 @@ int ex_npy_parse_f32(const uint8_t *bytes, size_t n_bytes, const char *name, flo
       goto out;
     }
     if (v && n > EX_NPY_MAX_BYTES / 4 / (unsigned long long)v) {
-      r = cm_diag_set(diag, -CM_ELIMIT, "%s: array larger than %zu bytes", name,
-                      EX_NPY_MAX_BYTES);
+      r = cm_diag_set(diag, -CM_ELIMIT, "%s: array larger than %zu bytes", name, EX_NPY_MAX_BYTES);
       goto out;
     }
     shape[nd++] = v;

@@ -45,8 +45,8 @@ int ex_qwen35_state_new(const struct ex_qwen35_model *model, struct ex_qwen35_st
     if (c->full_attn[i])
       continue;
     s->layers[i].conv = calloc((size_t)(c->conv_kernel - 1) * conv_dim(c) + 1, sizeof(float));
-    s->layers[i].s = calloc((size_t)c->lin_v_heads * (size_t)c->lin_dk * (size_t)c->lin_dv,
-                            sizeof(float));
+    s->layers[i].s =
+        calloc((size_t)c->lin_v_heads * (size_t)c->lin_dk * (size_t)c->lin_dv, sizeof(float));
     if (!s->layers[i].conv || !s->layers[i].s)
       goto fail;
   }
@@ -99,8 +99,7 @@ fail:
   return -ENOMEM;
 }
 
-static int state_reserve(const struct ex_qwen35_config *c, struct ex_qwen35_state *s,
-                         size_t need) {
+static int state_reserve(const struct ex_qwen35_config *c, struct ex_qwen35_state *s, size_t need) {
   if (need <= s->cap)
     return 0;
   size_t cap = s->cap ? s->cap : 64;
@@ -164,8 +163,8 @@ static size_t max_rank(const struct ex_qwen35_model *m) {
   size_t r = 0;
   for (int i = 0; i < m->cfg.n_layers; i++) {
     const struct ex_qwen35_layer *l = &m->layers[i];
-    const struct ex_linear *ls[] = {&l->gate, &l->up, &l->down, &l->q,   &l->k, &l->v,
-                                    &l->o,    &l->qkv, &l->z,   &l->b,   &l->a, &l->out};
+    const struct ex_linear *ls[] = {&l->gate, &l->up,  &l->down, &l->q, &l->k, &l->v,
+                                    &l->o,    &l->qkv, &l->z,    &l->b, &l->a, &l->out};
     for (size_t j = 0; j < sizeof(ls) / sizeof(ls[0]); j++)
       if (ls[j]->rank > r)
         r = ls[j]->rank;
@@ -225,8 +224,8 @@ static void gdn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_la
   }
   m->be->gdn_prepare(w->q, w->k, w->beta, w->g, l->a_log, l->dt_bias, w->beta, w->g, n, &dims);
   rnd(m, w->beta, n * hv);
-  bool recurrent = m->gdn_mode == EX_GDN_RECURRENT ||
-                   (m->gdn_mode == EX_GDN_AUTO && n == 1 && n_past > 0);
+  bool recurrent =
+      m->gdn_mode == EX_GDN_RECURRENT || (m->gdn_mode == EX_GDN_AUTO && n == 1 && n_past > 0);
   if (recurrent)
     m->be->gdn_recurrent(w->q, w->k, v, w->beta, w->g, ls->s, w->o, n, &dims);
   else
@@ -336,8 +335,7 @@ int ex_qwen35_forward(const struct ex_qwen35_model *model, struct ex_qwen35_stat
     }
     pos = w.pos;
   }
-  r = m->be->mrope_tables(pos, n, c->rot_dims, c->rope_theta, c->mrope_section, w.cos_t,
-                          w.sin_t);
+  r = m->be->mrope_tables(pos, n, c->rot_dims, c->rope_theta, c->mrope_section, w.cos_t, w.sin_t);
   if (r) {
     work_free(&w);
     return cm_diag_set(diag, r, "forward: bad rotary dims %d", c->rot_dims);

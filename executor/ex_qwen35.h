@@ -19,26 +19,26 @@
 
 /* Sizes and settings of the text tower, read from the Hugging Face config.json. */
 struct ex_qwen35_config {
-  int vocab_size;                          /* embedding / LM-head rows (padding rows included) */
-  int hidden_size;                         /* H */
-  int intermediate_size;                   /* I, SwiGLU width */
-  int n_layers;                            /* num_hidden_layers */
-  bool full_attn[EX_QWEN35_MAX_LAYERS];    /* layer i is full attention (else Gated DeltaNet) */
-  int n_heads;                             /* Hq, attention query heads */
-  int n_kv_heads;                          /* Hkv */
-  int head_dim;                            /* D */
-  int rot_dims;                            /* rotary dims per head = D · partial_rotary_factor */
-  int mrope_section[3];                    /* frequencies per axis (T, H, W), sum = rot_dims/2 */
-  double rope_theta;                       /* rotary base (1e7) */
-  int lin_k_heads;                         /* Hk, GDN q/k heads */
-  int lin_v_heads;                         /* Hv, GDN value heads (multiple of Hk) */
-  int lin_dk;                              /* GDN key head dim */
-  int lin_dv;                              /* GDN value head dim */
-  int conv_kernel;                         /* K, depthwise conv width (4) */
-  float rms_eps;                           /* rms_norm_eps */
-  bool tied;                               /* LM head = embed_tokens */
-  int32_t image_token_id;                  /* <|image_pad|>, -1 when the config has none */
-  int32_t vision_start_token_id;           /* <|vision_start|>, -1 when absent */
+  int vocab_size;                       /* embedding / LM-head rows (padding rows included) */
+  int hidden_size;                      /* H */
+  int intermediate_size;                /* I, SwiGLU width */
+  int n_layers;                         /* num_hidden_layers */
+  bool full_attn[EX_QWEN35_MAX_LAYERS]; /* layer i is full attention (else Gated DeltaNet) */
+  int n_heads;                          /* Hq, attention query heads */
+  int n_kv_heads;                       /* Hkv */
+  int head_dim;                         /* D */
+  int rot_dims;                         /* rotary dims per head = D · partial_rotary_factor */
+  int mrope_section[3];                 /* frequencies per axis (T, H, W), sum = rot_dims/2 */
+  double rope_theta;                    /* rotary base (1e7) */
+  int lin_k_heads;                      /* Hk, GDN q/k heads */
+  int lin_v_heads;                      /* Hv, GDN value heads (multiple of Hk) */
+  int lin_dk;                           /* GDN key head dim */
+  int lin_dv;                           /* GDN value head dim */
+  int conv_kernel;                      /* K, depthwise conv width (4) */
+  float rms_eps;                        /* rms_norm_eps */
+  bool tied;                            /* LM head = embed_tokens */
+  int32_t image_token_id;               /* <|image_pad|>, -1 when the config has none */
+  int32_t vision_start_token_id;        /* <|vision_start|>, -1 when absent */
 };
 
 /* Parses a config.json object (Qwen3_5ForConditionalGeneration with text_config, or a text-only
@@ -62,27 +62,27 @@ struct ex_linear {
 
 /* One decoder layer's weights (float32). Only the mixer of the layer's kind is set. */
 struct ex_qwen35_layer {
-  bool full_attn;            /* mixer kind */
-  float *input_norm;         /* [H] zero-centred */
-  float *post_norm;          /* [H] zero-centred */
-  struct ex_linear gate;     /* mlp.gate_proj [I, H] */
-  struct ex_linear up;       /* mlp.up_proj [I, H] */
-  struct ex_linear down;     /* mlp.down_proj [H, I] */
-  struct ex_linear q;        /* self_attn.q_proj [Hq·2D, H], per head query then gate rows */
-  struct ex_linear k;        /* self_attn.k_proj [Hkv·D, H] */
-  struct ex_linear v;        /* self_attn.v_proj [Hkv·D, H] */
-  struct ex_linear o;        /* self_attn.o_proj [H, Hq·D] */
-  float *q_norm;             /* [D] zero-centred */
-  float *k_norm;             /* [D] zero-centred */
-  struct ex_linear qkv;      /* linear_attn.in_proj_qkv [2·Hk·dk + Hv·dv, H] */
-  struct ex_linear z;        /* linear_attn.in_proj_z [Hv·dv, H] */
-  struct ex_linear b;        /* linear_attn.in_proj_b [Hv, H] */
-  struct ex_linear a;        /* linear_attn.in_proj_a [Hv, H] */
-  struct ex_linear out;      /* linear_attn.out_proj [H, Hv·dv] */
-  float *conv;               /* linear_attn.conv1d [conv_dim, K] */
-  float *a_log;              /* linear_attn.A_log [Hv] */
-  float *dt_bias;            /* linear_attn.dt_bias [Hv] */
-  float *gdn_norm;           /* linear_attn.norm [dv], plain weight */
+  bool full_attn;        /* mixer kind */
+  float *input_norm;     /* [H] zero-centred */
+  float *post_norm;      /* [H] zero-centred */
+  struct ex_linear gate; /* mlp.gate_proj [I, H] */
+  struct ex_linear up;   /* mlp.up_proj [I, H] */
+  struct ex_linear down; /* mlp.down_proj [H, I] */
+  struct ex_linear q;    /* self_attn.q_proj [Hq·2D, H], per head query then gate rows */
+  struct ex_linear k;    /* self_attn.k_proj [Hkv·D, H] */
+  struct ex_linear v;    /* self_attn.v_proj [Hkv·D, H] */
+  struct ex_linear o;    /* self_attn.o_proj [H, Hq·D] */
+  float *q_norm;         /* [D] zero-centred */
+  float *k_norm;         /* [D] zero-centred */
+  struct ex_linear qkv;  /* linear_attn.in_proj_qkv [2·Hk·dk + Hv·dv, H] */
+  struct ex_linear z;    /* linear_attn.in_proj_z [Hv·dv, H] */
+  struct ex_linear b;    /* linear_attn.in_proj_b [Hv, H] */
+  struct ex_linear a;    /* linear_attn.in_proj_a [Hv, H] */
+  struct ex_linear out;  /* linear_attn.out_proj [H, Hv·dv] */
+  float *conv;           /* linear_attn.conv1d [conv_dim, K] */
+  float *a_log;          /* linear_attn.A_log [Hv] */
+  float *dt_bias;        /* linear_attn.dt_bias [Hv] */
+  float *gdn_norm;       /* linear_attn.norm [dv], plain weight */
 };
 
 /* How the Gated DeltaNet core runs. */
@@ -94,18 +94,18 @@ enum ex_gdn_mode {
 
 /* A loaded model: float32 weights on the backend plus run options. */
 struct ex_qwen35_model {
-  struct ex_qwen35_config cfg;     /* parsed config */
-  const struct ex_backend *be;     /* ops; &ex_backend_cpu */
-  float *embed;                    /* embed_tokens [vocab, H] */
-  float *final_norm;               /* norm [H] zero-centred */
-  const float *lm_head;            /* [vocab, H]; == embed when tied */
-  struct ex_qwen35_layer *layers;  /* [n_layers] */
-  float lora_scale;                /* alpha / rank of the kept adapter; 0 without one */
-  bool round_bf16;                 /* round where a bf16 oracle rounds (spec §3.5), off for fp32 */
-  enum ex_gdn_mode gdn_mode;       /* EX_GDN_AUTO by default */
-  void **owned;                    /* every heap buffer above, freed by ex_qwen35_model_free */
-  size_t n_owned;                  /* entries in owned */
-  size_t cap_owned;                /* capacity of owned */
+  struct ex_qwen35_config cfg;    /* parsed config */
+  const struct ex_backend *be;    /* ops; &ex_backend_cpu */
+  float *embed;                   /* embed_tokens [vocab, H] */
+  float *final_norm;              /* norm [H] zero-centred */
+  const float *lm_head;           /* [vocab, H]; == embed when tied */
+  struct ex_qwen35_layer *layers; /* [n_layers] */
+  float lora_scale;               /* alpha / rank of the kept adapter; 0 without one */
+  bool round_bf16;                /* round where a bf16 oracle rounds (spec §3.5), off for fp32 */
+  enum ex_gdn_mode gdn_mode;      /* EX_GDN_AUTO by default */
+  void **owned;                   /* every heap buffer above, freed by ex_qwen35_model_free */
+  size_t n_owned;                 /* entries in owned */
+  size_t cap_owned;               /* capacity of owned */
 };
 
 /* Loads the text weights from a checkpoint, converting BF16/F16/F32 to float32. Keys resolve

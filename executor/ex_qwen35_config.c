@@ -26,8 +26,7 @@ static int get_int(json_object *o, json_object *fallback, const char *key, int *
     return cm_diag_set(diag, -CM_EFORMAT, "config: \"%s\" is not an integer", key);
   int64_t x = json_object_get_int64(v);
   if (x <= 0 || x > (1 << 24))
-    return cm_diag_set(diag, -CM_EFORMAT, "config: \"%s\" = %lld out of range", key,
-                       (long long)x);
+    return cm_diag_set(diag, -CM_EFORMAT, "config: \"%s\" = %lld out of range", key, (long long)x);
   *ret = (int)x;
   return 0;
 }
@@ -76,11 +75,15 @@ int ex_qwen35_config_parse(json_object *cfg, struct ex_qwen35_config *ret_cfg,
     return cm_diag_set(diag, -CM_EUNSUPPORTED, "config: %d layers, at most %d supported",
                        c.n_layers, EX_QWEN35_MAX_LAYERS);
   if (c.n_heads % c.n_kv_heads)
-    return cm_diag_set(diag, -CM_EFORMAT, "config: num_attention_heads %d not a multiple of "
-                       "num_key_value_heads %d", c.n_heads, c.n_kv_heads);
+    return cm_diag_set(diag, -CM_EFORMAT,
+                       "config: num_attention_heads %d not a multiple of "
+                       "num_key_value_heads %d",
+                       c.n_heads, c.n_kv_heads);
   if (c.lin_v_heads % c.lin_k_heads)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "config: linear_num_value_heads %d not a multiple "
-                       "of linear_num_key_heads %d", c.lin_v_heads, c.lin_k_heads);
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "config: linear_num_value_heads %d not a multiple "
+                       "of linear_num_key_heads %d",
+                       c.lin_v_heads, c.lin_k_heads);
   if (c.conv_kernel < 1 || c.conv_kernel > 16)
     return cm_diag_set(diag, -CM_EUNSUPPORTED, "config: linear_conv_kernel_dim %d unsupported",
                        c.conv_kernel);
@@ -102,8 +105,7 @@ int ex_qwen35_config_parse(json_object *cfg, struct ex_qwen35_config *ret_cfg,
   if (lt) {
     if (!json_object_is_type(lt, json_type_array) ||
         json_object_array_length(lt) != (size_t)c.n_layers)
-      return cm_diag_set(diag, -CM_EFORMAT, "config: layer_types must list %d layers",
-                         c.n_layers);
+      return cm_diag_set(diag, -CM_EFORMAT, "config: layer_types must list %d layers", c.n_layers);
     for (int i = 0; i < c.n_layers; i++) {
       const char *s = json_object_get_string(json_object_array_get_idx(lt, (size_t)i));
       if (s && strcmp(s, "full_attention") == 0)
@@ -148,7 +150,8 @@ int ex_qwen35_config_parse(json_object *cfg, struct ex_qwen35_config *ret_cfg,
                        "interleaved mRoPE layout is implemented)");
   json_object *sec = get(rp, "mrope_section");
   if (!sec || !json_object_is_type(sec, json_type_array) || json_object_array_length(sec) != 3)
-    return cm_diag_set(diag, -CM_EFORMAT, "config: rope_parameters.mrope_section must have 3 "
+    return cm_diag_set(diag, -CM_EFORMAT,
+                       "config: rope_parameters.mrope_section must have 3 "
                        "entries");
   int sum = 0;
   for (int i = 0; i < 3; i++) {
@@ -158,8 +161,10 @@ int ex_qwen35_config_parse(json_object *cfg, struct ex_qwen35_config *ret_cfg,
     sum += c.mrope_section[i];
   }
   if (c.rot_dims <= 0 || c.rot_dims % 2 || c.rot_dims > c.head_dim || sum != c.rot_dims / 2)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "config: mrope_section sums to %d, rotary dims "
-                       "%d need %d", sum, c.rot_dims, c.rot_dims / 2);
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "config: mrope_section sums to %d, rotary dims "
+                       "%d need %d",
+                       sum, c.rot_dims, c.rot_dims / 2);
 
   /* tying: the top-level flag decides for the composite model; else the text config's */
   json_object *tie = get(cfg, "tie_word_embeddings");

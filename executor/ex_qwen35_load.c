@@ -1,5 +1,6 @@
 /* Loading of Qwen3.5 text weights from safetensors into float32 (see ex_qwen35.h): key prefixes,
- * tied-head fallback, count and shape checks, dtype widening, and the optional kept LoRA adapter. */
+ * tied-head fallback, count and shape checks, dtype widening, and the optional kept LoRA adapter.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +35,8 @@ static int copy_tensor(struct loader *ld, const struct cm_safetensors *st, const
     for (int i = 0; i < v.n_dims; i++)
       snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", i ? "," : "",
                (long long)v.shape[i]);
-    return cm_diag_set(ld->diag, -CM_ESHAPE, "%s: tensor %s has shape [%s], expected [%s]",
-                       v.file, key, got, want);
+    return cm_diag_set(ld->diag, -CM_ESHAPE, "%s: tensor %s has shape [%s], expected [%s]", v.file,
+                       key, got, want);
   }
   return cm_tensor_to_f32(&v, dst);
 }
@@ -105,7 +106,8 @@ int ex_qwen35_model_load(const struct ex_qwen35_config *cfg, const struct cm_saf
       ld.prefix = prefixes[i];
   }
   if (!ld.prefix)
-    return cm_diag_set(diag, -CM_EMISSING, "tensor embed_tokens.weight missing (tried prefixes "
+    return cm_diag_set(diag, -CM_EMISSING,
+                       "tensor embed_tokens.weight missing (tried prefixes "
                        "model.language_model., model., none)");
   struct ex_qwen35_model *m = NULL;
   int r = ex_qwen35_model_alloc(cfg, 0, &m);
@@ -123,7 +125,8 @@ int ex_qwen35_model_load(const struct ex_qwen35_config *cfg, const struct cm_saf
   size_t n_expect = 2;
   if (!c->tied) {
     if (cm_safetensors_find(st, "lm_head.weight", &v) != 0) {
-      r = cm_diag_set(diag, -CM_EMISSING, "tensor lm_head.weight missing and the config is not "
+      r = cm_diag_set(diag, -CM_EMISSING,
+                      "tensor lm_head.weight missing and the config is not "
                       "tied (tie_word_embeddings false)");
       goto fail;
     }
@@ -138,8 +141,7 @@ int ex_qwen35_model_load(const struct ex_qwen35_config *cfg, const struct cm_saf
     char rel[128];
 #define REL(name) (snprintf(rel, sizeof(rel), "layers.%d.%s", i, name), rel)
     if ((r = load_vec(&ld, REL("input_layernorm.weight"), l->input_norm, c->hidden_size)) ||
-        (r = load_vec(&ld, REL("post_attention_layernorm.weight"), l->post_norm,
-                      c->hidden_size)) ||
+        (r = load_vec(&ld, REL("post_attention_layernorm.weight"), l->post_norm, c->hidden_size)) ||
         (r = load_lin(&ld, REL("mlp.gate_proj"), &l->gate, m)) ||
         (r = load_lin(&ld, REL("mlp.up_proj"), &l->up, m)) ||
         (r = load_lin(&ld, REL("mlp.down_proj"), &l->down, m)))
@@ -188,9 +190,10 @@ int ex_qwen35_model_load(const struct ex_qwen35_config *cfg, const struct cm_saf
   }
   n_text += 2 + (c->tied ? 0 : 1);
   if (n_text != n_expect || ld.n_found + (c->tied ? 0 : 1) != n_expect) {
-    r = cm_diag_set(diag, -CM_ESHAPE, "%zu text tensors found, %zu expected for %d layers "
-                    "(first layer key: %s)", n_text, n_expect, c->n_layers,
-                    extra ? extra : "none");
+    r = cm_diag_set(diag, -CM_ESHAPE,
+                    "%zu text tensors found, %zu expected for %d layers "
+                    "(first layer key: %s)",
+                    n_text, n_expect, c->n_layers, extra ? extra : "none");
     goto fail;
   }
   if (adapter) {
@@ -201,8 +204,10 @@ int ex_qwen35_model_load(const struct ex_qwen35_config *cfg, const struct cm_saf
         n_ad++;
     }
     if (n_ad != ld.n_lora) {
-      r = cm_diag_set(diag, -CM_EFORMAT, "adapter: %zu text LoRA tensors, only %zu match a text "
-                      "projection", n_ad, ld.n_lora);
+      r = cm_diag_set(diag, -CM_EFORMAT,
+                      "adapter: %zu text LoRA tensors, only %zu match a text "
+                      "projection",
+                      n_ad, ld.n_lora);
       goto fail;
     }
     m->lora_scale = lora_scale;

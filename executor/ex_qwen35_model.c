@@ -90,8 +90,7 @@ int ex_qwen35_model_alloc(const struct ex_qwen35_config *cfg, size_t lora_rank,
       size_t hq = (size_t)c->n_heads, hkv = (size_t)c->n_kv_heads;
       if ((ret = lin_alloc(m, &l->q, hq * 2 * d, h, r)) ||
           (ret = lin_alloc(m, &l->k, hkv * d, h, r)) ||
-          (ret = lin_alloc(m, &l->v, hkv * d, h, r)) ||
-          (ret = lin_alloc(m, &l->o, h, hq * d, r)))
+          (ret = lin_alloc(m, &l->v, hkv * d, h, r)) || (ret = lin_alloc(m, &l->o, h, hq * d, r)))
         goto fail;
       ret = -ENOMEM;
       l->q_norm = ex_qwen35_own_alloc(m, d);
@@ -118,4 +117,3 @@ fail:
   ex_qwen35_model_free(m);
   return ret;
 }
-

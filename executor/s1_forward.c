@@ -20,21 +20,21 @@
 #define MAX_IMAGES 256
 
 struct image_in {
-  float *pixels;       /* [n_patches, patch_dim] or NULL */
-  float *embeds;       /* [n_merged, H] merged embeddings given directly, or NULL */
-  int64_t n_rows;      /* rows in pixels or embeds */
-  int32_t grid[3];     /* t, h, w in patches */
-  int64_t n_merged;    /* t·h·w / 4 */
+  float *pixels;    /* [n_patches, patch_dim] or NULL */
+  float *embeds;    /* [n_merged, H] merged embeddings given directly, or NULL */
+  int64_t n_rows;   /* rows in pixels or embeds */
+  int32_t grid[3];  /* t, h, w in patches */
+  int64_t n_merged; /* t·h·w / 4 */
 };
 
 struct input {
-  int32_t *tokens;            /* [n_tokens] as given (one <|image_pad|> per image) */
-  size_t n_tokens;            /* count */
-  struct image_in *images;    /* [n_images] */
-  int n_images;               /* count */
-  long prefix_len;            /* 0 = one pass */
-  long *readout;              /* [n_readout] positions, negative from the end */
-  size_t n_readout;           /* count */
+  int32_t *tokens;         /* [n_tokens] as given (one <|image_pad|> per image) */
+  size_t n_tokens;         /* count */
+  struct image_in *images; /* [n_images] */
+  int n_images;            /* count */
+  long prefix_len;         /* 0 = one pass */
+  long *readout;           /* [n_readout] positions, negative from the end */
+  size_t n_readout;        /* count */
 };
 
 static void usage(void) {
@@ -121,8 +121,10 @@ static int read_input(const char *path, struct input *in, struct cm_diag *diag) 
   }
   if (!json_object_object_get_ex(root, "tokens", &v) || !json_object_is_type(v, json_type_array) ||
       json_object_array_length(v) == 0 || json_object_array_length(v) > MAX_TOKENS) {
-    r = cm_diag_set(diag, -CM_EFORMAT, "%s: \"tokens\" must be a non-empty array of ids (at "
-                    "most %d)", path, MAX_TOKENS);
+    r = cm_diag_set(diag, -CM_EFORMAT,
+                    "%s: \"tokens\" must be a non-empty array of ids (at "
+                    "most %d)",
+                    path, MAX_TOKENS);
     goto out;
   }
   in->n_tokens = json_object_array_length(v);
@@ -197,15 +199,17 @@ static int read_input(const char *path, struct input *in, struct cm_diag *diag) 
       for (int d = 0; d < 3; d++) {
         int64_t gv = json_object_get_int64(json_object_array_get_idx(g, (size_t)d));
         if (gv < 1 || gv > 4096) {
-          r = cm_diag_set(diag, -CM_EFORMAT, "%s: images[%d].grid_thw[%d] out of range", path,
-                          i, d);
+          r = cm_diag_set(diag, -CM_EFORMAT, "%s: images[%d].grid_thw[%d] out of range", path, i,
+                          d);
           goto out;
         }
         x->grid[d] = (int32_t)gv;
       }
       if (x->grid[0] != 1 || x->grid[1] % 2 || x->grid[2] % 2) {
-        r = cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: images[%d]: grid_thw must be [1, even, "
-                        "even]", path, i);
+        r = cm_diag_set(diag, -CM_EUNSUPPORTED,
+                        "%s: images[%d]: grid_thw must be [1, even, "
+                        "even]",
+                        path, i);
         goto out;
       }
       x->n_merged = (int64_t)x->grid[1] * x->grid[2] / 4;
@@ -226,9 +230,10 @@ static int read_input(const char *path, struct input *in, struct cm_diag *diag) 
       int64_t want = px ? (int64_t)x->grid[1] * x->grid[2] : x->n_merged;
       if (nd != 2 || shape[0] != want) {
         free(data);
-        r = cm_diag_set(diag, -CM_ESHAPE, "%s: images[%d].%s must have %lld rows for grid "
-                        "[1,%d,%d]", path, i, px ? "pixels" : "embeds", (long long)want,
-                        x->grid[1], x->grid[2]);
+        r = cm_diag_set(diag, -CM_ESHAPE,
+                        "%s: images[%d].%s must have %lld rows for grid "
+                        "[1,%d,%d]",
+                        path, i, px ? "pixels" : "embeds", (long long)want, x->grid[1], x->grid[2]);
         goto out;
       }
       x->n_rows = shape[0];
@@ -237,8 +242,7 @@ static int read_input(const char *path, struct input *in, struct cm_diag *diag) 
       else
         x->embeds = data;
       if (px && shape[1] != 1536) {
-        r = cm_diag_set(diag, -CM_ESHAPE, "%s: images[%d].pixels must have 1536 columns", path,
-                        i);
+        r = cm_diag_set(diag, -CM_ESHAPE, "%s: images[%d].pixels must have 1536 columns", path, i);
         goto out;
       }
     }
@@ -306,9 +310,10 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
   for (size_t i = 0; i < in.n_tokens; i++)
     n_more += in.tokens[i] == cfg.image_token_id;
   if ((int)n_more != in.n_images || n > MAX_TOKENS) {
-    r = cm_diag_set(diag, -CM_EFORMAT, "%s: %zu <|image_pad|> tokens (id %d) for %d images, or "
-                    "more than %d tokens", in_path, n_more, cfg.image_token_id, in.n_images,
-                    MAX_TOKENS);
+    r = cm_diag_set(diag, -CM_EFORMAT,
+                    "%s: %zu <|image_pad|> tokens (id %d) for %d images, or "
+                    "more than %d tokens",
+                    in_path, n_more, cfg.image_token_id, in.n_images, MAX_TOKENS);
     goto done;
   }
   size_t h = (size_t)cfg.hidden_size;
@@ -430,8 +435,8 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
   for (size_t i = 0; i < in.n_readout; i++) {
     long q = in.readout[i] < 0 ? (long)n + in.readout[i] : in.readout[i];
     if (q < 0 || (size_t)q >= n) {
-      r = cm_diag_set(diag, -CM_EFORMAT, "%s: readout[%zu] = %ld outside %zu tokens", in_path,
-                      i, in.readout[i], n);
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: readout[%zu] = %ld outside %zu tokens", in_path, i,
+                      in.readout[i], n);
       goto done;
     }
     json_object_array_add(ro, json_object_new_int64(q));
@@ -464,8 +469,8 @@ done:
 
 int main(int argc, char **argv) {
   static const struct option opts[] = {
-      {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
-      {"input", required_argument, 0, 'i'},  {"output", required_argument, 0, 'o'},
+      {"model", required_argument, 0, 'm'},   {"device", required_argument, 0, 'd'},
+      {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},
       {"bf16-rounding", no_argument, 0, 'b'}, {"gdn", required_argument, 0, 'g'},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   const char *model = NULL, *input = NULL, *output = NULL, *device = "cpu";
@@ -474,11 +479,21 @@ int main(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
-    case 'm': model = optarg; break;
-    case 'd': device = optarg; break;
-    case 'i': input = optarg; break;
-    case 'o': output = optarg; break;
-    case 'b': bf16 = true; break;
+    case 'm':
+      model = optarg;
+      break;
+    case 'd':
+      device = optarg;
+      break;
+    case 'i':
+      input = optarg;
+      break;
+    case 'o':
+      output = optarg;
+      break;
+    case 'b':
+      bf16 = true;
+      break;
     case 'g':
       if (strcmp(optarg, "chunked") == 0)
         gdn = EX_GDN_CHUNKED;
@@ -489,8 +504,12 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
-    case 'h': usage(); return 0;
-    default: usage(); return 2;
+    case 'h':
+      usage();
+      return 0;
+    default:
+      usage();
+      return 2;
     }
   }
   if (!model || !input || !output || optind != argc) {
@@ -504,8 +523,7 @@ int main(int argc, char **argv) {
   struct cm_diag diag = {0};
   int r = run(model, input, output, bf16, gdn, &diag);
   if (r) {
-    fprintf(stderr, "s1-forward: %s (%s)\n", diag.msg ? diag.msg : cm_strerror(r),
-            cm_strerror(r));
+    fprintf(stderr, "s1-forward: %s (%s)\n", diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
     cm_diag_fini(&diag);
     return 1;
   }

@@ -11,8 +11,10 @@ int s1_forward_vision(const struct cm_model_dir *dir, const float *pixels, int64
                       struct cm_diag *diag) {
   json_object *vc = NULL;
   if (!dir->vision)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: the model directory has no vision tower "
-                       "(exported without vision weights)", dir->path);
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "%s: the model directory has no vision tower "
+                       "(exported without vision weights)",
+                       dir->path);
   if (!json_object_object_get_ex(dir->config, "vision_config", &vc))
     return cm_diag_set(diag, -CM_EMISSING, "%s: config has no vision_config", dir->path);
   struct ex_vision_config cfg;

@@ -104,6 +104,9 @@ int fe_metrics_render(const struct fe_metrics *m, char **ret_text, size_t *ret_l
   put(&o, "# HELP s1_preprocessors Connected preprocessors.\n"
           "# TYPE s1_preprocessors gauge\ns1_preprocessors %llu\n",
       (unsigned long long)m->preprocessors);
+  put(&o, "# HELP s1_preprocessors_ready Preprocessors whose executors are ready.\n"
+          "# TYPE s1_preprocessors_ready gauge\ns1_preprocessors_ready %llu\n",
+      (unsigned long long)m->preprocessors_ready);
   if (o.err) {
     free(o.s);
     return o.err;

@@ -26,6 +26,7 @@ struct fe_metrics {
   uint64_t in_flight;                  /* gauge: requests at a preprocessor */
   uint64_t credits;                    /* gauge: idle credits held */
   uint64_t preprocessors;              /* gauge: connected preprocessors */
+  uint64_t preprocessors_ready;        /* gauge: those reporting READY */
 };
 
 /* Records one observation in µs. */

@@ -555,6 +555,10 @@ static void on_tick(h2o_timeout_entry_t *entry) {
     else
       i++;
   g.metrics.preprocessors = (uint64_t)g.n_workers;
+  g.metrics.preprocessors_ready = 0;
+  for (int i = 0; i < g.n_workers; i++)
+    g.metrics.preprocessors_ready += g.workers[i].has_status &&
+                                     g.workers[i].st.state == PROTO_STATE_READY;
   if (g.term && !g.draining) {
     g.draining = 1;
     fprintf(stderr, "s1-frontend: SIGTERM: admission stopped, draining %zu queued, %llu in "

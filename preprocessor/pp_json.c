@@ -355,7 +355,12 @@ int pp_json_parse(const char *text, size_t n_bytes, json_object **ret_root, stru
   json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
   json_object *root = json_tokener_parse_ex(tok, text, (int)n_bytes);
   enum json_tokener_error e = json_tokener_get_error(tok);
-  if (!root || e != json_tokener_success) {
+  if (!root && e == json_tokener_continue) {
+    /* a bare number at the end needs a delimiter to end: the checked text allows whitespace */
+    root = json_tokener_parse_ex(tok, " ", 1);
+    e = json_tokener_get_error(tok);
+  }
+  if (e != json_tokener_success) { /* root may be NULL on success: the JSON value null */
     r = cm_diag_set(diag, -CM_EJSON, "invalid JSON: %s", json_tokener_error_desc(e));
     json_object_put(root);
   }

@@ -16,7 +16,8 @@
  * depth ≤ PP_JSON_MAX_DEPTH. Returns 0 or -CM_EJSON with diag giving the byte offset. */
 int pp_json_check(const char *text, size_t n_bytes, struct cm_diag *diag);
 
-/* pp_json_check, then json-c parse. Ownership: *ret_root is owned (json_object_put).
+/* pp_json_check, then json-c parse. Ownership: *ret_root is owned (json_object_put); it is NULL
+ * for the JSON value null (json-c's representation).
  * Returns 0, -CM_EJSON, -ENOMEM. */
 int pp_json_parse(const char *text, size_t n_bytes, json_object **ret_root, struct cm_diag *diag);
 

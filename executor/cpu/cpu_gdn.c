@@ -80,10 +80,10 @@ void ex_cpu_gdn_chunked(const float *q, const float *k, const float *v, const fl
                         const struct ex_gdn_dims *dims, float *scratch) {
   size_t hk = dims->n_k_heads, hv = dims->n_v_heads, dk = dims->dk, dv = dims->dv;
   size_t r = hv / hk;
-  float *gam = scratch;           /* [C] cumulative log-decay within the chunk */
-  float *lm = gam + chunk;        /* [C, C] strictly lower β_i (k_i·k_j) e^{Γi−Γj} */
-  float *u = lm + chunk * chunk;  /* [C, dv] U, then V' = U − W·S0 */
-  float *w = u + chunk * dv;      /* [C, dk] W */
+  float *gam = scratch;          /* [C] cumulative log-decay within the chunk */
+  float *lm = gam + chunk;       /* [C, C] strictly lower β_i (k_i·k_j) e^{Γi−Γj} */
+  float *u = lm + chunk * chunk; /* [C, dv] U, then V' = U − W·S0 */
+  float *w = u + chunk * dv;     /* [C, dk] W */
   for (size_t h = 0; h < hv; h++) {
     float *s = state + h * dk * dv;
     size_t kh = h / r;

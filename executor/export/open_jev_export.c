@@ -128,7 +128,7 @@ int ex_open_jev_checkpoint_sha256(const char *dir, char ret_hex[CM_SHA256_HEX]) 
   int rc = walk(dir, "", &fl);
   if (!rc)
     rc = cm_sha256_init(&h);
-  if (!rc)
+  if (!rc && fl.n > 1)
     qsort(fl.paths, fl.n, sizeof *fl.paths, path_cmp);
   char *buf = rc ? NULL : malloc(1 << 20);
   if (!rc && !buf)

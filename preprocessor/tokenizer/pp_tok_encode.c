@@ -3,6 +3,7 @@
  * byte-level BPE with a merge-rank priority queue and a per-thread word cache. Decoding and the
  * UTF-8 helpers live here too: they share the per-thread scratch and the validity rules. */
 #include "pp_tok_internal.h"
+#include "pp_tok_unicode.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -57,6 +58,8 @@ struct tok_thread {
   pcre2_match_context *mctx; /* holds the JIT stack */
   char *norm;                /* [norm_cap] normalized segment */
   size_t norm_cap;           /* bytes */
+  char *norm2;               /* [norm2_cap] second buffer for multi-step normalizers */
+  size_t norm2_cap;          /* bytes */
   int32_t *cps;              /* [cps_cap] code points during normalization */
   size_t cps_cap;            /* elements */
   struct level lvl[TOK_MAX_STAGES]; /* per pre-tokenizer step */
@@ -239,6 +242,7 @@ void tok_thread_free(struct tok_thread *t) {
   pcre2_match_context_free(t->mctx);
   pcre2_jit_stack_free(t->jit);
   free(t->norm);
+  free(t->norm2);
   free(t->cps);
   for (int i = 0; i < TOK_MAX_STAGES; i++) {
     free(t->lvl[i].v);
@@ -298,6 +302,8 @@ static struct tok_thread *thread_get(const struct pp_tok *ctok) {
 
 static int emit(struct enc *e, const int32_t *v, size_t n) {
   struct pp_tok_ids *ids = e->ids;
+  if (n == 0)
+    return 0;
   if (ids->cap - ids->n < n) {
     int rc = pp_tok_ids_reserve(ids, n);
     if (rc)
@@ -447,7 +453,7 @@ static int bpe(struct enc *e, const char *s, size_t n) {
   if (k < 0)
     return k;
   const int32_t *res = (const int32_t *)t->heap;
-  if (cacheable) {
+  if (cacheable && k > 0) {
     if (t->cache_words >= CACHE_MAX_WORDS || t->ids_len + (size_t)k > CACHE_MAX_ID_ARENA) {
       cache_clear(t);
       for (slot = h & (CACHE_SLOTS - 1); t->cache[slot].key_len != UINT32_MAX;
@@ -615,7 +621,54 @@ static bool all_ascii(const char *s, size_t n) {
   return true;
 }
 
-/* Normalizes s[0..n) into t->norm; ret_s, ret_n point at the result (s itself when unchanged). */
+static bool nfc_unknown(uint32_t c) {
+  size_t lo = 0, hi = sizeof(TOK_NFC_UNKNOWN) / sizeof(TOK_NFC_UNKNOWN[0]);
+  if (c < TOK_NFC_UNKNOWN[0][0])
+    return false;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c < TOK_NFC_UNKNOWN[mid][0])
+      hi = mid;
+    else if (c > TOK_NFC_UNKNOWN[mid][1])
+      lo = mid + 1;
+    else
+      return true;
+  }
+  return false;
+}
+
+/* Normalizes s[0..n) with one utf8proc form and appends the UTF-8 result to out (grown). */
+static int norm_append(struct enc *e, const char *s, size_t n, utf8proc_option_t opt, char **out,
+                       size_t *out_n, size_t *out_cap) {
+  struct tok_thread *t = e->t;
+  utf8proc_ssize_t r;
+  if (n == 0)
+    return 0;
+  for (;;) {
+    r = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, t->cps,
+                           (utf8proc_ssize_t)t->cps_cap, opt);
+    if (r < 0)
+      return cm_diag_set(e->diag, -CM_EUTF8, "tokenizer: normalization failed: %s",
+                         utf8proc_errmsg(r));
+    if ((size_t)r <= t->cps_cap)
+      break;
+    if (grow((void **)&t->cps, &t->cps_cap, (size_t)r, sizeof(int32_t)))
+      return cm_diag_set(e->diag, -ENOMEM, "tokenizer: out of memory");
+  }
+  r = utf8proc_reencode(t->cps, r, opt);
+  if (r < 0)
+    return cm_diag_set(e->diag, -CM_EUTF8, "tokenizer: normalization failed: %s",
+                       utf8proc_errmsg(r));
+  if (grow((void **)out, out_cap, *out_n + (size_t)r + 1, 1))
+    return cm_diag_set(e->diag, -ENOMEM, "tokenizer: out of memory");
+  memcpy(*out + *out_n, t->cps, (size_t)r);
+  *out_n += (size_t)r;
+  return 0;
+}
+
+/* Normalizes s[0..n) into the thread's buffers; *ret_s, *ret_n give the result (s itself when
+ * nothing changes). Code points the reference's tables do not know are kept in place and the
+ * text between them is normalized on its own (they block reordering and composition there). */
 static int normalize(struct enc *e, const char *s, size_t n, const char **ret_s, size_t *ret_n) {
   const struct pp_tok *tok = e->tok;
   struct tok_thread *t = e->t;
@@ -631,27 +684,31 @@ static int normalize(struct enc *e, const char *s, size_t n, const char **ret_s,
   };
   for (int i = 0; i < tok->n_norms; i++) {
     utf8proc_option_t opt = (utf8proc_option_t)flags[tok->norms[i]];
-    utf8proc_ssize_t r;
-    for (;;) {
-      r = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, t->cps,
-                             (utf8proc_ssize_t)t->cps_cap, opt);
-      if (r < 0)
-        return cm_diag_set(e->diag, -CM_EUTF8, "tokenizer: normalization failed: %s",
-                           utf8proc_errmsg(r));
-      if ((size_t)r <= t->cps_cap)
-        break;
-      if (grow((void **)&t->cps, &t->cps_cap, (size_t)r, sizeof(int32_t)))
-        return cm_diag_set(e->diag, -ENOMEM, "tokenizer: out of memory");
+    /* output goes to whichever buffer does not hold the input */
+    bool into_a = s != t->norm;
+    char **out = into_a ? &t->norm : &t->norm2;
+    size_t *cap = into_a ? &t->norm_cap : &t->norm2_cap;
+    size_t out_n = 0, seg = 0;
+    int rc;
+    for (size_t k = 0; k < n;) {
+      int len = utf8_step((const uint8_t *)s + k, n - k);
+      if (len <= 0)
+        return cm_diag_set(e->diag, -CM_EUTF8, "tokenizer: invalid UTF-8 after normalization");
+      if (len >= 2 && nfc_unknown(decode_cp((const uint8_t *)s + k, len))) {
+        if ((rc = norm_append(e, s + seg, k - seg, opt, out, &out_n, cap)))
+          return rc;
+        if (grow((void **)out, cap, out_n + (size_t)len + 1, 1))
+          return cm_diag_set(e->diag, -ENOMEM, "tokenizer: out of memory");
+        memcpy(*out + out_n, s + k, (size_t)len);
+        out_n += (size_t)len;
+        seg = k + (size_t)len;
+      }
+      k += (size_t)len;
     }
-    r = utf8proc_reencode(t->cps, r, opt);
-    if (r < 0)
-      return cm_diag_set(e->diag, -CM_EUTF8, "tokenizer: normalization failed: %s",
-                         utf8proc_errmsg(r));
-    if (grow((void **)&t->norm, &t->norm_cap, (size_t)r + 1, 1))
-      return cm_diag_set(e->diag, -ENOMEM, "tokenizer: out of memory");
-    memcpy(t->norm, t->cps, (size_t)r);
-    s = t->norm;
-    n = (size_t)r;
+    if ((rc = norm_append(e, s + seg, n - seg, opt, out, &out_n, cap)))
+      return rc;
+    s = *out;
+    n = out_n;
   }
   *ret_s = s;
   *ret_n = n;

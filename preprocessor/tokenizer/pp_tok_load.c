@@ -30,19 +30,16 @@ uint32_t tok_byte_to_cp(uint8_t b) {
 }
 
 int tok_cp_to_byte(uint32_t cp) {
+  /* code points 256..323 stand for the non-printable bytes, in byte order */
+  static const uint8_t table[68] = {
+      0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d,
+      0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b,
+      0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x7f, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87,
+      0x88, 0x89, 0x8a, 0x8b, 0x8c, 0x8d, 0x8e, 0x8f, 0x90, 0x91, 0x92, 0x93, 0x94, 0x95,
+      0x96, 0x97, 0x98, 0x99, 0x9a, 0x9b, 0x9c, 0x9d, 0x9e, 0x9f, 0xa0, 0xad};
   if (cp < 256)
     return byte_is_printable(cp) ? (int)cp : -1;
-  if (cp >= 256 + 68)
-    return -1;
-  unsigned want = cp - 256, n = 0;
-  for (unsigned b = 0; b < 256; b++) {
-    if (!byte_is_printable(b)) {
-      if (n == want)
-        return (int)b;
-      n++;
-    }
-  }
-  return -1;
+  return cp < 256 + 68 ? table[cp - 256] : -1;
 }
 
 /* ---- hashing and maps --------------------------------------------------------------------- */
@@ -694,27 +691,31 @@ static int finish_added(struct pp_tok *tok, struct cm_diag *diag) {
 /* Decoded bytes of a vocabulary spelling: byte-level characters back to bytes; a spelling with
  * any other character decodes to its own UTF-8 (as the ByteLevel decoder does). */
 static int spelling_to_raw(struct pp_tok *tok, struct tok_entry *e) {
-  const char *s = tok->pool + e->off;
+  const uint8_t *s = (const uint8_t *)tok->pool + e->off;
   size_t n = e->len, nb = 0;
-  char small[256];
-  char *buf = n <= sizeof(small) ? small : malloc(n);
+  uint8_t small[256];
+  uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
   if (!buf)
     return -ENOMEM;
   bool all = true;
-  for (size_t i = 0; i < n;) {
-    utf8proc_int32_t cp;
-    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-    int b = k > 0 ? tok_cp_to_byte((uint32_t)cp) : -1;
-    if (b < 0) {
-      all = false;
-      break;
+  for (size_t i = 0; i < n && all;) {
+    /* byte-level characters are U+0021..U+0143: one or two UTF-8 bytes */
+    int b = -1;
+    if (s[i] < 0x80) {
+      b = tok_cp_to_byte(s[i]);
+      i++;
+    } else if ((s[i] & 0xe0) == 0xc0 && i + 1 < n) {
+      b = tok_cp_to_byte((uint32_t)(s[i] & 0x1f) << 6 | (s[i + 1] & 0x3f));
+      i += 2;
     }
-    buf[nb++] = (char)b;
-    i += (size_t)k;
+    if (b < 0)
+      all = false;
+    else
+      buf[nb++] = (uint8_t)b;
   }
   int rc = 0;
   if (all) {
-    rc = pool_add(tok, buf, nb, &e->raw_off);
+    rc = pool_add(tok, (const char *)buf, nb, &e->raw_off);
     e->raw_len = (uint32_t)nb;
   } else {
     e->raw_off = e->off;
@@ -723,6 +724,73 @@ static int spelling_to_raw(struct pp_tok *tok, struct tok_entry *e) {
   if (buf != small)
     free(buf);
   return rc;
+}
+
+struct merge_job {
+  const struct pp_tok *tok; /* vocabulary (read-only here) */
+  json_object *merges;      /* model.merges */
+  size_t from, to;          /* range of merges to resolve */
+  int32_t *res;             /* [n_merges][3]: left id, right id, merged id */
+  size_t bad;               /* first bad merge index, SIZE_MAX if none */
+  const char *bad_why;      /* what is wrong with it (NULL: out of memory) */
+};
+
+/* Resolves merges [from, to) to ids. */
+static void *resolve_merges(void *p) {
+  struct merge_job *j = p;
+  char small[512];
+  for (size_t i = j->from; i < j->to; i++) {
+    json_object *mo = json_object_array_get_idx(j->merges, i);
+    const char *a, *b;
+    size_t na, nb;
+    if (json_object_is_type(mo, json_type_string)) {
+      size_t len = (size_t)json_object_get_string_len(mo);
+      a = json_object_get_string(mo);
+      const char *sp = memchr(a, ' ', len);
+      if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - a))) {
+        j->bad = i;
+        j->bad_why = "is not \"a b\"";
+        return NULL;
+      }
+      na = (size_t)(sp - a);
+      b = sp + 1;
+      nb = len - na - 1;
+    } else if (json_object_is_type(mo, json_type_array) && json_object_array_length(mo) == 2 &&
+               json_object_is_type(json_object_array_get_idx(mo, 0), json_type_string) &&
+               json_object_is_type(json_object_array_get_idx(mo, 1), json_type_string)) {
+      json_object *ao = json_object_array_get_idx(mo, 0), *bo = json_object_array_get_idx(mo, 1);
+      a = json_object_get_string(ao);
+      na = (size_t)json_object_get_string_len(ao);
+      b = json_object_get_string(bo);
+      nb = (size_t)json_object_get_string_len(bo);
+    } else {
+      j->bad = i;
+      j->bad_why = "is malformed";
+      return NULL;
+    }
+    int32_t ia = tok_map_get(j->tok, &j->tok->vocab, a, na);
+    int32_t ib = tok_map_get(j->tok, &j->tok->vocab, b, nb);
+    char *cat = na + nb <= sizeof(small) ? small : malloc(na + nb);
+    if (!cat) {
+      j->bad = i;
+      j->bad_why = NULL;
+      return NULL;
+    }
+    memcpy(cat, a, na);
+    memcpy(cat + na, b, nb);
+    int32_t inew = tok_map_get(j->tok, &j->tok->vocab, cat, na + nb);
+    if (cat != small)
+      free(cat);
+    if (ia < 0 || ib < 0 || inew < 0) {
+      j->bad = i;
+      j->bad_why = "uses a token not in the vocabulary";
+      return NULL;
+    }
+    j->res[3 * i] = ia;
+    j->res[3 * i + 1] = ib;
+    j->res[3 * i + 2] = inew;
+  }
+  return NULL;
 }
 
 static int load_model(struct pp_tok *tok, json_object *m, json_object *added_list,
@@ -782,6 +850,15 @@ static int load_model(struct pp_tok *tok, json_object *m, json_object *added_lis
     }
   }
   tok->n_ids = max_id + 1;
+  {
+    /* spellings plus decoded bytes fit in twice the JSON text of the vocabulary */
+    size_t want = 2 * (size_t)json_object_object_length(vocab) * 16 + (1 << 16);
+    char *p = want > tok->pool_cap ? realloc(tok->pool, want) : tok->pool;
+    if (!p)
+      return -ENOMEM;
+    tok->pool = p;
+    tok->pool_cap = want > tok->pool_cap ? want : tok->pool_cap;
+  }
   tok->by_id = malloc(sizeof(*tok->by_id) * (size_t)(tok->n_ids ? tok->n_ids : 1));
   if (!tok->by_id || map_init(&tok->vocab, n_vocab))
     return -ENOMEM;
@@ -840,54 +917,40 @@ static int load_model(struct pp_tok *tok, json_object *m, json_object *added_lis
       return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: unk_token is not in the vocabulary");
   }
 
-  /* merges: "a b" strings or ["a", "b"] pairs; rank = position. */
+  /* merges: "a b" strings or ["a", "b"] pairs; rank = position. The three vocabulary lookups of
+   * each merge are read-only, so two threads resolve one half each. */
   size_t n_merges = json_object_array_length(merges);
   size_t cap = 16;
   while (cap < n_merges * 2 + 16)
     cap <<= 1;
   tok->merges = malloc(cap * sizeof(*tok->merges));
-  if (!tok->merges)
+  int32_t *res = malloc(sizeof(int32_t) * 3 * (n_merges ? n_merges : 1));
+  if (!tok->merges || !res) {
+    free(res);
     return -ENOMEM;
+  }
   for (size_t i = 0; i < cap; i++)
     tok->merges[i].key = UINT64_MAX;
   tok->merge_mask = cap - 1;
-  char small[512];
-  for (size_t i = 0; i < n_merges; i++) {
-    json_object *mo = json_object_array_get_idx(merges, i);
-    const char *a, *b;
-    size_t na, nb;
-    if (json_object_is_type(mo, json_type_string)) {
-      a = json_object_get_string(mo);
-      const char *sp = memchr(a, ' ', (size_t)json_object_get_string_len(mo));
-      if (!sp || memchr(sp + 1, ' ', (size_t)json_object_get_string_len(mo) - (size_t)(sp + 1 - a)))
-        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] is not \"a b\"", i);
-      na = (size_t)(sp - a);
-      b = sp + 1;
-      nb = (size_t)json_object_get_string_len(mo) - na - 1;
-    } else if (json_object_is_type(mo, json_type_array) && json_object_array_length(mo) == 2 &&
-               json_object_is_type(json_object_array_get_idx(mo, 0), json_type_string) &&
-               json_object_is_type(json_object_array_get_idx(mo, 1), json_type_string)) {
-      json_object *ao = json_object_array_get_idx(mo, 0), *bo = json_object_array_get_idx(mo, 1);
-      a = json_object_get_string(ao);
-      na = (size_t)json_object_get_string_len(ao);
-      b = json_object_get_string(bo);
-      nb = (size_t)json_object_get_string_len(bo);
-    } else {
-      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] is malformed", i);
+  struct merge_job jobs[2] = {{tok, merges, 0, n_merges / 2, res, SIZE_MAX, NULL},
+                              {tok, merges, n_merges / 2, n_merges, res, SIZE_MAX, NULL}};
+  pthread_t th;
+  bool threaded = n_merges > 4096 && pthread_create(&th, NULL, resolve_merges, &jobs[0]) == 0;
+  if (!threaded)
+    resolve_merges(&jobs[0]);
+  resolve_merges(&jobs[1]);
+  if (threaded)
+    pthread_join(th, NULL);
+  for (int k = 0; k < 2; k++) {
+    if (jobs[k].bad != SIZE_MAX) {
+      free(res);
+      return jobs[k].bad_why ? cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] %s",
+                                           jobs[k].bad, jobs[k].bad_why)
+                             : -ENOMEM;
     }
-    int32_t ia = tok_map_get(tok, &tok->vocab, a, na);
-    int32_t ib = tok_map_get(tok, &tok->vocab, b, nb);
-    char *cat = na + nb <= sizeof(small) ? small : malloc(na + nb);
-    if (!cat)
-      return -ENOMEM;
-    memcpy(cat, a, na);
-    memcpy(cat + na, b, nb);
-    int32_t inew = tok_map_get(tok, &tok->vocab, cat, na + nb);
-    if (cat != small)
-      free(cat);
-    if (ia < 0 || ib < 0 || inew < 0)
-      return cm_diag_set(diag, -CM_EFORMAT,
-                         "tokenizer.json: merges[%zu] uses a token not in the vocabulary", i);
+  }
+  for (size_t i = 0; i < n_merges; i++) {
+    int32_t ia = res[3 * i], ib = res[3 * i + 1], inew = res[3 * i + 2];
     uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
     size_t j = merge_slot_hash(key) & tok->merge_mask;
     while (tok->merges[j].key != UINT64_MAX && tok->merges[j].key != key)
@@ -895,6 +958,7 @@ static int load_model(struct pp_tok *tok, json_object *m, json_object *added_lis
     /* A repeated pair keeps the last rank, as the reference's map does. */
     tok->merges[j] = (struct tok_merge_slot){.key = key, .rank = (uint32_t)i, .new_id = inew};
   }
+  free(res);
   return 0;
 }
 
@@ -940,31 +1004,299 @@ static int load_doc(struct pp_tok *tok, json_object *doc, struct cm_diag *diag) 
   return 0;
 }
 
+/* ---- parsing: the two big containers in parallel ------------------------------------------
+ * model.vocab and model.merges are nearly all of a tokenizer.json. A boundary scan (strings and
+ * nesting only) finds their byte ranges; json-c then parses each of them and the rest of the
+ * document as three documents, the vocabulary on a second thread, and the trees are freed on two
+ * threads too. Any layout the scan does not expect falls back to one plain parse. */
+
+struct span {
+  size_t off; /* first byte of the value */
+  size_t len; /* its length in bytes */
+};
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+  while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+    i++;
+  return i;
+}
+
+/* s[*i] == '"': moves *i past the closing quote (a quote after an even run of backslashes). */
+static bool skip_string(const char *s, size_t n, size_t *i) {
+  size_t k = *i + 1;
+  while (k < n) {
+    const char *q = memchr(s + k, '"', n - k);
+    if (!q)
+      return false;
+    size_t at = (size_t)(q - s), bs = 0;
+    while (at - bs > k && s[at - bs - 1] == '\\')
+      bs++;
+    if (bs % 2 == 0) {
+      *i = at + 1;
+      return true;
+    }
+    k = at + 1;
+  }
+  return false;
+}
+
+static bool skip_value(const char *s, size_t n, size_t *i) {
+  size_t k = *i;
+  if (k >= n)
+    return false;
+  if (s[k] == '"')
+    return skip_string(s, n, i);
+  if (s[k] == '{' || s[k] == '[') {
+    static const char special[256] = {['"'] = 1, ['{'] = 1, ['['] = 1, ['}'] = 1, [']'] = 1};
+    int depth = 0;
+    while (k < n) {
+      char c = s[k];
+      if (!special[(uint8_t)c]) {
+        k++;
+        continue;
+      }
+      if (c == '"') {
+        if (!skip_string(s, n, &k))
+          return false;
+        continue;
+      }
+      if (c == '{' || c == '[')
+        depth++;
+      else if (--depth == 0) {
+        *i = k + 1;
+        return true;
+      }
+      k++;
+    }
+    return false;
+  }
+  size_t start = k;
+  while (k < n && s[k] && !strchr(",}] \t\r\n", s[k]))
+    k++;
+  *i = k;
+  return k > start;
+}
+
+/* Walks the members of the object at s[*i] == '{'; calls back with each raw key and value span. */
+typedef bool (*member_fn)(void *ctx, const char *key, size_t key_len, struct span value);
+static bool walk_object(const char *s, size_t n, size_t *i, member_fn fn, void *ctx) {
+  size_t k = skip_ws(s, n, *i);
+  if (k >= n || s[k] != '{')
+    return false;
+  k = skip_ws(s, n, k + 1);
+  if (k < n && s[k] == '}') {
+    *i = k + 1;
+    return true;
+  }
+  for (;;) {
+    if (k >= n || s[k] != '"')
+      return false;
+    size_t key = k + 1;
+    if (!skip_string(s, n, &k))
+      return false;
+    size_t key_len = k - 1 - key;
+    k = skip_ws(s, n, k);
+    if (k >= n || s[k] != ':')
+      return false;
+    k = skip_ws(s, n, k + 1);
+    size_t v = k;
+    if (!skip_value(s, n, &k) || k == v)
+      return false;
+    if (!fn(ctx, s + key, key_len, (struct span){v, k - v}))
+      return false;
+    k = skip_ws(s, n, k);
+    if (k < n && s[k] == ',') {
+      k = skip_ws(s, n, k + 1);
+      continue;
+    }
+    if (k < n && s[k] == '}') {
+      *i = k + 1;
+      return true;
+    }
+    return false;
+  }
+}
+
+struct big_spans {
+  const char *doc;      /* the whole document */
+  size_t n;             /* its length */
+  struct span model;    /* top-level "model" value */
+  struct span vocab;    /* model.vocab value */
+  struct span merges;   /* model.merges value */
+  int n_model;          /* "model" keys seen */
+  int n_vocab, n_merges;/* keys seen inside model */
+};
+
+static bool on_model_member(void *ctx, const char *key, size_t len, struct span v) {
+  struct big_spans *b = ctx;
+  if (len == 5 && memcmp(key, "vocab", 5) == 0) {
+    b->vocab = v;
+    b->n_vocab++;
+  } else if (len == 6 && memcmp(key, "merges", 6) == 0) {
+    b->merges = v;
+    b->n_merges++;
+  }
+  return true;
+}
+
+static bool on_top_member(void *ctx, const char *key, size_t len, struct span v) {
+  struct big_spans *b = ctx;
+  if (len == 5 && memcmp(key, "model", 5) == 0) {
+    b->model = v;
+    b->n_model++;
+    size_t i = v.off;
+    return walk_object(b->doc, b->n, &i, on_model_member, b) && i == v.off + v.len;
+  }
+  return true;
+}
+
+/* Finds model.vocab (an object) and model.merges (an array), vocab first; false otherwise. */
+static bool find_big_spans(const char *s, size_t n, struct big_spans *b) {
+  *b = (struct big_spans){.doc = s, .n = n};
+  size_t i = 0;
+  if (!walk_object(s, n, &i, on_top_member, b) || b->n_model != 1 || b->n_vocab != 1 ||
+      b->n_merges != 1)
+    return false;
+  return s[b->vocab.off] == '{' && s[b->merges.off] == '[' &&
+         b->vocab.off + b->vocab.len <= b->merges.off;
+}
+
+struct parse_job {
+  const char *s;       /* text to parse */
+  size_t n;            /* its length */
+  size_t base;         /* its offset in the file (for messages) */
+  json_object *obj;    /* result, NULL on error */
+  size_t err_at;       /* file offset of the error */
+  const char *err;     /* json-c's description */
+  pthread_t th;        /* thread, when run on one */
+};
+
+static void *parse_job_run(void *p) {
+  struct parse_job *j = p;
+  json_tokener *jt = json_tokener_new_ex(JSON_MAX_DEPTH);
+  if (!jt) {
+    j->err = "out of memory";
+    return NULL;
+  }
+  j->obj = json_tokener_parse_ex(jt, j->s, (int)j->n);
+  enum json_tokener_error e = json_tokener_get_error(jt);
+  size_t end = json_tokener_get_parse_end(jt);
+  if (!j->obj || e != json_tokener_success) {
+    j->err = json_tokener_error_desc(e);
+    j->err_at = j->base + end;
+    json_object_put(j->obj);
+    j->obj = NULL;
+  } else {
+    for (size_t i = end; i < j->n; i++) {
+      if (j->s[i] != ' ' && j->s[i] != '\t' && j->s[i] != '\r' && j->s[i] != '\n') {
+        j->err = "trailing bytes";
+        j->err_at = j->base + i;
+        json_object_put(j->obj);
+        j->obj = NULL;
+        break;
+      }
+    }
+  }
+  json_tokener_free(jt);
+  return NULL;
+}
+
+static void *put_run(void *p) {
+  json_object_put(p);
+  return NULL;
+}
+
+/* Parses the document; the big containers on their own (in parallel) when the layout allows.
+ * *ret_big gets the vocab and merges objects (also linked into the document) for parallel free. */
+static int parse_doc(const char *json, size_t n, json_object **ret_doc, json_object *ret_big[2],
+                     struct cm_diag *diag) {
+  struct big_spans b;
+  ret_big[0] = ret_big[1] = NULL;
+  if (n < ((size_t)1 << 20) || !find_big_spans(json, n, &b)) {
+    struct parse_job j = {.s = json, .n = n};
+    parse_job_run(&j);
+    if (!j.obj)
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s",
+                         j.err_at, j.err);
+    *ret_doc = j.obj;
+    return 0;
+  }
+  /* the rest of the document, with {} and [] standing in for the two containers */
+  size_t v_end = b.vocab.off + b.vocab.len, m_end = b.merges.off + b.merges.len;
+  size_t rest_n = b.vocab.off + 2 + (b.merges.off - v_end) + 2 + (n - m_end);
+  char *rest = malloc(rest_n);
+  if (!rest)
+    return -ENOMEM;
+  size_t k = 0;
+  memcpy(rest, json, b.vocab.off);
+  k += b.vocab.off;
+  memcpy(rest + k, "{}", 2);
+  k += 2;
+  memcpy(rest + k, json + v_end, b.merges.off - v_end);
+  k += b.merges.off - v_end;
+  memcpy(rest + k, "[]", 2);
+  k += 2;
+  memcpy(rest + k, json + m_end, n - m_end);
+  struct parse_job jobs[3] = {
+      {.s = json + b.vocab.off, .n = b.vocab.len, .base = b.vocab.off},
+      {.s = json + b.merges.off, .n = b.merges.len, .base = b.merges.off},
+      {.s = rest, .n = rest_n, .base = 0},
+  };
+  bool threaded = pthread_create(&jobs[0].th, NULL, parse_job_run, &jobs[0]) == 0;
+  if (!threaded)
+    parse_job_run(&jobs[0]);
+  parse_job_run(&jobs[1]);
+  parse_job_run(&jobs[2]);
+  if (threaded)
+    pthread_join(jobs[0].th, NULL);
+  free(rest);
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++)
+    if (!jobs[i].obj)
+      rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s",
+                       jobs[i].err_at, jobs[i].err);
+  json_object *model = NULL;
+  if (!rc && (!json_object_object_get_ex(jobs[2].obj, "model", &model) ||
+              !json_object_is_type(model, json_type_object)))
+    rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model is not an object");
+  if (rc) {
+    for (int i = 0; i < 3; i++)
+      json_object_put(jobs[i].obj);
+    return rc;
+  }
+  json_object_object_add(model, "vocab", jobs[0].obj);
+  json_object_object_add(model, "merges", jobs[1].obj);
+  ret_big[0] = json_object_get(jobs[0].obj);
+  ret_big[1] = json_object_get(jobs[1].obj);
+  *ret_doc = jobs[2].obj;
+  return 0;
+}
+
+/* Frees the document, the two big trees on two threads. */
+static void free_doc(json_object *doc, json_object *big[2]) {
+  json_object_put(doc);
+  pthread_t th;
+  bool threaded = big[0] && pthread_create(&th, NULL, put_run, big[0]) == 0;
+  if (!threaded)
+    json_object_put(big[0]);
+  json_object_put(big[1]);
+  if (threaded)
+    pthread_join(th, NULL);
+}
+
 int pp_tok_load_buffer(const char *json, size_t n_bytes, struct pp_tok **ret_tok,
                        struct cm_diag *diag) {
   if (n_bytes > PP_TOK_MAX_FILE_BYTES)
     return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: %zu bytes exceeds the limit of %zu",
                        n_bytes, PP_TOK_MAX_FILE_BYTES);
   struct pp_tok *tok = calloc(1, sizeof(*tok));
-  json_tokener *jt = json_tokener_new_ex(JSON_MAX_DEPTH);
-  json_object *doc = NULL;
+  json_object *doc = NULL, *big[2] = {NULL, NULL};
   int rc = -ENOMEM;
-  if (!tok || !jt)
+  if (!tok)
     goto fail;
   pthread_mutex_init(&tok->lock, NULL);
-  doc = json_tokener_parse_ex(jt, json, (int)n_bytes);
-  enum json_tokener_error jerr = json_tokener_get_error(jt);
-  if (!doc || jerr != json_tokener_success) {
-    rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s",
-                     json_tokener_get_parse_end(jt), json_tokener_error_desc(jerr));
+  if ((rc = parse_doc(json, n_bytes, &doc, big, diag)))
     goto fail;
-  }
-  for (size_t i = json_tokener_get_parse_end(jt); i < n_bytes; i++) {
-    if (!strchr(" \t\r\n", json[i])) {
-      rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: trailing bytes at offset %zu", i);
-      goto fail;
-    }
-  }
   if ((rc = load_doc(tok, doc, diag)))
     goto fail;
   if (pthread_key_create(&tok->key, tok_thread_destructor)) {
@@ -972,16 +1304,13 @@ int pp_tok_load_buffer(const char *json, size_t n_bytes, struct pp_tok **ret_tok
     goto fail;
   }
   tok->key_made = true;
-  json_object_put(doc);
-  json_tokener_free(jt);
+  free_doc(doc, big);
   *ret_tok = tok;
   return 0;
 fail:
   if (rc == -ENOMEM)
     cm_diag_set(diag, -ENOMEM, "tokenizer.json: out of memory");
-  json_object_put(doc);
-  if (jt)
-    json_tokener_free(jt);
+  free_doc(doc, big);
   pp_tok_free(tok);
   return rc;
 }

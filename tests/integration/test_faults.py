@@ -22,7 +22,7 @@ def load(t, n_threads, per_thread, results):
         for i in range(per_thread):
             t0 = time.time()
             try:
-                s, h, b = t.post(trio.VALID, headers={"x-request-id": "load-%d-%d" % (k, i)},
+                s, h, b = t.post(trio.MINI, headers={"x-request-id": "load-%d-%d" % (k, i)},
                                  timeout=120)
             except OSError as e:
                 s, b = -1, str(e).encode()
@@ -35,7 +35,7 @@ def load(t, n_threads, per_thread, results):
 
 def kill_preprocessor_under_load(t):
     t.start_preprocessor(name="pp2", credits=2)
-    time.sleep(1.0)  # both report status
+    t.wait_metric("s1_preprocessors_ready 2")
     results = []
     th = load(t, 6, 8, results)
     while len(results) < 8:
@@ -53,8 +53,8 @@ def kill_preprocessor_under_load(t):
     n_ok = sum(1 for s, _, _ in results if s == 200)
     assert n_ok >= 40, "only %d of 48 succeeded" % n_ok
     for i in range(10):
-        s, h, b = t.post(trio.VALID)
-        trio.check_valid_answer(s, h, b)
+        s, h, b = t.post(trio.MINI)
+        trio.check_mini_answer(s, h, b)
     t.wait_health(200, want="ready")
     print("kill -9 preprocessor: %d/48 succeeded, %d ended 5xx, later 10/10 succeeded"
           % (n_ok, 48 - n_ok))
@@ -86,12 +86,12 @@ def queue_bound(t):
     t.start_preprocessor(name="pp", credits=1)
     t.wait_health(200, want="ready")
     t0 = time.time()
-    s, _, b = t.post(slow_request(6))
+    s, _, b = t.post(slow_request(8))
     one = time.time() - t0
     assert s == 200, (s, b[:300])
     slow = []
     def run(i):
-        s, h, b = t.post(slow_request(6), headers={"x-request-id": "slow-%d" % i})
+        s, h, b = t.post(slow_request(8), headers={"x-request-id": "slow-%d" % i})
         slow.append((s, b))
     th = [threading.Thread(target=run, args=(i,)) for i in range(3)]
     for x in th:

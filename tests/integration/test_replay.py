@@ -2,15 +2,43 @@
 them against the model directory and finds them identical (exit 0); against a model directory with
 another head it reports the difference (exit 1)."""
 import copy
+import hashlib
+import json
 import os
+import shutil
+import struct
 import subprocess
 
 import trio
 
 
+def other_head(model, out):
+    """A copy of the model directory whose scalar head bias is 1.0 larger (hash updated)."""
+    shutil.copytree(model, out)
+    path = os.path.join(out, "heads.safetensors")
+    with open(path, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        t = json.loads(f.read(n))["open_jev.head.bias"]
+        assert t["dtype"] == "F32" and t["shape"] == [1], t
+        f.seek(8 + n + t["data_offsets"][0])
+        (b,) = struct.unpack("<f", f.read(4))
+        f.seek(8 + n + t["data_offsets"][0])
+        f.write(struct.pack("<f", b + 1.0))
+    with open(path, "rb") as f:
+        data = f.read()
+    mpath = os.path.join(out, "s1-model.json")
+    with open(mpath) as f:
+        m = json.load(f)
+    m["files"]["heads.safetensors"] = {"sha256": hashlib.sha256(data).hexdigest(),
+                                       "bytes": len(data)}
+    with open(mpath, "w") as f:
+        json.dump(m, f, indent=2)
+    return out
+
+
 def test(t):
     t.make_model()
-    other = t.make_model(name="other", seed=4243)  # other base weights
+    other = other_head(t.model, os.path.join(t.tmp, "other"))
     rec = os.path.join(t.tmp, "rec")
     t.start_all(credits=2, record=rec)
     score = copy.deepcopy(trio.VALID)

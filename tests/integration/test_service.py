@@ -56,6 +56,7 @@ def test(t):
     tokens = int(re.search(r"^s1_tokens_total (\d+)$", text, re.M).group(1))
     assert tokens == 8 * a1["usage"]["input_tokens"], (tokens, a1["usage"])
     assert "s1_queue_depth 0" in text and "s1_preprocessors 1" in text
+    assert "s1_preprocessors_ready 1" in text
 
     # SIGTERM drains: requests already admitted are answered, then the process exits 0
     done = []

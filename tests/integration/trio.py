@@ -93,6 +93,15 @@ class Trio:
             time.sleep(0.1)
         raise AssertionError("health never became %s %s (last %r)" % (status, want, last))
 
+    def wait_metric(self, line, timeout=120):
+        end = time.time() + timeout
+        while time.time() < end:
+            s, _, m = self.http("GET", "/metrics", timeout=5)
+            if s == 200 and line in m.decode().splitlines():
+                return
+            time.sleep(0.1)
+        raise AssertionError("metric line %r never appeared" % line)
+
     def http(self, method, path, body=None, headers=None, timeout=120):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
@@ -164,6 +173,19 @@ VALID = {
         "day": {"type": "noul", "instructions": "Is it daytime?"},
     },
 }
+
+
+MINI = {"state": "short", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}
+
+
+def check_mini_answer(status, headers, body):
+    """The one-sequence request's answer: 200, one noul probability, the wire.md headers."""
+    assert status == 200, (status, body[:500])
+    a = json.loads(body)
+    assert a["model"] == MODEL_ID and list(a["answers"]) == ["q"], a
+    assert 0.0 <= a["answers"]["q"]["noul"] <= 1.0 and a["metadata"]["candidate_sequences"] == 1
+    assert headers.get("x-request-id") and headers.get("x-model-revision")
+    return a
 
 
 def check_valid_answer(status, headers, body):

@@ -27,8 +27,8 @@ static double rel(const float *a, const float *b, size_t n) {
 }
 
 /* float64 recurrence on already prepared inputs */
-static void ref64(const float *q, const float *k, const float *v, const float *beta,
-                  const float *g, double *s, double *out, size_t n, const struct ex_gdn_dims *d) {
+static void ref64(const float *q, const float *k, const float *v, const float *beta, const float *g,
+                  double *s, double *out, size_t n, const struct ex_gdn_dims *d) {
   size_t r = d->n_v_heads / d->n_k_heads;
   for (size_t t = 0; t < n; t++)
     for (size_t h = 0; h < d->n_v_heads; h++) {
@@ -95,8 +95,8 @@ static int run(size_t n, size_t hk, size_t hv, size_t dk, size_t dv) {
   double e64c = rel(o2, o64f, nv), e64s = rel(s2, s64f, ns);
   int bad = !(eo < 1e-5 && es < 1e-5 && e64 < 1e-6 && e64c < 1e-5 && e64s < 1e-5);
   printf("%s n=%zu Hk=%zu Hv=%zu dk=%zu dv=%zu chunked/recurrent out %.2e state %.2e; vs f64: "
-         "recurrent %.2e chunked %.2e state %.2e\n", bad ? "FAIL" : "ok", n, hk, hv, dk, dv, eo,
-         es, e64, e64c, e64s);
+         "recurrent %.2e chunked %.2e state %.2e\n",
+         bad ? "FAIL" : "ok", n, hk, hv, dk, dv, eo, es, e64, e64c, e64s);
   free(q), free(k), free(v), free(b), free(a), free(beta), free(g), free(s1), free(s2);
   free(o1), free(o2), free(o64f), free(s64f), free(s64), free(o64), free(scratch);
   return bad;

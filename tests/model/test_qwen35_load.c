@@ -95,8 +95,8 @@ static void model_plan(const struct ex_qwen35_model *m, const char *prefix, stru
 }
 
 /* Writes the plan; skip = index to leave out (or -1); bad_shape = index written one row short. */
-static int write_plan(struct plan *p, const char *path, enum cm_dtype dt, long skip,
-                      long bad_shape, const char *extra) {
+static int write_plan(struct plan *p, const char *path, enum cm_dtype dt, long skip, long bad_shape,
+                      const char *extra) {
   struct cm_safetensors_writer *w = NULL;
   struct cm_diag diag = {0};
   if (cm_safetensors_writer_new(&w))
@@ -229,8 +229,8 @@ static void test_round_trip(void) {
     snprintf(needle, sizeof(needle), "%s", cases[i].needle);
     write_plan(&p, path, CM_DTYPE_F32, cases[i].skip, cases[i].bad, cases[i].extra);
     r = load(&cfg, path, NULL, 0, &got, &d);
-    EXPECT(r == cases[i].code && d.msg && strstr(d.msg, needle), "refusal %zu: rc %d msg %s", i,
-           r, d.msg ? d.msg : "(none)");
+    EXPECT(r == cases[i].code && d.msg && strstr(d.msg, needle), "refusal %zu: rc %d msg %s", i, r,
+           d.msg ? d.msg : "(none)");
     if (!r)
       ex_qwen35_model_free(got);
     cm_diag_fini(&d);
@@ -259,13 +259,14 @@ static void test_lora(void) {
   size_t n_fact = 0;
   for (int i = 0; i < cfg.n_layers; i++) {
     struct ex_qwen35_layer *l = &m->layers[i], *lm = &merged->layers[i];
-    struct ex_linear *ls[] = {&l->gate, &l->up, &l->down, &l->q, &l->k, &l->v, &l->o, &l->qkv,
-                              &l->z, &l->b, &l->a, &l->out};
-    struct ex_linear *lms[] = {&lm->gate, &lm->up, &lm->down, &lm->q, &lm->k, &lm->v,
-                               &lm->o,    &lm->qkv, &lm->z,  &lm->b, &lm->a, &lm->out};
-    const char *names[] = {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-                           "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                           "self_attn.o_proj", "linear_attn.in_proj_qkv",
+    struct ex_linear *ls[] = {&l->gate, &l->up,  &l->down, &l->q, &l->k, &l->v,
+                              &l->o,    &l->qkv, &l->z,    &l->b, &l->a, &l->out};
+    struct ex_linear *lms[] = {&lm->gate, &lm->up,  &lm->down, &lm->q, &lm->k, &lm->v,
+                               &lm->o,    &lm->qkv, &lm->z,    &lm->b, &lm->a, &lm->out};
+    const char *names[] = {"mlp.gate_proj",         "mlp.up_proj",
+                           "mlp.down_proj",         "self_attn.q_proj",
+                           "self_attn.k_proj",      "self_attn.v_proj",
+                           "self_attn.o_proj",      "linear_attn.in_proj_qkv",
                            "linear_attn.in_proj_z", "linear_attn.in_proj_b",
                            "linear_attn.in_proj_a", "linear_attn.out_proj"};
     for (size_t j = 0; j < 12; j++) {

@@ -1,6 +1,6 @@
 """Property test of s1-tokenize against the Python `tokenizers` library on the same file:
-N seeded random strings mixing scripts, whitespace, control characters and special-token text
-are encoded by both and compared id-for-id; then decode(encode(x)) from s1-tokenize --decode must
+N seeded random strings mixing scripts, whitespace, control characters and special-token text,
+plus a sweep over every code point U+0080..U+31FFF in a few contexts, are encoded by both and compared id-for-id; then decode(encode(x)) from s1-tokenize --decode must
 equal the reference's decode and NFC(x) (exactly NFC(x) except where an added token is followed by
 a mark that NFC would compose with its last character: normalization runs between added tokens). Mismatches are printed as JSON lines (text, want, got) to add to the golden cases.
 
@@ -72,6 +72,12 @@ def main():
     P = pools(sorted(added))
     rng = random.Random(seed)
     texts = [make(rng, P) for _ in range(n)]
+    # plus every code point from U+0080 to U+31FFF, 64 at a time, alone, spaced and after letters
+    # (this sweep found the Unicode-version differences of the regex classes and of NFC)
+    for base in range(0x80, 0x32000, 64):
+        cs = [chr(c) for c in range(base, base + 64) if not 0xD800 <= c <= 0xDFFF]
+        texts += ["".join(cs), " ".join(cs), "a".join(cs) + "'S", "a\u0301" + "\u0316".join(cs)]
+    n = len(texts)
     want = [e.ids for e in tk.encode_batch(texts, add_special_tokens=False)]
     inp = "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in texts)
     p = subprocess.run([binary, "--tokenizer", path], input=inp.encode(), capture_output=True)
@@ -103,7 +109,8 @@ def main():
                 print(json.dumps({"text": t, "decoded": d}, ensure_ascii=False))
     if len(dec) != n:
         bad_dec += 1
-    print(f"{n} random strings (seed {seed}, {sum(map(len, texts))} chars): "
+    print(f"{n} strings (seed {seed}, {sum(map(len, texts))} chars; the random ones, then the "
+          f"code point sweep): "
           f"{bad} id mismatches, {bad_dec} round-trip failures")
     sys.exit(1 if bad or bad_dec else 0)
 

@@ -1,11 +1,13 @@
-"""Writes preprocessor/tokenizer/pp_tok_unicode.h: for each Unicode general-category property a
+"""Writes preprocessor/tokenizer/pp_tok_unicode.h. (1) For each Unicode general-category property a
 Split regex may use (\\p{L}, \\p{Lu}, ..., \\p{S}), the code points that the reference's regex
 engine (Oniguruma inside `tokenizers` 0.23.2, Unicode 16) puts in the category but the system
 PCRE2 (10.42, Unicode 14) does not. The loader adds these ranges wherever the property appears.
 Both sets are measured, not taken from tables: Oniguruma's through a `tokenizers` Split
 pre-tokenizer over every code point, PCRE2's through libpcre2-8 (ctypes). A property where PCRE2
 has code points that Oniguruma lacks would need subtraction: it is left out (keeps PCRE2's meaning)
-and named in a comment of the header.
+and named in a comment of the header. (2) The code points whose NFC the reference's normalizer
+tables do not know (newer combining marks), found by comparing its NFC with utf8proc's on small
+probe strings around every code point.
 
 usage: tokenizer_unicode.py OUT.h      (python with tokenizers==0.23.2; libpcre2-8.so.0)
 """
@@ -49,6 +51,34 @@ def onig_set(pat):
     return out
 
 
+def nfc_unknown():
+    """Code points where the reference's NFC and utf8proc's differ on small probes."""
+    from tokenizers import normalizers
+    lib = ctypes.CDLL("libutf8proc.so.2")
+    lib.utf8proc_map.argtypes = [ctypes.c_char_p, ctypes.c_ssize_t,
+                                 ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    lib.utf8proc_map.restype = ctypes.c_ssize_t
+    libc = ctypes.CDLL("libc.so.6")
+
+    def u_nfc(s):
+        b, out = s.encode(), ctypes.c_void_p()
+        n = lib.utf8proc_map(b, len(b), ctypes.byref(out), 2 | 8)  # STABLE | COMPOSE
+        r = ctypes.string_at(out, n).decode()
+        libc.free(out)
+        return r
+
+    ref = normalizers.NFC()
+    out = []
+    for c in code_points():
+        if c < 0x80:
+            continue
+        ch = chr(c)
+        probes = [ch, "a" + ch + "\u0316", "a\u0316" + ch, "a\u0301" + ch, ch + "\u0301"]
+        if any(ref.normalize_str(p) != u_nfc(p) for p in probes):
+            out.append(c)
+    return out
+
+
 def ranges(cps):
     out = []
     for c in sorted(cps):
@@ -74,9 +104,10 @@ def main():
              " * engine (Oniguruma in tokenizers 0.23.2) puts in each general category and PCRE2 10.42",
              " * does not. Each entry: property name, then a PCRE2 class fragment of the extra ranges. */",
              "#ifndef S1_PP_TOK_UNICODE_H", "#define S1_PP_TOK_UNICODE_H", "",
+             "#include <stdint.h>", "",
              "static const struct {", "  const char *name;  /* general category, as in \\p{name} */",
              "  const char *extra; /* class fragment: \\x{...}-\\x{...} ranges */",
-             "} TOK_UNICODE_EXTRA[] = {"]
+             "} TOK_UNICODE_EXTRA[] __attribute__((unused)) = {"]
     for p in PROPS:
         o, q = onig_set("\\p{%s}" % p), pcre_set(lib, "\\p{%s}" % p)
         if q - o:
@@ -98,6 +129,15 @@ def main():
             cur += part
         lines.append('     "%s"' % cur)
         lines[-1] += "},"
+    lines += ["};", ""]
+    barrier = nfc_unknown()
+    print(f"NFC: {len(barrier)} code points unknown to the reference's tables", file=sys.stderr)
+    lines += ["/* Code points whose normalization the reference's NFC tables (the crate",
+              " * unicode-normalization-alignments) do not know (newer combining marks): there they",
+              " * act as starters that never compose or reorder; utf8proc (Unicode 15) would move",
+              " * them. The encoder normalizes around them. Inclusive ranges. */",
+              "static const uint32_t TOK_NFC_UNKNOWN[][2] __attribute__((unused)) = {"]
+    lines += ["    {0x%x, 0x%x}," % (a, b) for a, b in ranges(barrier)]
     lines += ["};", "", "#endif", ""]
     with open(sys.argv[1], "w") as f:
         f.write("\n".join(lines))

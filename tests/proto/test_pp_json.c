@@ -63,6 +63,15 @@ int main(void) {
   CHECK(root && json_object_object_get_ex(root, "q", &q) && json_object_object_get_ex(q, "type", &t));
   CHECK(t && strcmp(json_object_get_string(t), "choice") == 0);
   json_object_put(root);
+  /* bare scalars at the top level end at the end of the text; null is json-c's NULL */
+  root = (json_object *)1;
+  CHECK(pp_json_parse("null", 4, &root, &d) == 0 && root == NULL);
+  CHECK(pp_json_parse("true", 4, &root, &d) == 0 && json_object_get_boolean(root));
+  json_object_put(root);
+  CHECK(pp_json_parse("3", 1, &root, &d) == 0 && json_object_get_int(root) == 3);
+  json_object_put(root);
+  CHECK(pp_json_parse("-2.5e1 ", 7, &root, &d) == 0 && json_object_get_double(root) == -25.0);
+  json_object_put(root);
   CHECK(pp_json_parse("{\"a\":1,\"a\":1}", 13, &root, &d) == -CM_EJSON);
   CHECK(d.msg && strstr(d.msg, "duplicate key \"a\""));
   cm_diag_fini(&d);
