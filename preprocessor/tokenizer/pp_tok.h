@@ -16,6 +16,7 @@
 #define PP_TOK_MAX_TEXT_BYTES ((size_t)64 << 20) /* one pp_tok_encode input: 64 MiB */
 #define PP_TOK_MAX_FILE_BYTES ((size_t)256 << 20) /* one tokenizer.json: 256 MiB */
 #define PP_TOK_MAX_IDS ((size_t)1 << 28)          /* ids in one pp_tok_ids / pp_tok_decode call */
+#define PP_TOK_MAX_VOCAB ((int32_t)1 << 24)       /* highest token id + 1 in a tokenizer.json */
 
 /* A loaded tokenizer. Immutable after load: every function below may be called from any number of
  * threads at once (each thread gets its own BPE cache and regex scratch, made on first use and
@@ -39,7 +40,7 @@ struct pp_tok_text {
 /* Loads a tokenizer.json from a file path.
  * Ownership: *ret_tok is heap-owned by the caller, freed with pp_tok_free.
  * Returns 0; -ENOENT/-EIO if the file cannot be read; -CM_ELIMIT if it exceeds
- * PP_TOK_MAX_FILE_BYTES; -CM_EFORMAT for malformed JSON or fields; -CM_EUNSUPPORTED naming the
+ * PP_TOK_MAX_FILE_BYTES or an id reaches PP_TOK_MAX_VOCAB; -CM_EFORMAT for malformed JSON or fields; -CM_EUNSUPPORTED naming the
  * component (e.g. "normalizer Lowercase") this implementation refuses; -ENOMEM.
  * Source: tokenizers 0.23.2 TokenizerImpl::from_file. */
 int pp_tok_load_file(const char *path, struct pp_tok **ret_tok, struct cm_diag *diag);

@@ -112,7 +112,6 @@ struct pp_tok {
   int n_norms;             /* number of normalizer steps (0: none) */
   struct tok_stage stages[TOK_MAX_STAGES]; /* pre-tokenizer steps */
   int n_stages;            /* number of pre-tokenizer steps */
-  uint32_t max_match_data; /* largest capture count over stages (for match data) */
   pthread_key_t key;       /* per-thread scratch */
   bool key_made;           /* key was created */
   pthread_mutex_t lock;    /* guards `threads` */

@@ -849,6 +849,9 @@ static int load_model(struct pp_tok *tok, json_object *m, json_object *added_lis
         max_id = id;
     }
   }
+  if (max_id >= PP_TOK_MAX_VOCAB)
+    return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: id %d exceeds the limit of %d",
+                       (int)max_id, (int)PP_TOK_MAX_VOCAB - 1);
   tok->n_ids = max_id + 1;
   {
     /* spellings plus decoded bytes fit in twice the JSON text of the vocabulary */

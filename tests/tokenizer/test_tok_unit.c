@@ -246,6 +246,13 @@ int main(void) {
   expect_refused("pre_tokenizer", "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"}",
                  -CM_EUNSUPPORTED, "rejected by PCRE2");
   expect_refused("model.merges", "[\"a zz\"]", -CM_EFORMAT, "merges[0]");
+  {
+    /* an added token id past the vocabulary limit is refused before anything is allocated */
+    char big_added[160];
+    snprintf(big_added, sizeof(big_added),
+             "[{\"id\": %d, \"content\": \"<x>\", \"special\": true}]", (int)PP_TOK_MAX_VOCAB);
+    expect_refused("added_tokens", big_added, -CM_ELIMIT, "exceeds the limit");
+  }
 
   /* malformed JSON, trailing bytes, size limit */
   static const char *const broken[] = {"{\"model\": ", "{} x", "[1, 2]", "{\"model\": {\"type\": \"BPE\"}}"};
