@@ -110,7 +110,7 @@ static int labels(const struct export_jemm_in *in, const struct pp_tok *tok, jso
   struct cm_diag d = {0};
   for (int i = 0; i < 32; i++) {
     struct pp_tok_ids e = {0};
-    int rc = pp_tok_encode(tok, JEMM_LABELS + i, 1, &e, &d);
+    int rc = pp_tok_encode(tok, &JEMM_LABELS[i], 1, &e, &d);
     if (rc || e.n != 1) {
       pp_tok_ids_fini(&e);
       rc = fail("label '%c' is %zu tokens in the tokenizer (%s)", JEMM_LABELS[i], e.n,

@@ -92,7 +92,7 @@ int pp_jemm_model_init(json_object *manifest, const struct pp_tok *tok,
   /* each label's first token id, as the reference takes it, must be the exported one */
   for (int i = 0; !rc && i < PP_JEMM_N_LABELS; i++) {
     struct pp_tok_ids ids = {0};
-    rc = pp_tok_encode(tok, PP_JEMM_LABELS + i, 1, &ids, diag);
+    rc = pp_tok_encode(tok, &PP_JEMM_LABELS[i], 1, &ids, diag);
     int64_t want = json_object_get_int64(json_object_array_get_idx(labels, (size_t)i));
     if (!rc && (ids.n < 1 || ids.ids[0] != want))
       rc = cm_diag_set(diag, -CM_EFORMAT,
