@@ -540,7 +540,8 @@ int cm_safetensors_open(const char *path, struct cm_safetensors **ret_st, struct
   }
   if (rc)
     goto fail;
-  qsort(st->ents, st->n_ents, sizeof *st->ents, entry_cmp);
+  if (st->n_ents > 1)
+    qsort(st->ents, st->n_ents, sizeof *st->ents, entry_cmp);
   for (size_t i = 1; i < st->n_ents; i++) {
     if (strcmp(st->ents[i].name, st->ents[i - 1].name) == 0) {
       rc = cm_diag_set(diag, -CM_EFORMAT, "%s: tensor '%s' is stored twice (%s and %s)", path,
@@ -600,7 +601,8 @@ int cm_safetensors_validate(const char *path, const void *bytes, size_t n_bytes,
     return -ENOMEM;
   int rc = parse_header(path, bytes, n_bytes, st, 0, diag);
   if (!rc) {
-    qsort(st->ents, st->n_ents, sizeof *st->ents, entry_cmp);
+    if (st->n_ents > 1)
+      qsort(st->ents, st->n_ents, sizeof *st->ents, entry_cmp);
     *ret_count = st->n_ents;
   }
   cm_safetensors_close(st);
@@ -734,7 +736,8 @@ int cm_safetensors_writer_finish(struct cm_safetensors_writer *w, const char *pa
   json_object *hdr = json_object_new_object();
   if (!hdr)
     return -ENOMEM;
-  qsort(w->ents, w->n_ents, sizeof *w->ents, wentry_name_cmp);
+  if (w->n_ents > 1)
+    qsort(w->ents, w->n_ents, sizeof *w->ents, wentry_name_cmp);
   order = malloc((w->n_ents ? w->n_ents : 1) * sizeof *order);
   if (!order) {
     rc = -ENOMEM;

@@ -7,6 +7,9 @@
 #ifdef PP_FAMILY_OPEN_JEV
 extern const struct pp_family pp_family_open_jev;
 #endif
+#ifdef PP_FAMILY_OMNIJEV
+extern const struct pp_family pp_family_omnijev;
+#endif
 #ifdef PP_FAMILY_JEMM
 extern const struct pp_family pp_family_jemm;
 #endif
@@ -14,6 +17,9 @@ extern const struct pp_family pp_family_jemm;
 static const struct pp_family *const families[] = {
 #ifdef PP_FAMILY_OPEN_JEV
     &pp_family_open_jev,
+#endif
+#ifdef PP_FAMILY_OMNIJEV
+    &pp_family_omnijev,
 #endif
 #ifdef PP_FAMILY_JEMM
     &pp_family_jemm,
@@ -24,6 +30,9 @@ static const struct pp_family *const families[] = {
 static const char *const names[] = {
 #ifdef PP_FAMILY_OPEN_JEV
     "open_jev",
+#endif
+#ifdef PP_FAMILY_OMNIJEV
+    "omnijev",
 #endif
 #ifdef PP_FAMILY_JEMM
     "jemm",

@@ -218,7 +218,9 @@ int proto_program_check(const struct proto_program *p, struct cm_diag *diag) {
       return cm_diag_set(diag, -CM_EFORMAT, "program.readouts[%u]: position %d outside row %u "
                          "of %lld tokens", i, x->position, x->row, (long long)n);
     bool want_ids = x->kind == PROTO_READOUT_LABEL_LOGITS || x->kind == PROTO_READOUT_TOKEN_LOGPROB;
-    if (want_ids != (x->n_ids > 0) || x->n_ids > PROTO_MAX_READOUT_IDS || (x->n_ids && !x->ids))
+    bool head_args = x->kind == PROTO_READOUT_HEAD; /* a group head's integer arguments */
+    if ((want_ids && !x->n_ids) || (!want_ids && !head_args && x->n_ids) ||
+        x->n_ids > PROTO_MAX_READOUT_IDS || (x->n_ids && !x->ids))
       return cm_diag_set(diag, -CM_EFORMAT, "program.readouts[%u]: ids required exactly for "
                          "LABEL_LOGITS and TOKEN_LOGPROB (at most %d)", i, PROTO_MAX_READOUT_IDS);
     bool want_head = x->kind == PROTO_READOUT_HEAD;

@@ -51,8 +51,9 @@ struct proto_readout {
   enum proto_readout_kind kind; /* what to return */
   uint32_t row;                 /* row index */
   int32_t position;             /* token index in the row; negative counts from the end (-1 last) */
-  int32_t *ids;                 /* [n_ids] label / target ids (LABEL_LOGITS, TOKEN_LOGPROB) */
-  uint32_t n_ids;               /* 0 for HIDDEN and HEAD */
+  int32_t *ids;                 /* [n_ids] label / target ids (LABEL_LOGITS, TOKEN_LOGPROB), or
+                                   a HEAD's optional integer arguments (a group head's layout) */
+  uint32_t n_ids;               /* 0 for HIDDEN; optional for HEAD */
   char *head;                   /* head name for HEAD (e.g. "open_jev_scalar"), else NULL */
 };
 

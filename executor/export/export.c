@@ -17,6 +17,7 @@
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
 #include "export_jemm.h"
+#include "omnijev_export.h"
 #include "open_jev_export.h"
 
 #define EXPORT_VERSION "s1-export 0.1.0"
@@ -364,7 +365,8 @@ static void usage(FILE *f) {
              "                 [--lora merge|keep] [--chat CHAT.json] --out DIR\n"
              "  --lora: qwen3_5 merges by default; jemm keeps the adapter as fp32 factors\n"
              "  --chat: jemm's chat wrapper {prefix, suffix} (recipe/jemm/chat_wrapper.py)\n"
-             "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n");
+             "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n"
+             "       s1-export --family omnijev --base HF_DIR --checkpoint DIR --out DIR (see --help)\n");
 }
 
 int main(int argc, char **argv) {
@@ -381,6 +383,9 @@ int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i++) /* --family open_jev: executor/export/open_jev_export.c */
     if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "open_jev") == 0)
       return ex_export_open_jev_main(argc, argv, main);
+  for (int i = 1; i + 1 < argc; i++) /* --family omnijev: executor/export/omnijev_export.c */
+    if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "omnijev") == 0)
+      return ex_export_omnijev_main(argc, argv, main);
   int c;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {

@@ -7,10 +7,16 @@
 #ifdef EX_HEAD_OPEN_JEV
 extern const struct ex_head_kind ex_head_open_jev;
 #endif
+#ifdef EX_HEAD_OMNIJEV
+extern const struct ex_head_kind ex_head_omnijev;
+#endif
 
 static const struct ex_head_kind *const kinds[] = {
 #ifdef EX_HEAD_OPEN_JEV
     &ex_head_open_jev,
+#endif
+#ifdef EX_HEAD_OMNIJEV
+    &ex_head_omnijev,
 #endif
     NULL,
 };

@@ -6,9 +6,31 @@
 #define S1_EX_HEAD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cm_error.h"
 #include "cm_model_dir.h"
+
+struct ex_qwen35_model;
+
+/* A group head: one HEAD readout whose ids carry the head's arguments and which reads several
+ * consecutive rows, starting at the readout's row (e.g. one question's options). The runner
+ * calls begin, then row for each of them in order right after its forward, then finish. */
+struct ex_head_group {
+  /* Rows spanned and output width for these arguments. Returns 0 or -EINVAL (bad arguments). */
+  int (*shape)(const int32_t *args, uint32_t n_args, uint32_t *ret_rows, uint32_t *ret_width);
+  /* A fresh accumulator for one readout (freed with free_acc). Returns 0 or -ENOMEM. */
+  int (*begin)(const void *state, const int32_t *args, uint32_t n_args, void **ret_acc);
+  /* Row k of the group: ids [n], hidden [n, H] its final-norm rows; `position` is the readout's.
+   * `model` gives the LM head. Returns 0; -CM_EPROGRAM (the row does not fit the layout) or
+   * another negative code with diag. */
+  int (*row)(const void *state, const struct ex_qwen35_model *model, void *acc, uint32_t k,
+             int32_t position, const int32_t *ids, uint32_t n, const float *hidden,
+             struct cm_diag *diag);
+  /* Writes the output [width] after the last row. Returns 0 or a negative code with diag. */
+  int (*finish)(const void *state, void *acc, float *out, struct cm_diag *diag);
+  void (*free_acc)(void *acc); /* accepts NULL */
+};
 
 struct ex_head_kind {
   const char *name; /* what a HEAD readout names, e.g. "open_jev_scalar" */
@@ -26,6 +48,8 @@ struct ex_head_kind {
   int (*run)(const void *state, const float *hidden, size_t n, float *out, struct cm_diag *diag);
 
   void (*free_state)(void *state); /* accepts NULL */
+
+  const struct ex_head_group *group; /* NULL for a per-row head; else run is unused */
 };
 
 /* The head kind registered under `name`, or NULL. */

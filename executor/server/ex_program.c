@@ -104,8 +104,18 @@ int ex_runner_new(const struct cm_model_dir *dir, const struct ex_runner_options
     r = -ENOMEM;
     goto fail;
   }
+  json_object *listed = NULL; /* manifest "head_kinds": the only kinds to load, when present */
+  if (!json_object_object_get_ex(dir->manifest, "head_kinds", &listed) ||
+      !json_object_is_type(listed, json_type_array))
+    listed = NULL;
   for (size_t i = 0; i < n_kinds; i++) {
     struct loaded_head *h = &x->heads[x->n_heads];
+    bool wanted = !listed;
+    for (size_t j = 0; listed && j < json_object_array_length(listed) && !wanted; j++)
+      wanted = strcmp(json_object_get_string(json_object_array_get_idx(listed, j)),
+                      kinds[i]->name) == 0;
+    if (!wanted)
+      continue;
     r = kinds[i]->load(dir, (size_t)cfg.hidden_size, &h->state, &h->n_out, diag);
     if (r == -ENOENT) {
       r = 0;
@@ -210,15 +220,35 @@ static int check_program(const struct ex_runner *x, const struct proto_program *
                            "vocabulary", i, j, r->ids[j]);
     if (r->kind == PROTO_READOUT_HEAD && !find_head(x, r->head))
       return cm_diag_set(diag, -CM_EPROGRAM, "readouts[%u]: model has no head \"%s\"", i, r->head);
+    uint32_t rows, width;
+    const struct loaded_head *lh = r->kind == PROTO_READOUT_HEAD ? find_head(x, r->head) : NULL;
+    if (lh && lh->kind->group &&
+        (lh->kind->group->shape(r->ids, r->n_ids, &rows, &width) != 0 ||
+         (uint64_t)r->row + rows > p->n_rows))
+      return cm_diag_set(diag, -CM_EPROGRAM, "readouts[%u]: arguments of group head \"%s\" do "
+                         "not fit the program", i, r->head);
   }
   return 0;
+}
+
+/* The group head readout of a HEAD readout, or NULL for every other readout. */
+static const struct ex_head_group *group_of_readout(const struct ex_runner *x,
+                                                    const struct proto_readout *r) {
+  const struct loaded_head *lh = r->kind == PROTO_READOUT_HEAD ? find_head(x, r->head) : NULL;
+  return lh ? lh->kind->group : NULL;
 }
 
 /* Output width of a readout. */
 static uint32_t readout_width(const struct ex_runner *x, const struct proto_readout *r) {
   switch (r->kind) {
   case PROTO_READOUT_HIDDEN: return (uint32_t)x->model->cfg.hidden_size;
-  case PROTO_READOUT_HEAD: return (uint32_t)find_head(x, r->head)->n_out;
+  case PROTO_READOUT_HEAD: {
+    const struct loaded_head *lh = find_head(x, r->head);
+    uint32_t rows, width = 0;
+    if (lh->kind->group && lh->kind->group->shape(r->ids, r->n_ids, &rows, &width) == 0)
+      return width;
+    return (uint32_t)lh->n_out;
+  }
   default: return r->n_ids;
   }
 }
@@ -298,7 +328,10 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
   uint32_t *head_of = NULL;
   float *logits = malloc((size_t)c->vocab_size * sizeof(float));
   struct ex_qwen35_state *st = NULL;
-  if (!image_embeds || !snaps || !widths || !by_row || !row_start || !logits) {
+  int32_t *group_of = malloc((p->n_rows + 1) * sizeof(int32_t)); /* group readout per row */
+  void **group_acc = calloc(p->n_readouts + 1, sizeof(void *));  /* accumulator per readout */
+  if (!image_embeds || !snaps || !widths || !by_row || !row_start || !logits || !group_of ||
+      !group_acc) {
     r = -ENOMEM;
     goto out;
   }
@@ -333,6 +366,27 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
   }
   if ((r = proto_result_alloc(res, p->n_readouts, widths)))
     goto out;
+  /* group heads: each row belongs to at most one group readout, which reads it after its forward */
+  for (uint32_t i = 0; i < p->n_rows; i++)
+    group_of[i] = -1;
+  for (uint32_t i = 0; i < p->n_readouts; i++) {
+    const struct proto_readout *ro = &p->readouts[i];
+    const struct ex_head_group *g = group_of_readout(x, ro);
+    uint32_t rows, width;
+    if (!g)
+      continue;
+    g->shape(ro->ids, ro->n_ids, &rows, &width);
+    for (uint32_t k = 0; k < rows; k++) {
+      if (group_of[ro->row + k] >= 0) {
+        r = cm_diag_set(diag, -CM_EPROGRAM, "readouts[%u]: row %u is in two group heads", i,
+                        ro->row + k);
+        goto out;
+      }
+      group_of[ro->row + k] = (int32_t)i;
+    }
+    if ((r = g->begin(find_head(x, ro->head)->state, ro->ids, ro->n_ids, &group_acc[i])))
+      goto out;
+  }
 
   /* images: one tower call per image (no image attends to another either way) */
   int64_t t1 = mono_us();
@@ -377,7 +431,7 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
   size_t k_head = 0;
   for (uint32_t i = 0; i < p->n_rows; i++) {
     const struct proto_row *s = &p->rows[i];
-    if (row_start[i] == row_start[i + 1])
+    if (row_start[i] == row_start[i + 1] && group_of[i] < 0)
       continue; /* a row without readouts changes nothing */
     r = s->prefix < 0 ? ex_qwen35_state_new(x->model, &st)
                       : ex_qwen35_state_clone(snaps[s->prefix], x->model, &st);
@@ -390,9 +444,18 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
     if (r)
       goto out;
     int64_t tr = mono_us();
+    if (group_of[i] >= 0) {
+      const struct proto_readout *gr = &p->readouts[group_of[i]];
+      const struct loaded_head *lh = find_head(x, gr->head);
+      if ((r = lh->kind->group->row(lh->state, x->model, group_acc[group_of[i]], i - gr->row,
+                                    gr->position, s->ids, s->n_tokens, hid, diag)))
+        goto out;
+    }
     for (uint32_t j = row_start[i]; j < row_start[i + 1]; j++) {
       uint32_t ri = by_row[j];
       const struct proto_readout *ro = &p->readouts[ri];
+      if (group_of_readout(x, ro))
+        continue; /* finished after the last row */
       int32_t q = ro->position < 0 ? (int32_t)s->n_tokens + ro->position : ro->position;
       const float *hrow = hid + (size_t)q * h;
       if (ro->kind == PROTO_READOUT_HEAD) {
@@ -404,8 +467,15 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
     }
     readout_us += mono_us() - tr;
   }
-  /* heads: one batched call per head over its gathered rows */
+  /* heads: group heads finish over their accumulated rows; the others run batched per head */
   int64_t t4 = mono_us();
+  for (uint32_t i = 0; i < p->n_readouts; i++) {
+    if (!group_acc[i])
+      continue;
+    const struct loaded_head *lh = find_head(x, p->readouts[i].head);
+    if ((r = lh->kind->group->finish(lh->state, group_acc[i], res->outputs[i], diag)))
+      goto out;
+  }
   if (k_head) {
     head_out = malloc(k_head * 1024 * sizeof(float) + sizeof(float));
     float *gather = malloc(k_head * h * sizeof(float));
@@ -457,5 +527,9 @@ out:
   ex_qwen35_state_free(st);
   free(image_embeds), free(snaps), free(widths), free(by_row), free(row_start);
   free(head_in), free(head_out), free(head_of), free(emb), free(hid), free(logits);
+  for (uint32_t i = 0; group_acc && i < p->n_readouts; i++)
+    if (group_acc[i])
+      find_head(x, p->readouts[i].head)->kind->group->free_acc(group_acc[i]);
+  free(group_acc), free(group_of);
   return r;
 }

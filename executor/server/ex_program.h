@@ -18,7 +18,8 @@ struct ex_runner_options {
 };
 
 /* Loads the backbone (with a kept LoRA adapter if the directory has one), the vision tower when
- * the manifest has one, and every registered head the directory provides.
+ * the manifest has one, and every registered head the directory provides (only the kinds named
+ * in the manifest's "head_kinds" array when it has one).
  * Ownership: `dir` must outlive the runner; *ret_runner is freed with ex_runner_free.
  * Returns 0 or the loader's negative code with diag. */
 int ex_runner_new(const struct cm_model_dir *dir, const struct ex_runner_options *opt,

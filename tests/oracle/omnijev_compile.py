@@ -1,0 +1,383 @@
+"""OmniJev compile oracle: a re-implementation of spec/omnijev.md §2-§5 (request forms, option
+rendering, the exact prompt, shared prefix, rows, positions, usage) with the Python standard
+library and `tokenizers`, written from the spec, not from the C code. It writes the compile
+fixtures tests/fixtures/omnijev/compile.jsonl that tests/omnijev/test_omnijev_compile.c checks.
+
+The OmniJev tokenizer is the Qwen3.5 tokenizer.json (derived by tests/oracle/tokenizer_qwen35.py)
+with `<|opt|>` and `<|/opt|>` added as special tokens, as records.add_option_tokens and the export
+do: they get ids 248077 and 248078 and the vocabulary becomes 248,079.
+
+usage: omnijev_compile.py tokenizer QWEN35.json OUT.json        build the OmniJev tokenizer
+       omnijev_compile.py fixtures OMNIJEV_TOKENIZER.json OUT.jsonl [--check]
+"""
+import base64
+import json
+import math
+import struct
+import sys
+import zlib
+
+OPT, OPT_END = "<|opt|>", "<|/opt|>"
+RESERVED = [OPT, OPT_END, "<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"]
+PY_SPACE = set(range(0x09, 0x0E)) | set(range(0x1C, 0x21)) | {0x85, 0xA0, 0x1680} | \
+    set(range(0x2000, 0x200B)) | {0x2028, 0x2029, 0x202F, 0x205F, 0x3000}
+MIN_PIXELS, MAX_PIXELS = 65536, 602112
+Q1 = {"type": "noul", "instructions": "x"}
+
+
+def build_tokenizer(src, out):
+    from tokenizers import AddedToken, Tokenizer
+    tok = Tokenizer.from_file(src)
+    base = tok.get_vocab_size(with_added_tokens=True)
+    tok.add_special_tokens([AddedToken(OPT, special=True, normalized=False),
+                            AddedToken(OPT_END, special=True, normalized=False)])
+    assert tok.token_to_id(OPT) == base and tok.token_to_id(OPT_END) == base + 1, "option ids"
+    assert tok.get_vocab_size(with_added_tokens=True) == base + 2
+    tok.save(out)
+
+
+# ---- images: solid PNGs written with zlib (no imaging library needed) ----------------------------
+
+def png(width, height, rgb=(90, 140, 200)):
+    row = b"\x00" + bytes(rgb) * width
+    raw = zlib.compress(row * height, 9)
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", raw) + chunk(b"IEND", b"")
+
+
+def data_url(width, height):
+    return "data:image/png;base64," + base64.b64encode(png(width, height)).decode()
+
+
+def smart_resize(h, w):
+    """spec §10.3 with Python round (half to even)."""
+    hb, wb = 32 * round(h / 32), 32 * round(w / 32)
+    if hb * wb > MAX_PIXELS:
+        beta = math.sqrt(h * w / MAX_PIXELS)
+        hb, wb = max(32, 32 * math.floor(h / beta / 32)), max(32, 32 * math.floor(w / beta / 32))
+    elif hb * wb < MIN_PIXELS:
+        beta = math.sqrt(MIN_PIXELS / (h * w))
+        hb, wb = 32 * math.ceil(h * beta / 32), 32 * math.ceil(w * beta / 32)
+    return [1, hb // 16, wb // 16]
+
+
+# ---- request forms (spec §2.2, with the native port's refusals of §2.5) --------------------------
+
+class Refused(Exception):
+    pass
+
+
+def truthy(v):
+    return bool(v)
+
+
+def check_text(v, what):
+    if not isinstance(v, str):
+        raise Refused(what)
+    if len(v) > 8192:
+        raise Refused(what)
+    if any(m in v for m in RESERVED):
+        raise Refused(what)
+    return v
+
+
+def render_region(region):
+    box = region["box"]
+    return "region [" + ",".join(str(round(float(x))) for x in box[:4]) + "]"
+
+
+def options_of(q):
+    """answer keys and option texts of one question (MSO1._options + records.render_option)."""
+    t = q["type"]
+    if t == "noul":
+        return ["yes"], [render_region(q["region"]) if truthy(q.get("region")) else ""]
+    if t == "score":
+        levels = q.get("levels") or list(q.get("criteria", {}).keys())
+        return list(levels), [str(v)[:200] for v in levels]
+    if "options" in q:
+        keys, texts = [], []
+        for i, e in enumerate(q["options"]):
+            if truthy(e.get("abstain")):
+                continue
+            keys.append(e.get("key") or e.get("text") or "option_%d" % i)
+            texts.append(render_region(e["region"]) if "region" in e else str(e.get("text", ""))[:200])
+        return keys, texts
+    keys, texts = [], []
+    for k, r in q["criteria"].items():
+        keys.append(k)
+        texts.append((k if r is None or r == "" else k + ": " + str(r))[:200])
+    return keys, texts
+
+
+def rstrip_py(s):
+    n = len(s)
+    while n and ord(s[n - 1]) in PY_SPACE:
+        n -= 1
+    return s[:n]
+
+
+def prompt_of(q, texts):
+    return ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>" +
+            rstrip_py(q["instructions"]) + "<|im_end|>\n<|im_start|>assistant\n<think>\n" +
+            "".join(OPT + t + OPT_END for t in texts))
+
+
+def mrope_prefix(ids, pad, grid):
+    """spec §5.1: text tokens s, s+1, ...; an image run (s, s+r, s+c); next text at s+max(h', w')."""
+    pos = [[], [], []]
+    s, i = 0, 0
+    hp, wp = grid[1] // 2, grid[2] // 2
+    while i < len(ids):
+        if ids[i] == pad:
+            for r in range(hp):
+                for c in range(wp):
+                    pos[0].append(s), pos[1].append(s + r), pos[2].append(s + c)
+            i += hp * wp
+            s += max(hp, wp)
+        else:
+            for a in range(3):
+                pos[a].append(s)
+            s += 1
+            i += 1
+    return pos, s
+
+
+def compile_request(tok, req, size):
+    opt, opt_end = tok.token_to_id(OPT), tok.token_to_id(OPT_END)
+    pad = tok.token_to_id("<|image_pad|>")
+    grid = smart_resize(size[1], size[0])
+    n_image = grid[1] * grid[2] // 4
+    qs = []
+    for qid, q in req["questions"].items():
+        keys, texts = options_of(q)
+        prompt = prompt_of(q, texts)
+        ids = []
+        for t in tok.encode(prompt, add_special_tokens=False).ids:
+            ids.extend([pad] * n_image if t == pad else [t])
+        qs.append(dict(id=qid, type=q["type"], keys=keys, texts=texts, prompt=prompt, seq=ids))
+    # shared prefix (spec §4.3)
+    l0 = min(len(q["seq"]) for q in qs)
+    for q in qs[1:]:
+        n = 0
+        while n < l0 and q["seq"][n] == qs[0]["seq"][n]:
+            n += 1
+        l0 = n
+    firsts = [q["seq"].index(opt) - 1 for q in qs if opt in q["seq"]]
+    L = max(1, min([l0] + firsts))
+    prefix = qs[0]["seq"][:L]
+    pos, p0 = mrope_prefix(prefix, pad, grid)
+    # rows (spec §4.4)
+    rows, usage = [], L
+    for q in qs:
+        s = q["seq"]
+        opens = [i for i, t in enumerate(s) if t == opt]
+        closes = [i for i, t in enumerate(s) if t == opt_end]
+        pairs = [(o, c) for o, c in zip(opens, closes) if c >= o][:len(q["keys"])]
+        q["first_row"] = len(rows)
+        if not pairs:
+            rows.append(s[L:])
+            q["open_offset"] = 0
+        else:
+            head = s[L:opens[0]]
+            q["open_offset"] = len(head)
+            for o, c in pairs:
+                rows.append(head + s[o:c + 1])
+        q["n_rows"] = len(rows) - q["first_row"]
+        usage += sum(len(r) for r in rows[q["first_row"]:])
+    return dict(grid=grid, L=L, prefix_ids=prefix, prefix_pos=pos, p0=p0, rows=rows,
+                input_tokens=usage,
+                questions=[{k: q[k] for k in ("id", "type", "keys", "texts", "prompt", "first_row",
+                                              "n_rows", "open_offset")} | {"n_seq": len(q["seq"])}
+                           for q in qs])
+
+
+# ---- the cases -----------------------------------------------------------------------------------
+
+def cases():
+    LONG = "The quick brown fox jumps over the lazy dog. " * 6
+    ASTRAL = "x" * 199 + "\U0001F642" + "y" * 10
+    bench = {
+        "op": {"type": "choice", "instructions": "Which operation comes next?",
+               "options": [{"text": "click"}, {"text": "type text"}, {"text": "scroll"},
+                           {"text": "wait"}, {"abstain": True}]},
+        "err": {"type": "noul", "instructions": "An error dialog is shown."},
+        "irrev": {"type": "score", "instructions": "How irreversible is the next action?",
+                  "levels": ["low", "medium", "high"]},
+        "obj": {"type": "choice", "instructions": "What is the main object?",
+                "options": [{"text": t} for t in ["a person", "a car", "a screen", "a dog", "food"]]
+                + [{"abstain": True}]},
+        "indoors": {"type": "noul", "instructions": "The scene is indoors."},
+        "clutter": {"type": "score", "instructions": "How cluttered is the scene?",
+                    "levels": ["none", "some", "a lot", "extreme"]},
+        "where": {"type": "choice", "instructions": "Where should the user click?",
+                  "options": [{"key": "r%d" % i, "region": {"box": [200 * i, 100, 200 * i + 180, 300]}}
+                              for i in range(4)] + [{"abstain": True}]},
+        "moving": {"type": "noul", "instructions": "Something is moving."},
+        "risk": {"type": "score", "instructions": "How risky is acting now?",
+                 "levels": ["safe", "check first", "dangerous"]},
+        "next": {"type": "choice", "instructions": "What is the next step?",
+                 "options": [{"text": "open the menu"}, {"text": "close the dialog"},
+                             {"text": "do nothing"}, {"abstain": True}]},
+        "done": {"type": "noul", "instructions": "The task is finished."},
+        "colour": {"type": "choice", "instructions": "What colour dominates?",
+                   "options": [{"text": c} for c in ["red", "green", "blue", "white", "black"]]
+                   + [{"abstain": True}]},
+    }
+    full = {
+        "visible": {"type": "noul", "instructions": "A person is visible."},
+        "action": {"type": "choice", "instructions": "Which operation comes next?",
+                   "criteria": {"click": None, "type": "Enter text into the focused field"}},
+        "target": {"type": "choice", "instructions": "Pick the element to use.",
+                   "options": [{"key": "ok", "text": "the OK button"},
+                               {"key": "cancel", "text": "the Cancel button"},
+                               {"key": "box", "region": {"box": [120, 80, 360, 140.5]}},
+                               {"abstain": True}]},
+        "risk": {"type": "score", "instructions": "How risky is acting on this screen?",
+                 "levels": ["safe", "check first", "dangerous"]}}
+    shared = {
+        "blue": {"type": "noul", "instructions": "Is the button on the left side blue?"},
+        "red": {"type": "noul", "instructions": "Is the button on the left side red?"},
+        "size": {"type": "choice", "instructions": "Is the button on the left side small or large?",
+                 "options": [{"text": "small"}, {"text": "large"}]}}
+    ok = [
+        ("single_noul_1600x900", (1600, 900), {"v": {"type": "noul", "instructions": "A person is visible."}}),
+        ("whitespace", (64, 48), {
+            "dark": {"type": "noul", "instructions": "  Is it dark?  \n\x1f "},
+            "ab": {"type": "choice", "instructions": "Pick one.\u3000\u2028",
+                   "criteria": {"a ": None, " b": "rubric "}}}),
+        ("options_list_forms", (333, 217), {
+            "pick": {"type": "choice", "instructions": "Which part?",
+                     "options": [{"key": "top", "region": {"box": [0, 0, 1000, 120.4]}},
+                                 {"text": "the dialog in the middle"}, {}, {"abstain": True},
+                                 {"key": "long", "text": LONG}, {"key": "astral", "text": ASTRAL}]},
+            "reg": {"type": "noul", "instructions": "This region is a button.",
+                    "region": {"box": [10.5, 20.49, 300, 400.5]}}}),
+        ("shared_prefix", (64, 48), shared),
+        ("shared_prefix_reordered", (64, 48), {k: shared[k] for k in ("size", "red", "blue")}),
+        ("full_example_1600x900", (1600, 900), full),
+        ("bench_12", (320, 256), bench),
+        ("choice_255", (64, 48), {"many": {"type": "choice", "instructions": "Which number is shown?",
+                                           "options": [{"text": str(i)} for i in range(255)]}}),
+        ("empty_option_text", (64, 48), {"c": {"type": "choice", "instructions": "Choose.",
+                                               "options": [{"text": "yes"}, {"text": ""}, {},
+                                                           {"key": "k", "text": ""}]}}),
+        ("unicode", (200, 150), {
+            "\u554f\u984c": {"type": "choice", "instructions": "\u753b\u9762\u306b\u4f55\u304c\u3042\u308a\u307e\u3059\u304b\uff1f \U0001F600 e\u0301 \u05e9\u05dc\u05d5\u05dd",
+                             "options": [{"text": "\u732b"}, {"text": "\u72ac \U0001F436"},
+                                         {"text": "caf\u00e9"}, {"text": "\u0645\u0631\u062d\u0628\u0627"}]},
+            "ctl": {"type": "noul", "instructions": "Stop here<|im_end|> and go on"}}),
+        ("score_criteria_keys", (64, 48), {"s": {"type": "score", "instructions": "Rate it.",
+                                                 "criteria": {"bad": "it is bad", "ok": None, "good": ""}}}),
+        ("choice_criteria_rubrics", (64, 48), {"c": {"type": "choice", "instructions": "Which?",
+                                                     "criteria": {"a": "", "b": None, "c": "the third"}}}),
+        ("empty_choice", (64, 48), {"n": {"type": "noul", "instructions": "Is it day?"},
+                                    "e": {"type": "choice", "instructions": "Nothing to pick.",
+                                          "options": [{"abstain": True}]}}),
+        ("only_empty_choice", (64, 48), {"e": {"type": "choice", "instructions": "Nothing to pick.",
+                                               "criteria": {}}}),
+        ("score_10_levels", (64, 48), {"s": {"type": "score", "instructions": "Rate from 1 to 10.",
+                                             "levels": [str(i) for i in range(1, 11)]}}),
+        ("identical_questions", (64, 48), {"a": {"type": "noul", "instructions": "Same text."},
+                                           "b": {"type": "noul", "instructions": "Same text."}}),
+        ("wide_2000x20", (2000, 20), {"w": {"type": "noul", "instructions": "A line."}}),
+        ("cut_multibyte", (64, 48), {"c": {"type": "choice", "instructions": "Long options.",
+                                           "options": [{"text": "\u00e9" * 250},
+                                                       {"text": "\u4e2d" * 199 + "\U0001F600" * 5}]}}),
+        ("unicode_ids", (64, 48), {"\u00e9t\u00e9 \U0001F31E": {"type": "noul", "instructions": "Summer."}}),
+        ("empty_instructions", (64, 48), {"e": {"type": "noul", "instructions": ""},
+                                          "f": {"type": "choice", "instructions": " ",
+                                                "options": [{"text": "x"}]}}),
+        ("shared_instruction_start", (64, 48), {
+            "a": {"type": "noul", "instructions": "Look at the whole screen carefully. A dialog is open."},
+            "b": {"type": "choice", "instructions": "Look at the whole screen carefully. Which button?",
+                  "options": [{"text": "OK"}, {"text": "Cancel"}]},
+            "c": {"type": "score", "instructions": "Look at the whole screen carefully. How busy?",
+                  "levels": ["calm", "busy"]}}),
+        ("same_text_options", (64, 48), {"c": {"type": "choice", "instructions": "Twins.",
+                                               "options": [{"key": "one", "text": "same"},
+                                                           {"key": "two", "text": "same"}]}}),
+        ("key_fallbacks", (64, 48), {"c": {"type": "choice", "instructions": "Fallbacks.",
+                                           "options": [{"key": "", "text": "from text"},
+                                                       {"key": "", "text": ""},
+                                                       {"abstain": False, "text": "kept"}]}}),
+        ("mixed_20", (180, 120), {"q%02d" % i: (
+            {"type": "noul", "instructions": "Statement number %d holds." % i} if i % 3 == 0 else
+            {"type": "choice", "instructions": "Question %d: which?" % i,
+             "options": [{"text": "alpha %d" % i}, {"text": "beta"}, {"abstain": True}]} if i % 3 == 1 else
+            {"type": "score", "instructions": "Question %d: how much?" % i, "levels": ["little", "much"]})
+            for i in range(20)}),
+    ]
+    q1 = Q1
+    bad = [
+        ("reserved_marker_instructions", {"q": {"type": "noul", "instructions": "a <|opt|> b"}}, "questions.q.instructions"),
+        ("reserved_marker_option", {"q": {"type": "choice", "instructions": "a",
+                                          "options": [{"text": "<|vision_start|>"}]}}, "questions.q.options[0].text"),
+        ("reserved_marker_level", {"q": {"type": "score", "instructions": "a", "levels": ["<|image_pad|>"]}}, "questions.q.levels[0]"),
+        ("unknown_field", {"q": {"type": "noul", "instructions": "a", "criteria": {"x": None}}}, "unknown field \"criteria\""),
+        ("options_and_criteria", {"q": {"type": "choice", "instructions": "a", "options": [{"text": "x"}],
+                                        "criteria": {"x": None}}}, "exactly one of"),
+        ("duplicate_keys", {"q": {"type": "choice", "instructions": "a",
+                                  "options": [{"key": "x"}, {"key": "x"}]}}, "duplicate key"),
+        ("too_many_options", {"q": {"type": "choice", "instructions": "a",
+                                    "options": [{"text": str(i)} for i in range(256)]}}, "more than 255 options"),
+        ("text_too_long", {"q": {"type": "noul", "instructions": "y" * 8193}}, "longer than 8192"),
+        ("score_no_levels", {"q": {"type": "score", "instructions": "a", "levels": []}}, "has no levels"),
+        ("box_three_values", {"q": {"type": "noul", "instructions": "a", "region": {"box": [1, 2, 3]}}}, "4 numbers"),
+        ("abstain_not_boolean", {"q": {"type": "choice", "instructions": "a",
+                                       "options": [{"text": "x", "abstain": 1}]}}, "abstain must be a boolean"),
+        ("numeric_level", {"q": {"type": "score", "instructions": "a", "levels": [1, 2]}}, "levels[0] must be a string"),
+        ("missing_instructions", {"q": {"type": "noul"}}, "instructions is required"),
+        ("unknown_type", {"q": {"type": "rank", "instructions": "a"}}, "questions.q.type"),
+        ("empty_questions", {}, "questions must not be empty"),
+        ("too_many_questions", {"q%d" % i: q1 for i in range(65)}, "more than 64 questions"),
+        ("rows_over_1024", {"q%d" % i: {"type": "choice", "instructions": "a",
+                                        "options": [{"text": str(j)} for j in range(200)]} for i in range(6)},
+         "more than 1024 options in all"),
+    ]
+    return ok, bad
+
+
+def main():
+    if sys.argv[1] == "tokenizer":
+        build_tokenizer(sys.argv[2], sys.argv[3])
+        return 0
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(sys.argv[2])
+    assert tok.token_to_id(OPT) == 248077 and tok.token_to_id(OPT_END) == 248078, "option ids"
+    assert tok.get_vocab_size(with_added_tokens=True) == 248079
+    assert tok.token_to_id("<|image_pad|>") == 248056
+    ok, bad = cases()
+    lines = []
+    for name, size, qs in ok:
+        req = {"model": "omnijev", "state": {"images": [data_url(*size)]}, "questions": qs}
+        lines.append(json.dumps({"name": name, "request": req, "size": list(size),
+                                 "expect": compile_request(tok, req, size)}, ensure_ascii=False))
+    for name, qs, msg in bad:
+        req = {"state": {"images": [data_url(64, 48)]}, "questions": qs}
+        lines.append(json.dumps({"name": name, "request": req, "error": msg}, ensure_ascii=False))
+    for name, req, msg in [
+            ("two_images", {"state": {"images": [data_url(64, 48)] * 2}, "questions": {"q": Q1}}, "exactly one image"),
+            ("not_a_data_url", {"state": {"images": ["aGVsbG8="]}, "questions": {"q": Q1}}, "data:image/png;base64"),
+            ("state_text", {"state": {"images": [data_url(64, 48)], "text": "t"}, "questions": {"q": Q1}}, "unknown field \"text\""),
+            ("bad_top_field", {"state": {"images": [data_url(64, 48)]}, "questions": {"q": Q1}, "x": 1}, "unknown field \"x\"")]:
+        lines.append(json.dumps({"name": name, "request": req, "error": msg}, ensure_ascii=False))
+    text = "\n".join(lines) + "\n"
+    out = sys.argv[3]
+    if "--check" in sys.argv:
+        with open(out, encoding="utf-8") as f:
+            if f.read() != text:
+                print("FAIL: %s is stale; regenerate with omnijev_compile.py fixtures" % out)
+                return 1
+        print("fixtures are fresh (%d cases)" % len(lines))
+        return 0
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(text)
+    print("wrote %d cases to %s" % (len(lines), out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
