@@ -14,13 +14,16 @@
 #include "cm_qwen35.h"
 #include "cm_sha256.h"
 
-static const char *const reserved_families[] = {"jemm"};
+/* Family names without a loader in this build, refused with their own message; NULL-terminated
+ * (every planned family has one now). */
+static const char *const reserved_families[] = {NULL};
 
 bool cm_model_family_known(const char *family) {
   /* open_jev: a Qwen3.5 text backbone + heads.safetensors (checked by its head loader) */
   /* omnijev: Qwen3.5 + vision, the resized tied embedding, heads.safetensors (head.* / ord.*) */
+  /* jemm: a Qwen3.5 backbone (+ kept adapter); its manifest blocks are read by the family */
   return strcmp(family, "qwen3_5") == 0 || strcmp(family, "open_jev") == 0 ||
-         strcmp(family, "omnijev") == 0;
+         strcmp(family, "omnijev") == 0 || strcmp(family, "jemm") == 0;
 }
 
 static char *join(const char *dir, const char *name) {
@@ -263,7 +266,7 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
   md->family = json_object_get_string(jv);
   if (!cm_model_family_known(md->family)) {
     bool reserved = false;
-    for (size_t i = 0; i < sizeof reserved_families / sizeof *reserved_families; i++)
+    for (size_t i = 0; reserved_families[i]; i++)
       reserved |= strcmp(md->family, reserved_families[i]) == 0;
     rc = cm_diag_set(diag, -CM_EUNSUPPORTED,
                      reserved ? "%s: key 'family': \"%s\" is reserved; this build has no loader for it"

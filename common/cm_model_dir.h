@@ -40,8 +40,7 @@ struct cm_model_dir {
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag);
 void cm_model_dir_free(struct cm_model_dir *dir);
 
-/* True for a family whose loader this build has ("qwen3_5", "open_jev", "omnijev"); the
- * reserved name "jemm" is refused until its issue lands. */
+/* True for a family whose loader this build has ("qwen3_5", "open_jev", "omnijev", "jemm"). */
 bool cm_model_family_known(const char *family);
 
 /* Hashes dir/name and records {"sha256": hex, "bytes": n} under files[name] (used by writers).

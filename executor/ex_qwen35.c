@@ -152,6 +152,8 @@ static void lin(const struct ex_qwen35_model *m, const struct ex_linear *l, cons
                 size_t n, float *y, float *tmp) {
   m->be->linear(x, l->w, NULL, y, n, l->n_in, l->n_out);
   if (l->rank)
+    rnd(m, y, n * l->n_out); /* PEFT: the bf16 base output, plus the fp32 branch, rounded again */
+  if (l->rank)
     m->be->linear_lora_add(x, l->lora_a, l->lora_b, m->lora_scale, y, tmp, n, l->n_in, l->rank,
                            l->n_out);
   rnd(m, y, n * l->n_out);

@@ -10,6 +10,9 @@ extern const struct pp_family pp_family_open_jev;
 #ifdef PP_FAMILY_OMNIJEV
 extern const struct pp_family pp_family_omnijev;
 #endif
+#ifdef PP_FAMILY_JEMM
+extern const struct pp_family pp_family_jemm;
+#endif
 
 static const struct pp_family *const families[] = {
 #ifdef PP_FAMILY_OPEN_JEV
@@ -17,6 +20,9 @@ static const struct pp_family *const families[] = {
 #endif
 #ifdef PP_FAMILY_OMNIJEV
     &pp_family_omnijev,
+#endif
+#ifdef PP_FAMILY_JEMM
+    &pp_family_jemm,
 #endif
     NULL,
 };
@@ -27,6 +33,9 @@ static const char *const names[] = {
 #endif
 #ifdef PP_FAMILY_OMNIJEV
     "omnijev",
+#endif
+#ifdef PP_FAMILY_JEMM
+    "jemm",
 #endif
     NULL,
 };

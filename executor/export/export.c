@@ -16,6 +16,7 @@
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "export_jemm.h"
 #include "omnijev_export.h"
 #include "open_jev_export.h"
 
@@ -360,19 +361,23 @@ static int copy_file(const char *from, const char *to) {
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: s1-export --family qwen3_5 --base HF_DIR [--adapter PEFT_DIR]\n"
-             "                 [--lora merge|keep] --out DIR\n"
+  fprintf(f, "usage: s1-export --family qwen3_5|jemm --base HF_DIR [--adapter PEFT_DIR]\n"
+             "                 [--lora merge|keep] [--chat CHAT.json] --out DIR\n"
+             "  --lora: qwen3_5 merges by default; jemm keeps the adapter as fp32 factors\n"
+             "  --chat: jemm's chat wrapper {prefix, suffix} (recipe/jemm/chat_wrapper.py)\n"
              "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n"
              "       s1-export --family omnijev --base HF_DIR --checkpoint DIR --out DIR (see --help)\n");
 }
 
 int main(int argc, char **argv) {
   const char *family = NULL, *base = NULL, *adapter_dir = NULL, *lora_mode = NULL, *out = NULL;
+  const char *chat_path = NULL; /* jemm: --chat */
   static const struct option lo[] = {{"family", required_argument, 0, 'f'},
                                      {"base", required_argument, 0, 'b'},
                                      {"adapter", required_argument, 0, 'a'},
                                      {"lora", required_argument, 0, 'l'},
                                      {"out", required_argument, 0, 'o'},
+                                     {"chat", required_argument, 0, 'c'},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   for (int i = 1; i + 1 < argc; i++) /* --family open_jev: executor/export/open_jev_export.c */
@@ -389,6 +394,7 @@ int main(int argc, char **argv) {
     case 'a': adapter_dir = optarg; break;
     case 'l': lora_mode = optarg; break;
     case 'o': out = optarg; break;
+    case 'c': chat_path = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -397,13 +403,16 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (strcmp(family, "qwen3_5") != 0)
-    return fail("--family \"%s\" is not supported (qwen3_5)", family), 2;
+  bool jemm = strcmp(family, "jemm") == 0; /* export_jemm.c adds its checks and manifest blocks */
+  if (strcmp(family, "qwen3_5") != 0 && !jemm)
+    return fail("--family \"%s\" is not supported (qwen3_5, jemm)", family), 2;
+  if (chat_path && !jemm)
+    return fail("--chat is for --family jemm"), 2;
   if (lora_mode && strcmp(lora_mode, "merge") != 0 && strcmp(lora_mode, "keep") != 0)
     return fail("--lora must be merge or keep"), 2;
   if (lora_mode && !adapter_dir)
     return fail("--lora needs --adapter"), 2;
-  bool merge = !lora_mode || strcmp(lora_mode, "merge") == 0;
+  bool merge = lora_mode ? strcmp(lora_mode, "merge") == 0 : !jemm;
 
   int rc = 0;
   struct cm_diag d = {0};
@@ -668,6 +677,25 @@ int main(int argc, char **argv) {
   }
   json_object *files = json_object_new_object();
   json_object_object_add(manifest, "files", files);
+  if (jemm) {
+    json_object *jc = NULL;
+    struct export_jemm_in ji = {.base = base, .adapter_dir = adapter_dir, .out = out,
+                                .chat_path = chat_path, .merged = merge, .rank = lc.r,
+                                .alpha = lc.alpha, .dims = &dims, .image_token_id = -1};
+    for (size_t i = 0; i < n_items; i++)
+      if (items[i].a.n_dims) {
+        bool lang = !starts_with(items[i].canon, "model.visual.") &&
+                    !starts_with(items[i].canon, "lm_head");
+        ji.n_pairs += lang;
+        ji.n_other_pairs += !lang;
+      }
+    if (json_object_object_get_ex(config, "image_token_id", &jc))
+      ji.image_token_id = json_object_get_int64(jc);
+    if (export_jemm(&ji, manifest, src) != 0) {
+      rc = -1;
+      goto out;
+    }
+  }
   rc = cm_model_dir_add_file(files, out, "weights.safetensors", &d);
   if (!rc)
     rc = cm_model_dir_add_file(files, out, "tokenizer.json", &d);

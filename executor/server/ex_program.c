@@ -177,6 +177,9 @@ static int check_program(const struct ex_runner *x, const struct proto_program *
                          struct cm_diag *diag) {
   const struct ex_qwen35_config *c = &x->model->cfg;
   int32_t img = c->image_token_id;
+  /* without pixels a literal <|image_pad|> is an ordinary token, as in the reference's text-only
+   * forward (spec/jemm.md J13); with images every one must be a slot */
+  bool text_only = p->n_images == 0;
   if (p->n_images && !x->vision)
     return cm_diag_set(diag, -CM_EPROGRAM, "program has %u images; model has no vision tower",
                        p->n_images);
@@ -191,7 +194,7 @@ static int check_program(const struct ex_runner *x, const struct proto_program *
     }
     for (uint32_t j = 0; j < s->n_images; j++)
       want += p->images[s->images[j]].n_patches / 4;
-    if (slots != want)
+    if (!text_only && slots != want)
       return cm_diag_set(diag, -CM_EPROGRAM, "prefixes[%u]: %llu <|image_pad|> slots for images "
                          "of %llu merged rows", i, (unsigned long long)slots,
                          (unsigned long long)want);
@@ -202,7 +205,7 @@ static int check_program(const struct ex_runner *x, const struct proto_program *
   for (uint32_t i = 0; i < p->n_rows; i++) {
     const struct proto_row *s = &p->rows[i];
     for (uint32_t t = 0; t < s->n_tokens; t++)
-      if (s->ids[t] < 0 || s->ids[t] >= c->vocab_size || s->ids[t] == img)
+      if (s->ids[t] < 0 || s->ids[t] >= c->vocab_size || (s->ids[t] == img && !text_only))
         return cm_diag_set(diag, -CM_EPROGRAM, "rows[%u].ids[%u] = %d outside the vocabulary "
                            "or an image slot", i, t, s->ids[t]);
     for (size_t t = 0; t < 3 * (size_t)s->n_tokens; t++)

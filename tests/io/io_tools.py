@@ -309,8 +309,6 @@ def case_baddir(tmp):
         return go
     expect("family", manifest(lambda m: m.__setitem__("family", "llama")),
            "{d}/s1-model.json: key 'family': unknown family \"llama\"")
-    expect("reserved", manifest(lambda m: m.__setitem__("family", "jemm")),
-           "{d}/s1-model.json: key 'family': \"jemm\" is reserved; this build has no loader for it")
     expect("format", manifest(lambda m: m.__setitem__("format", "s1serve-model/2")),
            "{d}/s1-model.json: key 'format' is \"s1serve-model/2\", expected \"s1serve-model/1\"")
     expect("nokey", manifest(lambda m: m.pop("config")), "{d}/s1-model.json: key 'config' missing")

@@ -1,0 +1,102 @@
+"""JEMM over HTTP on the real trio (s1-executor --device cpu --bf16-rounding, s1-preprocessor,
+s1-frontend; tests/integration/trio.py) with the small random JEMM directory of
+recipe/jemm/make-demo-model: the recipe's example requests answer 200 in the reference's shape,
+usage equals the render oracle's token counts, refusals carry the reference's wording in the one
+error shape (spec/wire.md), and /v1/models describes the family. Stdlib only.
+
+usage: test_jemm_http.py BUILD_ROOT SHARED_DIR RENDER.jsonl
+"""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import trio  # noqa: E402
+
+KEYS = {"choice": ["type", "choice", "probabilities", "confidence"],
+        "noul": ["type", "noul", "probabilities", "confidence"],
+        "score": ["type", "probabilities", "confidence", "expected_value"]}
+
+
+def check_answer(body, answer):
+    a = json.loads(answer)
+    assert list(a) == ["model", "answers", "usage"] and a["model"] == "JEMM", a
+    assert list(a["usage"]) == ["input_tokens", "output_tokens", "latency_ms"], a["usage"]
+    assert a["usage"]["output_tokens"] == 0 and a["usage"]["latency_ms"] > 0
+    assert list(a["answers"]) == list(body["questions"]), (list(a["answers"]), list(body["questions"]))
+    for qid, q in body["questions"].items():
+        ans, kind = a["answers"][qid], q.get("type", "choice")
+        assert list(ans) == KEYS[kind] and ans["type"] == kind, ans
+        p = ans["probabilities"]
+        assert abs(sum(p.values()) - 1.0) < 1e-12 and ans["confidence"] == max(p.values()), ans
+        if kind == "choice":
+            assert list(p) == list(q["criteria"]) and ans["choice"] == max(p, key=p.get), ans
+        elif kind == "noul":
+            assert list(p) == ["yes", "no"] and ans["noul"] == p["yes"], ans
+        else:
+            assert list(p) == [str(i) for i in range(len(q["criteria"]))]
+            assert abs(ans["expected_value"] - sum(i * v for i, v in enumerate(p.values()))) < 1e-12
+    return a
+
+
+def test(t, render):
+    model = os.path.join(t.tmp, "jemm")
+    subprocess.run([os.path.join(ROOT, "recipe", "jemm", "make-demo-model"), model, "--build", t.build],
+                   check=True, capture_output=True, env=dict(os.environ, S1_SHARED=t.shared))
+    t.model = model
+    t.start("ex", [t.bin("executor/server/s1-executor"), "--model", model, "--device", "cpu",
+                   "--listen", t.ex_url, "--bf16-rounding"])
+    t.start_frontend()
+    t.start_preprocessor()
+    t.wait_health(200)
+
+    s, _, b = t.http("GET", "/v1/models")
+    m = json.loads(b)["models"][0]
+    assert s == 200 and m["id"] == "JEMM" and m["family"] == "jemm" and "MaestroYan/JEMM" in m["aliases"], m
+
+    examples = os.path.join(ROOT, "recipe", "jemm", "examples")
+    for name in sorted(os.listdir(examples)):
+        with open(os.path.join(examples, name), encoding="utf-8") as f:
+            body = json.load(f)
+        s, h, b = t.post(body)
+        assert s == 200, (name, s, b[:300])
+        assert h.get("x-model-revision") not in (None, "", "unknown"), h
+        check_answer(body, b)
+        print("ok", name)
+
+    cases = [json.loads(line) for line in open(render, encoding="utf-8")][1:]
+    n_ok = n_err = 0
+    for c in cases:
+        if c["name"] in ("image_budget", "image_too_many_pixels", "j14_budget"):
+            continue  # large bodies: the render test covers them
+        s, h, b = t.post(c["body"])
+        if "error" in c:
+            e = json.loads(b)
+            assert s == 422 and e["error"]["type"] == "invalid_request", (c["name"], s, b)
+            # a non-object body is refused by the preprocessor itself, in its own words
+            assert c["error"] in e["error"]["message"] or c["name"] == "body_not_object", (
+                c["name"], e, c["error"])
+            n_err += 1
+        elif c["name"] in ("text_multi_structured", "image_one_256", "j13_special_in_description",
+                           "j6_32_labels"):
+            assert s == 200, (c["name"], s, b[:300])
+            a = check_answer(json.loads(c["body"]), b)
+            assert a["usage"]["input_tokens"] == c["input_tokens"], (c["name"], a["usage"])
+            n_ok += 1
+    assert n_ok == 4 and n_err >= 20, (n_ok, n_err)
+    for raw, why in (('{"questions": {"q": {"type": "noul"}, "q": {}}}', "duplicate key"),
+                     ('{"state": NaN, "questions": {"q": {"type": "noul"}}}', "NaN"),
+                     ('{"questions": ', "truncated")):
+        s, _, b = t.post(raw)
+        assert s == 400 and json.loads(b)["error"]["type"] == "invalid_json", (why, s, b)
+    s, _, b = t.post(json.dumps({"model": "jemm", "questions": {"q": {"type": "noul"}}}))
+    assert s == 200, (s, b)
+    print(f"jemm http: {n_ok} answers, {n_err} refusals as the oracle")
+
+
+if __name__ == "__main__":
+    render = sys.argv.pop(3)
+    trio.main(lambda t: test(t, render))
