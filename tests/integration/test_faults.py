@@ -3,6 +3,7 @@
 /health unavailable, then recovery after a restart; (3) clients beyond the queue bound get 503
 overloaded with Retry-After quickly, never a hang, and the queued ones are answered."""
 import json
+import re
 import signal
 import threading
 import time
@@ -97,7 +98,16 @@ def queue_bound(t):
     for x in th:
         x.start()
         time.sleep(0.05)
-    time.sleep(0.1)
+    # Burst only once the bound is really full (1 at the preprocessor, 2 queued): on a loaded
+    # machine the three slow posts can take a while to arrive.
+    deadline = time.time() + 30
+    while True:
+        _, _, mb = t.http("GET", "/metrics")
+        gauges = dict(re.findall(r"^(s1_queue_depth|s1_in_flight) (\d+)$", mb.decode(), re.M))
+        if gauges.get("s1_queue_depth") == "2" and gauges.get("s1_in_flight") == "1":
+            break
+        assert time.time() < deadline, "the 3 slow requests never filled the queue: %r" % gauges
+        time.sleep(0.02)
     fast = []
     def burst(i):
         t1 = time.time()
