@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,9 @@ static int write_file(const char *path, const void *data, size_t n, struct cm_di
   if (!f) {
     r = cm_diag_set(diag, -errno, "%s: cannot create", tmp);
   } else {
-    if ((n && fwrite(data, 1, n, f) != n) | (fclose(f) != 0))
+    bool write_failed = n && fwrite(data, 1, n, f) != n;
+    bool close_failed = fclose(f) != 0; /* always closed, even after a failed write */
+    if (write_failed || close_failed)
       r = cm_diag_set(diag, -EIO, "%s: write failed", tmp);
     else if (rename(tmp, path) != 0)
       r = cm_diag_set(diag, -errno, "%s: rename failed", path);
