@@ -144,6 +144,12 @@ static int string(struct scanner *sc, bool key) {
             return fail(sc, "lone high surrogate");
           u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
         }
+        /* json-c cuts object keys at NUL, so such a key would silently merge with another one:
+         * refuse it (valid JSON, so 422, not 400). */
+        if (key && u == 0)
+          return cm_diag_set(sc->diag, -CM_EREQUEST,
+                             "object key at byte %zu contains U+0000, which is not supported",
+                             sc->i);
         if (key) {
           unsigned char b[4];
           size_t k;

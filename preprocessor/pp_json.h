@@ -13,12 +13,13 @@
 
 /* Checks `text` is one RFC 8259 JSON value (whitespace around it only), valid UTF-8, no
  * duplicate keys in any object (compared after unescaping), no lone surrogate escapes, nesting
- * depth ≤ PP_JSON_MAX_DEPTH. Returns 0 or -CM_EJSON with diag giving the byte offset. */
+ * depth ≤ PP_JSON_MAX_DEPTH. Returns 0, -CM_EJSON with diag giving the byte offset, or
+ * -CM_EREQUEST for an object key holding U+0000 (json-c would cut the key there; 422). */
 int pp_json_check(const char *text, size_t n_bytes, struct cm_diag *diag);
 
 /* pp_json_check, then json-c parse. Ownership: *ret_root is owned (json_object_put); it is NULL
  * for the JSON value null (json-c's representation).
- * Returns 0, -CM_EJSON, -ENOMEM. */
+ * Returns 0, -CM_EJSON, -CM_EREQUEST (U+0000 in a key), -ENOMEM. */
 int pp_json_parse(const char *text, size_t n_bytes, json_object **ret_root, struct cm_diag *diag);
 
 #endif

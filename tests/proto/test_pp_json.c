@@ -72,6 +72,14 @@ int main(void) {
   json_object_put(root);
   CHECK(pp_json_parse("-2.5e1 ", 7, &root, &d) == 0 && json_object_get_double(root) == -25.0);
   json_object_put(root);
+  /* a NUL inside a key would be cut by json-c (two keys merged): refused as an invalid request */
+  const char *nul_key = "{\"a\\u0000x\":1,\"a\\u0000y\":2}";
+  CHECK(pp_json_parse(nul_key, strlen(nul_key), &root, &d) == -CM_EREQUEST);
+  CHECK(d.msg && strstr(d.msg, "U+0000"));
+  cm_diag_fini(&d);
+  const char *nul_val = "{\"a\":\"x\\u0000y\"}";
+  CHECK(pp_json_parse(nul_val, strlen(nul_val), &root, &d) == 0);
+  json_object_put(root);
   CHECK(pp_json_parse("{\"a\":1,\"a\":1}", 13, &root, &d) == -CM_EJSON);
   CHECK(d.msg && strstr(d.msg, "duplicate key \"a\""));
   cm_diag_fini(&d);
