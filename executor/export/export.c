@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "export_util.h"
 #include "cm_model_dir.h"
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
@@ -38,25 +39,6 @@ struct lora_cfg {
   double alpha;      /* lora_alpha */
   json_object *cfg;  /* adapter_config.json, owned */
 };
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("s1-export: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return -1;
-}
-
-static char *path_join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
 
 static bool starts_with(const char *s, const char *p) {
   return strncmp(s, p, strlen(p)) == 0;
@@ -172,49 +154,49 @@ static bool json_true(json_object *o, const char *k) {
 
 /* Reads adapter_config.json and refuses every feature this exporter does not implement. */
 static int read_lora_config(const char *dir, struct lora_cfg *lc) {
-  char *p = path_join(dir, "adapter_config.json");
+  char *p = ex_export_path_join(dir, "adapter_config.json");
   int rc = 0;
   json_object *c = json_object_from_file(p), *v;
   if (!c) {
-    rc = fail("%s: cannot read JSON (%s)", p, json_util_get_last_err());
+    rc = ex_export_fail("%s: cannot read JSON (%s)", p, json_util_get_last_err());
     goto out;
   }
   lc->cfg = c;
   if (json_object_object_get_ex(c, "peft_type", &v) && strcmp(json_object_get_string(v), "LORA")) {
-    rc = fail("%s: peft_type \"%s\" is not supported (LORA only)", p, json_object_get_string(v));
+    rc = ex_export_fail("%s: peft_type \"%s\" is not supported (LORA only)", p, json_object_get_string(v));
   } else if (json_true(c, "use_dora")) {
-    rc = fail("%s: use_dora is true: DoRA adapters are not supported", p);
+    rc = ex_export_fail("%s: use_dora is true: DoRA adapters are not supported", p);
   } else if (json_true(c, "use_rslora")) {
-    rc = fail("%s: use_rslora is true: rank-stabilised LoRA (alpha/sqrt(r)) is not supported", p);
+    rc = ex_export_fail("%s: use_rslora is true: rank-stabilised LoRA (alpha/sqrt(r)) is not supported", p);
   } else if (json_object_object_get_ex(c, "bias", &v) && v &&
              strcmp(json_object_get_string(v), "none") != 0) {
-    rc = fail("%s: bias is \"%s\": trained biases are not supported (bias must be \"none\")", p,
+    rc = ex_export_fail("%s: bias is \"%s\": trained biases are not supported (bias must be \"none\")", p,
               json_object_get_string(v));
   } else if (json_object_object_get_ex(c, "modules_to_save", &v) && v &&
              !(json_object_is_type(v, json_type_array) && json_object_array_length(v) == 0)) {
-    rc = fail("%s: modules_to_save is set: fully trained extra modules are not supported", p);
+    rc = ex_export_fail("%s: modules_to_save is set: fully trained extra modules are not supported", p);
   } else if (json_object_object_get_ex(c, "rank_pattern", &v) && v &&
              !(json_object_is_type(v, json_type_object) && json_object_object_length(v) == 0)) {
-    rc = fail("%s: rank_pattern is not empty: per-module ranks are not supported", p);
+    rc = ex_export_fail("%s: rank_pattern is not empty: per-module ranks are not supported", p);
   } else if (json_object_object_get_ex(c, "alpha_pattern", &v) && v &&
              !(json_object_is_type(v, json_type_object) && json_object_object_length(v) == 0)) {
-    rc = fail("%s: alpha_pattern is not empty: per-module alphas are not supported", p);
+    rc = ex_export_fail("%s: alpha_pattern is not empty: per-module alphas are not supported", p);
   } else if (json_true(c, "fan_in_fan_out")) {
-    rc = fail("%s: fan_in_fan_out is true: transposed (Conv1D) layers are not supported", p);
+    rc = ex_export_fail("%s: fan_in_fan_out is true: transposed (Conv1D) layers are not supported", p);
   } else if (!json_object_object_get_ex(c, "r", &v) || !json_object_is_type(v, json_type_int) ||
              json_object_get_int64(v) <= 0) {
-    rc = fail("%s: key 'r' missing or not a positive integer", p);
+    rc = ex_export_fail("%s: key 'r' missing or not a positive integer", p);
   } else {
     lc->r = json_object_get_int64(v);
     if (!json_object_object_get_ex(c, "lora_alpha", &v) ||
         !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)) ||
         !(json_object_get_double(v) > 0))
-      rc = fail("%s: key 'lora_alpha' missing or not a positive number", p);
+      rc = ex_export_fail("%s: key 'lora_alpha' missing or not a positive number", p);
     else
       lc->alpha = json_object_get_double(v);
     if (!rc && (!json_object_object_get_ex(c, "target_modules", &v) ||
                 !(json_object_is_type(v, json_type_array) || json_object_is_type(v, json_type_string))))
-      rc = fail("%s: key 'target_modules' missing (a list of module names or a string)", p);
+      rc = ex_export_fail("%s: key 'target_modules' missing (a list of module names or a string)", p);
   }
 out:
   free(p);
@@ -239,7 +221,7 @@ static int attach_lora(struct cm_safetensors *ad, const char *ad_path, struct lo
   json_object *targets;
   json_object_object_get_ex(lc->cfg, "target_modules", &targets);
   if (json_object_is_type(targets, json_type_string))
-    return fail("%s/adapter_config.json: target_modules is a regular expression; list the module "
+    return ex_export_fail("%s/adapter_config.json: target_modules is a regular expression; list the module "
                 "names instead",
                 ad_path);
   const char *pre = "base_model.model.";
@@ -253,7 +235,7 @@ static int attach_lora(struct cm_safetensors *ad, const char *ad_path, struct lo
     else if (ends_with(v.name, ".lora_B.weight"))
       continue; /* handled with its A */
     if (!kind || !starts_with(v.name, pre)) {
-      return fail("%s: tensor '%s' is not a LoRA factor (expected base_model.model.<module>."
+      return ex_export_fail("%s: tensor '%s' is not a LoRA factor (expected base_model.model.<module>."
                   "lora_A.weight / .lora_B.weight; DoRA magnitudes, embedding LoRA and biases are "
                   "not supported)",
                   v.file, v.name);
@@ -261,40 +243,40 @@ static int attach_lora(struct cm_safetensors *ad, const char *ad_path, struct lo
     size_t mlen = strlen(v.name) - strlen(pre) - strlen(kind);
     char module[400], key[420], bkey[440];
     if (mlen >= sizeof module)
-      return fail("%s: tensor '%s': name too long", v.file, v.name);
+      return ex_export_fail("%s: tensor '%s': name too long", v.file, v.name);
     memcpy(module, v.name + strlen(pre), mlen);
     module[mlen] = '\0';
     snprintf(key, sizeof key, "%s.weight", module);
     snprintf(bkey, sizeof bkey, "%s%s.lora_B.weight", pre, module);
     struct cm_tensor_view b;
     if (cm_safetensors_find(ad, bkey, &b) != 0)
-      return fail("%s: tensor '%s' missing (its lora_A is present)", v.file, bkey);
+      return ex_export_fail("%s: tensor '%s' missing (its lora_A is present)", v.file, bkey);
     bool skip;
     char *canon = canonical(key, text_prefix, tied, &skip);
     struct item *it = canon ? find_item(items, n_items, canon) : NULL;
     if (!it) {
       free(canon);
-      return fail("%s: tensor '%s' adapts '%s', which is not a weight of the base model", v.file,
+      return ex_export_fail("%s: tensor '%s' adapts '%s', which is not a weight of the base model", v.file,
                   v.name, key);
     }
     free(canon);
     if (!module_targeted(targets, module))
-      return fail("%s: tensor '%s': module '%s' is not in target_modules", v.file, v.name, module);
+      return ex_export_fail("%s: tensor '%s': module '%s' is not in target_modules", v.file, v.name, module);
     if (it->src.n_dims != 2 || strstr(it->canon, "embed_tokens"))
-      return fail("%s: tensor '%s': '%s' is not a linear weight", v.file, v.name, key);
+      return ex_export_fail("%s: tensor '%s': '%s' is not a linear weight", v.file, v.name, key);
     int64_t out = it->src.shape[0], in = it->src.shape[1];
     if (v.n_dims != 2 || v.shape[0] != lc->r || v.shape[1] != in)
-      return fail("%s: tensor '%s' has shape [%lld, %lld], expected [r=%lld, in=%lld]", v.file,
+      return ex_export_fail("%s: tensor '%s' has shape [%lld, %lld], expected [r=%lld, in=%lld]", v.file,
                   v.name, (long long)(v.n_dims > 0 ? v.shape[0] : 0),
                   (long long)(v.n_dims > 1 ? v.shape[1] : 0), (long long)lc->r, (long long)in);
     if (b.n_dims != 2 || b.shape[0] != out || b.shape[1] != lc->r)
-      return fail("%s: tensor '%s' has shape [%lld, %lld], expected [out=%lld, r=%lld]", b.file,
+      return ex_export_fail("%s: tensor '%s' has shape [%lld, %lld], expected [out=%lld, r=%lld]", b.file,
                   b.name, (long long)(b.n_dims > 0 ? b.shape[0] : 0),
                   (long long)(b.n_dims > 1 ? b.shape[1] : 0), (long long)out, (long long)lc->r);
     if (v.dtype == CM_DTYPE_F16 || b.dtype == CM_DTYPE_F16)
-      return fail("%s: tensor '%s': F16 factors are not supported (F32 or BF16)", v.file, v.name);
+      return ex_export_fail("%s: tensor '%s': F16 factors are not supported (F32 or BF16)", v.file, v.name);
     if (it->a.n_dims)
-      return fail("%s: tensor '%s': module adapted twice", v.file, v.name);
+      return ex_export_fail("%s: tensor '%s': module adapted twice", v.file, v.name);
     it->a = v;
     it->b = b;
     it->merge = merge;
@@ -311,10 +293,10 @@ static int attach_lora(struct cm_safetensors *ad, const char *ad_path, struct lo
     snprintf(akey, sizeof akey, "%.*s.lora_A.weight",
              (int)(strlen(v.name) - strlen(".lora_B.weight")), v.name);
     if (cm_safetensors_find(ad, akey, &a) != 0)
-      return fail("%s: tensor '%s' missing (its lora_B is present)", v.file, akey);
+      return ex_export_fail("%s: tensor '%s' missing (its lora_B is present)", v.file, akey);
   }
   if (n_pairs == 0)
-    return fail("%s: no LoRA factors found", ad_path);
+    return ex_export_fail("%s: no LoRA factors found", ad_path);
   return 0;
 }
 
@@ -327,7 +309,7 @@ static int add_source(json_object *sources, const char *path) {
   struct cm_diag d = {0};
   int rc = cm_sha256_file(path, dg, NULL, &d);
   if (rc) {
-    fail("%s", d.msg ? d.msg : path);
+    ex_export_fail("%s", d.msg ? d.msg : path);
     cm_diag_fini(&d);
     return rc;
   }
@@ -345,16 +327,16 @@ static int copy_file(const char *from, const char *to) {
   FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
   int rc = 0;
   if (!in || !out)
-    rc = fail("cannot copy %s to %s: %s", from, to, strerror(errno));
+    rc = ex_export_fail("cannot copy %s to %s: %s", from, to, strerror(errno));
   char buf[1 << 16];
   size_t n;
   while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
     if (fwrite(buf, 1, n, out) != n)
-      rc = fail("%s: write failed", to);
+      rc = ex_export_fail("%s: write failed", to);
   if (in)
     fclose(in);
   if (out && fclose(out) != 0 && !rc)
-    rc = fail("%s: write failed", to);
+    rc = ex_export_fail("%s: write failed", to);
   return rc;
 }
 
@@ -405,13 +387,13 @@ int main(int argc, char **argv) {
   }
   bool jemm = strcmp(family, "jemm") == 0; /* export_jemm.c adds its checks and manifest blocks */
   if (strcmp(family, "qwen3_5") != 0 && !jemm)
-    return fail("--family \"%s\" is not supported (qwen3_5, jemm)", family), 2;
+    return ex_export_fail("--family \"%s\" is not supported (qwen3_5, jemm)", family), 2;
   if (chat_path && !jemm)
-    return fail("--chat is for --family jemm"), 2;
+    return ex_export_fail("--chat is for --family jemm"), 2;
   if (lora_mode && strcmp(lora_mode, "merge") != 0 && strcmp(lora_mode, "keep") != 0)
-    return fail("--lora must be merge or keep"), 2;
+    return ex_export_fail("--lora must be merge or keep"), 2;
   if (lora_mode && !adapter_dir)
-    return fail("--lora needs --adapter"), 2;
+    return ex_export_fail("--lora needs --adapter"), 2;
   bool merge = lora_mode ? strcmp(lora_mode, "merge") == 0 : !jemm;
 
   int rc = 0;
@@ -424,22 +406,22 @@ int main(int argc, char **argv) {
   struct lora_cfg lc = {0};
   struct cm_safetensors_writer *w = NULL, *aw = NULL;
   json_object *config = NULL, *pre = NULL, *manifest = NULL;
-  char *cpath = path_join(base, "config.json"), *tpath = path_join(base, "tokenizer.json");
-  char *ppath = path_join(base, "preprocessor_config.json"), *tmp = NULL;
+  char *cpath = ex_export_path_join(base, "config.json"), *tpath = ex_export_path_join(base, "tokenizer.json");
+  char *ppath = ex_export_path_join(base, "preprocessor_config.json"), *tmp = NULL;
 
   config = json_object_from_file(cpath);
   if (!config) {
-    rc = fail("%s: cannot read JSON (%s)", cpath, json_util_get_last_err());
+    rc = ex_export_fail("%s: cannot read JSON (%s)", cpath, json_util_get_last_err());
     goto out;
   }
   rc = cm_qwen35_dims_read(config, cpath, &dims, &d);
   if (rc) {
-    fail("%s", d.msg);
+    ex_export_fail("%s", d.msg);
     goto out;
   }
   rc = cm_safetensors_open(base, &st, &d);
   if (rc) {
-    fail("%s", d.msg);
+    ex_export_fail("%s", d.msg);
     goto out;
   }
   /* Text prefix (spec §2.1): the first of these under which embed_tokens.weight exists. */
@@ -453,7 +435,7 @@ int main(int argc, char **argv) {
       tp = prefixes[i];
   }
   if (!tp) {
-    rc = fail("%s: tensor 'model.language_model.embed_tokens.weight' missing (also tried "
+    rc = ex_export_fail("%s: tensor 'model.language_model.embed_tokens.weight' missing (also tried "
               "'model.embed_tokens.weight' and 'embed_tokens.weight')",
               base);
     goto out;
@@ -462,7 +444,7 @@ int main(int argc, char **argv) {
   size_t n_src = cm_safetensors_count(st);
   items = calloc(n_src ? n_src : 1, sizeof *items);
   if (!items) {
-    rc = fail("out of memory");
+    rc = ex_export_fail("out of memory");
     goto out;
   }
   bool with_vision = false;
@@ -474,7 +456,7 @@ int main(int argc, char **argv) {
     if (skip)
       continue;
     if (!canon) {
-      rc = fail("%s: unexpected tensor '%s' (not under the text prefix '%s', model.visual., "
+      rc = ex_export_fail("%s: unexpected tensor '%s' (not under the text prefix '%s', model.visual., "
                 "lm_head or mtp)",
                 v.file, v.name, tp);
       goto out;
@@ -490,13 +472,13 @@ int main(int argc, char **argv) {
   qsort(items, n_items, sizeof *items, item_cmp);
   for (size_t i = 1; i < n_items; i++) {
     if (strcmp(items[i].canon, items[i - 1].canon) == 0) {
-      rc = fail("%s: tensors '%s' and '%s' both map to '%s'", base, items[i - 1].src.name,
+      rc = ex_export_fail("%s: tensors '%s' and '%s' both map to '%s'", base, items[i - 1].src.name,
                 items[i].src.name, items[i].canon);
       goto out;
     }
   }
   if (with_vision && !dims.has_vision_config) {
-    rc = fail("%s: the weights hold model.visual.* but the config has no vision_config", cpath);
+    rc = ex_export_fail("%s: the weights hold model.visual.* but the config has no vision_config", cpath);
     goto out;
   }
   /* Counts and shapes against the inventory (spec §2.3-2.6). */
@@ -506,7 +488,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n_inv; i++) {
     struct item *it = find_item(items, n_items, inv[i].name);
     if (!it) {
-      rc = fail("%s: tensor '%s' missing (layout prefix '%s')", base, inv[i].name, tp);
+      rc = ex_export_fail("%s: tensor '%s' missing (layout prefix '%s')", base, inv[i].name, tp);
       goto out;
     }
     bool same = it->src.n_dims == inv[i].n_dims;
@@ -516,7 +498,7 @@ int main(int argc, char **argv) {
       char got[160], want[160];
       cm_shape_str(it->src.shape, it->src.n_dims, got, sizeof got);
       cm_shape_str(inv[i].shape, inv[i].n_dims, want, sizeof want);
-      rc = fail("%s: tensor '%s' has shape %s, config needs %s", it->src.file, it->src.name, got,
+      rc = ex_export_fail("%s: tensor '%s' has shape %s, config needs %s", it->src.file, it->src.name, got,
                 want);
       goto out;
     }
@@ -527,7 +509,7 @@ int main(int argc, char **argv) {
       for (size_t j = 0; j < n_inv && !known; j++)
         known = strcmp(inv[j].name, items[i].canon) == 0;
       if (!known) {
-        rc = fail("%s: unexpected tensor '%s' (%zu expected, %zu found)", items[i].src.file,
+        rc = ex_export_fail("%s: unexpected tensor '%s' (%zu expected, %zu found)", items[i].src.file,
                   items[i].src.name, n_inv, n_items);
         goto out;
       }
@@ -537,10 +519,10 @@ int main(int argc, char **argv) {
     rc = read_lora_config(adapter_dir, &lc);
     if (rc)
       goto out;
-    tmp = path_join(adapter_dir, "adapter_model.safetensors");
+    tmp = ex_export_path_join(adapter_dir, "adapter_model.safetensors");
     rc = cm_safetensors_open(tmp, &ad, &d);
     if (rc) {
-      fail("%s", d.msg);
+      ex_export_fail("%s", d.msg);
       goto out;
     }
     rc = attach_lora(ad, adapter_dir, &lc, items, n_items, tp, dims.tied, merge);
@@ -550,7 +532,7 @@ int main(int argc, char **argv) {
 
   /* Output. */
   if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-    rc = fail("%s: %s", out, strerror(errno));
+    rc = ex_export_fail("%s: %s", out, strerror(errno));
     goto out;
   }
   rc = cm_safetensors_writer_new(&w);
@@ -564,11 +546,11 @@ int main(int argc, char **argv) {
                                           it->src.shape, fill_item, it);
   }
   free(tmp);
-  tmp = path_join(out, "weights.safetensors");
+  tmp = ex_export_path_join(out, "weights.safetensors");
   if (!rc)
     rc = cm_safetensors_writer_finish(w, tmp, &d);
   if (rc) {
-    fail("%s", d.msg ? d.msg : strerror(-rc));
+    ex_export_fail("%s", d.msg ? d.msg : strerror(-rc));
     goto out;
   }
   if (adapter_dir && !merge) {
@@ -588,16 +570,16 @@ int main(int argc, char **argv) {
                                             &it->b);
     }
     free(tmp);
-    tmp = path_join(out, "adapter.safetensors");
+    tmp = ex_export_path_join(out, "adapter.safetensors");
     if (!rc)
       rc = cm_safetensors_writer_finish(aw, tmp, &d);
     if (rc) {
-      fail("%s", d.msg ? d.msg : strerror(-rc));
+      ex_export_fail("%s", d.msg ? d.msg : strerror(-rc));
       goto out;
     }
   }
   free(tmp);
-  tmp = path_join(out, "tokenizer.json");
+  tmp = ex_export_path_join(out, "tokenizer.json");
   rc = copy_file(tpath, tmp);
   if (rc)
     goto out;
@@ -619,7 +601,7 @@ int main(int argc, char **argv) {
   if (stat(ppath, &sb) == 0) {
     pre = json_object_from_file(ppath);
     if (!pre) {
-      rc = fail("%s: cannot read JSON (%s)", ppath, json_util_get_last_err());
+      rc = ex_export_fail("%s: cannot read JSON (%s)", ppath, json_util_get_last_err());
       goto out;
     }
   }
@@ -650,10 +632,10 @@ int main(int argc, char **argv) {
     rc = add_source(src, ppath);
   if (!rc && adapter_dir) {
     free(tmp);
-    tmp = path_join(adapter_dir, "adapter_config.json");
+    tmp = ex_export_path_join(adapter_dir, "adapter_config.json");
     rc = add_source(src, tmp);
     free(tmp);
-    tmp = path_join(adapter_dir, "adapter_model.safetensors");
+    tmp = ex_export_path_join(adapter_dir, "adapter_model.safetensors");
     if (!rc)
       rc = add_source(src, tmp);
   }
@@ -704,7 +686,7 @@ int main(int argc, char **argv) {
   if (!rc)
     rc = cm_model_dir_write_manifest(out, manifest, &d);
   if (rc)
-    fail("%s", d.msg ? d.msg : strerror(-rc));
+    ex_export_fail("%s", d.msg ? d.msg : strerror(-rc));
   else
     printf("s1-export: wrote %s (%zu tensors%s%s)\n", out, n_items, with_vision ? ", vision" : "",
            adapter_dir ? (merge ? ", LoRA merged" : ", LoRA kept") : "");

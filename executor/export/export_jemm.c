@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "export_util.h"
 #include "cm_sha256.h"
 #include "export_jemm.h"
 #include "pp_tok.h"
@@ -35,14 +36,6 @@ static int fail(const char *fmt, ...) {
   return -1;
 }
 
-static char *join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 static int add_source(json_object *sources, const char *path) {
   uint8_t dg[CM_SHA256_BYTES];
   char hex[CM_SHA256_HEX];
@@ -63,7 +56,7 @@ static int add_source(json_object *sources, const char *path) {
 /* decision_config.json: model.py reads temperature, mm_temperature (default: temperature) and
  * threshold; without the file its constants apply. */
 static int calibration(const struct export_jemm_in *in, json_object *jm, json_object *sources) {
-  char *path = join(in->adapter_dir, "decision_config.json");
+  char *path = ex_export_path_join(in->adapter_dir, "decision_config.json");
   double t = JEMM_TEMPERATURE, th = JEMM_THRESHOLD, mm = NAN;
   struct stat sb;
   int rc = 0;
@@ -159,7 +152,7 @@ static bool template_has(const char *tmpl, const char *piece) {
 /* The base's chat template text (tokenizer_config.json "chat_template" or chat_template.jinja),
  * heap, or NULL when it has none. */
 static char *read_template(const char *base) {
-  char *path = join(base, "tokenizer_config.json"), *out = NULL;
+  char *path = ex_export_path_join(base, "tokenizer_config.json"), *out = NULL;
   json_object *tc = path ? json_object_from_file(path) : NULL, *v;
   if (tc && json_object_object_get_ex(tc, "chat_template", &v) &&
       json_object_is_type(v, json_type_string))
@@ -168,7 +161,7 @@ static char *read_template(const char *base) {
   free(path);
   if (out)
     return out;
-  path = join(base, "chat_template.jinja");
+  path = ex_export_path_join(base, "chat_template.jinja");
   FILE *f = path ? fopen(path, "rb") : NULL;
   free(path);
   if (!f)
@@ -263,7 +256,7 @@ int export_jemm(const struct export_jemm_in *in, json_object *manifest, json_obj
                 in->n_pairs, in->n_other_pairs, want);
   if (in->dims->tied)
     return fail("tie_word_embeddings is true; JEMM reads an untied LM head");
-  char *tpath = join(in->out, "tokenizer.json");
+  char *tpath = ex_export_path_join(in->out, "tokenizer.json");
   struct pp_tok *tok = NULL;
   struct cm_diag d = {0};
   int rc = tpath ? pp_tok_load_file(tpath, &tok, &d) : -ENOMEM;

@@ -4,6 +4,7 @@
  * go through the qwen3_5 exporter; this file adds the option tokens to the tokenizer (verifying
  * their ids), resizes the tied embedding to the tokenizer's length with the two option rows from
  * new_tok_emb.pt, writes heads.safetensors (fp32 head.* and ord.*) and the family's manifest. */
+#include "export_util.h"
 #include "omnijev_export.h"
 
 #include <errno.h>
@@ -24,25 +25,6 @@
 #define EMBED "model.language_model.embed_tokens.weight"
 #define OPT "<|opt|>"
 #define OPT_END "<|/opt|>"
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("s1-export: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return -1;
-}
-
-static char *join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "%s/%s", a, b);
-  return p;
-}
 
 static void usage(FILE *f) {
   fprintf(f, "usage: s1-export --family omnijev --base QWEN35_DIR --checkpoint OMNIJEV_DIR\n"
@@ -157,7 +139,7 @@ static int add_heads(const struct ex_pt_state *head, const struct ex_pt_state *o
                      struct cm_safetensors_writer *w) {
   const struct ex_pt_tensor *o0 = ex_pt_find(head, "opt.0.weight"), *z0 = ex_pt_find(ord, "z.0.weight");
   if (!o0 || o0->n_dims != 2 || !z0 || z0->n_dims != 2)
-    return fail("head.pt / ord.pt: opt.0.weight or z.0.weight missing");
+    return ex_export_fail("head.pt / ord.pt: opt.0.weight or z.0.weight missing");
   int64_t dh = o0->shape[0], dord = z0->shape[0];
   size_t n_head = 0, n_ord = 0;
   for (size_t i = 0; i < sizeof head_tensors / sizeof *head_tensors; i++) {
@@ -167,20 +149,20 @@ static int add_heads(const struct ex_pt_state *head, const struct ex_pt_state *o
     int64_t a = dim_of(head_tensors[i].d0, hidden, dh, dord);
     int64_t b = dim_of(head_tensors[i].d1, hidden, dh, dord);
     if (!t)
-      return fail("%s: tensor '%s' missing", head_tensors[i].file, head_tensors[i].name);
+      return ex_export_fail("%s: tensor '%s' missing", head_tensors[i].file, head_tensors[i].name);
     if (t->dtype != CM_DTYPE_F32)
-      return fail("%s: tensor '%s' is not float32", head_tensors[i].file, head_tensors[i].name);
+      return ex_export_fail("%s: tensor '%s' is not float32", head_tensors[i].file, head_tensors[i].name);
     if (t->n_dims != (b < 0 ? 1 : 2) || t->shape[0] != a || (b >= 0 && t->shape[1] != b))
-      return fail("%s: tensor '%s' has the wrong shape (hidden %lld, widths %lld / %lld)",
+      return ex_export_fail("%s: tensor '%s' has the wrong shape (hidden %lld, widths %lld / %lld)",
                   head_tensors[i].file, head_tensors[i].name, (long long)hidden, (long long)dh,
                   (long long)dord);
     char key[64];
     snprintf(key, sizeof key, "%s.%s", is_head ? "head" : "ord", head_tensors[i].name);
     if (cm_safetensors_writer_add(w, key, CM_DTYPE_F32, t->n_dims, t->shape, t->data))
-      return fail("heads.safetensors: cannot add %s", key);
+      return ex_export_fail("heads.safetensors: cannot add %s", key);
   }
   if (head->n_tensors != n_head || ord->n_tensors != n_ord)
-    return fail("head.pt has %zu tensors (want %zu), ord.pt %zu (want %zu): strict key match",
+    return ex_export_fail("head.pt has %zu tensors (want %zu), ord.pt %zu (want %zu): strict key match",
                 head->n_tensors, n_head, ord->n_tensors, n_ord);
   return 0;
 }
@@ -207,7 +189,7 @@ static int option_tokens(const char *path, size_t *ret_vocab, int32_t ret_ids[2]
   struct pp_tok *tok = NULL;
   int rc = pp_tok_load_file(path, &tok, &d);
   if (rc) {
-    fail("%s: %s", path, d.msg ? d.msg : "cannot load");
+    ex_export_fail("%s: %s", path, d.msg ? d.msg : "cannot load");
     cm_diag_fini(&d);
     return rc;
   }
@@ -220,16 +202,16 @@ static int option_tokens(const char *path, size_t *ret_vocab, int32_t ret_ids[2]
     if (!j || !json_object_object_get_ex(j, "added_tokens", &added) ||
         !json_object_is_type(added, json_type_array)) {
       json_object_put(j);
-      return fail("%s: no added_tokens array", path);
+      return ex_export_fail("%s: no added_tokens array", path);
     }
     json_object_array_add(added, added_token((int64_t)n, OPT));
     json_object_array_add(added, added_token((int64_t)n + 1, OPT_END));
     rc = json_object_to_file_ext(path, j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
     json_object_put(j);
     if (rc)
-      return fail("%s: cannot write", path);
+      return ex_export_fail("%s: cannot write", path);
     if ((rc = pp_tok_load_file(path, &tok, &d))) {
-      fail("%s: %s", path, d.msg ? d.msg : "cannot load");
+      ex_export_fail("%s: %s", path, d.msg ? d.msg : "cannot load");
       cm_diag_fini(&d);
       return rc;
     }
@@ -238,13 +220,13 @@ static int option_tokens(const char *path, size_t *ret_vocab, int32_t ret_ids[2]
     n = pp_tok_vocab_size(tok, true);
   } else if ((rc = pp_tok_load_file(path, &tok, &d))) {
     cm_diag_fini(&d);
-    return fail("%s: cannot reload", path);
+    return ex_export_fail("%s: cannot reload", path);
   }
   bool ok = a >= 0 && b == a + 1 && (size_t)b + 1 == n && pp_tok_is_special(tok, a) &&
             pp_tok_is_special(tok, b);
   pp_tok_free(tok);
   if (!ok)
-    return fail("%s: <|opt|> = %d and <|/opt|> = %d must be special tokens with the last two ids "
+    return ex_export_fail("%s: <|opt|> = %d and <|/opt|> = %d must be special tokens with the last two ids "
                 "of %zu", path, a, b, n);
   *ret_vocab = n;
   ret_ids[0] = a;
@@ -284,16 +266,16 @@ static int resize_embedding(const char *dir, size_t vocab, const int32_t ids[2],
   struct cm_diag d = {0};
   struct cm_safetensors *st = NULL;
   struct cm_safetensors_writer *w = NULL;
-  char *path = join(dir, "weights.safetensors"), *tmp = join(dir, ".weights.omnijev.tmp");
+  char *path = ex_export_path_join(dir, "weights.safetensors"), *tmp = ex_export_path_join(dir, ".weights.omnijev.tmp");
   int rc = cm_safetensors_open(path, &st, &d);
   struct cm_tensor_view e;
   if (!rc && cm_safetensors_find(st, "lm_head.weight", &e) == 0)
-    rc = fail("%s: the base has a separate lm_head; OmniJev needs the tied embedding", path);
+    rc = ex_export_fail("%s: the base has a separate lm_head; OmniJev needs the tied embedding", path);
   else if (!rc && (cm_safetensors_find(st, EMBED, &e) != 0 || e.dtype != CM_DTYPE_BF16 ||
                    e.n_dims != 2))
-    rc = fail("%s: no BF16 %s", path, EMBED);
+    rc = ex_export_fail("%s: no BF16 %s", path, EMBED);
   else if (!rc && (e.shape[0] < (int64_t)vocab || e.shape[1] != emb->shape[1]))
-    rc = fail("%s: embedding [%lld, %lld] cannot hold %zu rows of new_tok_emb [2, %lld]", path,
+    rc = ex_export_fail("%s: embedding [%lld, %lld] cannot hold %zu rows of new_tok_emb [2, %lld]", path,
               (long long)e.shape[0], (long long)e.shape[1], vocab, (long long)emb->shape[1]);
   struct embed_fill f = {&e, emb->data, {ids[0], ids[1]}, vocab, rc ? 0 : (size_t)e.shape[1]};
   if (!rc)
@@ -309,9 +291,9 @@ static int resize_embedding(const char *dir, size_t vocab, const int32_t ids[2],
     }
   }
   if (!rc && (rc = cm_safetensors_writer_finish(w, tmp, &d)))
-    fail("%s", d.msg ? d.msg : tmp);
+    ex_export_fail("%s", d.msg ? d.msg : tmp);
   if (!rc && rename(tmp, path) != 0)
-    rc = fail("%s: %s", path, strerror(errno));
+    rc = ex_export_fail("%s: %s", path, strerror(errno));
   if (rc && st)
     unlink(tmp);
   cm_safetensors_writer_free(w);
@@ -329,7 +311,7 @@ static int add_source(json_object *src, const char *path) {
   struct cm_diag d = {0};
   if (cm_sha256_file(path, dg, NULL, &d) != 0) {
     cm_diag_fini(&d);
-    return fail("%s: cannot hash", path);
+    return ex_export_fail("%s: cannot hash", path);
   }
   cm_sha256_hex(dg, hex);
   json_object *e = json_object_new_object();
@@ -345,14 +327,14 @@ static int copy_file(const char *from, const char *to) {
   FILE *a = fopen(from, "rb"), *b = a ? fopen(to, "wb") : NULL;
   char buf[1 << 16];
   size_t n;
-  int rc = a && b ? 0 : fail("cannot copy %s to %s", from, to);
+  int rc = a && b ? 0 : ex_export_fail("cannot copy %s to %s", from, to);
   while (!rc && (n = fread(buf, 1, sizeof buf, a)) > 0)
     if (fwrite(buf, 1, n, b) != n)
-      rc = fail("%s: write failed", to);
+      rc = ex_export_fail("%s: write failed", to);
   if (a)
     fclose(a);
   if (b && fclose(b) != 0 && !rc)
-    rc = fail("%s: write failed", to);
+    rc = ex_export_fail("%s: write failed", to);
   return rc;
 }
 
@@ -383,39 +365,39 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
     return 2;
   }
   if (strcmp(lora, "keep") != 0 && strcmp(lora, "merge") != 0)
-    return fail("--lora must be keep or merge"), 2;
+    return ex_export_fail("--lora must be keep or merge"), 2;
   struct ex_pt_state head = {0}, ord = {0}, emb = {0};
   struct cm_diag d = {0};
   struct cm_safetensors_writer *w = NULL;
   json_object *meta = NULL, *calib = NULL, *manifest = NULL, *acfg = NULL;
-  char *p_meta = join(ckpt, "head_meta.json"), *p_head = join(ckpt, "head.pt"),
-       *p_ord = join(ckpt, "ord.pt"), *p_emb = join(ckpt, "new_tok_emb.pt"),
-       *p_tok = join(ckpt, "tokenizer.json"), *p_acfg = join(ckpt, "adapter_config.json"),
-       *o_tok = join(out, "tokenizer.json"), *o_heads = join(out, "heads.safetensors"),
-       *o_man = join(out, CM_MODEL_MANIFEST);
+  char *p_meta = ex_export_path_join(ckpt, "head_meta.json"), *p_head = ex_export_path_join(ckpt, "head.pt"),
+       *p_ord = ex_export_path_join(ckpt, "ord.pt"), *p_emb = ex_export_path_join(ckpt, "new_tok_emb.pt"),
+       *p_tok = ex_export_path_join(ckpt, "tokenizer.json"), *p_acfg = ex_export_path_join(ckpt, "adapter_config.json"),
+       *o_tok = ex_export_path_join(out, "tokenizer.json"), *o_heads = ex_export_path_join(out, "heads.safetensors"),
+       *o_man = ex_export_path_join(out, CM_MODEL_MANIFEST);
   int rc = 0;
   /* everything from the checkpoint is read and checked before any output is written */
   if (!(meta = json_object_from_file(p_meta)))
-    rc = fail("%s: cannot read JSON", p_meta);
+    rc = ex_export_fail("%s: cannot read JSON", p_meta);
   if (!rc && (rc = ex_omnijev_check_meta(meta, &calib, &d)))
-    fail("%s", d.msg);
+    ex_export_fail("%s", d.msg);
   if (!rc && (rc = ex_pt_read_file(p_head, &head, &d)))
-    fail("%s: %s", p_head, d.msg ? d.msg : "unreadable");
+    ex_export_fail("%s: %s", p_head, d.msg ? d.msg : "unreadable");
   if (!rc && (rc = ex_pt_read_file(p_ord, &ord, &d)))
-    fail("%s: %s", p_ord, d.msg ? d.msg : "unreadable");
+    ex_export_fail("%s: %s", p_ord, d.msg ? d.msg : "unreadable");
   if (!rc && (rc = ex_pt_read_file(p_emb, &emb, &d)))
-    fail("%s: %s (the shared reader takes a state dict holding the [2, hidden] tensor)", p_emb,
+    ex_export_fail("%s: %s (the shared reader takes a state dict holding the [2, hidden] tensor)", p_emb,
          d.msg ? d.msg : "unreadable");
   if (!rc && (emb.n_tensors != 1 || emb.tensors[0].n_dims != 2 || emb.tensors[0].shape[0] != 2))
-    rc = fail("%s: must hold one tensor of shape [2, hidden]", p_emb);
+    rc = ex_export_fail("%s: must hold one tensor of shape [2, hidden]", p_emb);
   json_object *v = NULL;
   if (!rc && (!(acfg = json_object_from_file(p_acfg)) ||
               !json_object_object_get_ex(acfg, "r", &v)))
-    rc = fail("%s: cannot read the LoRA rank", p_acfg);
+    rc = ex_export_fail("%s: cannot read the LoRA rank", p_acfg);
   int64_t rank = rc ? 0 : json_object_get_int64(v);
   double alpha = 0.0;
   if (!rc && (!json_object_object_get_ex(acfg, "lora_alpha", &v) || !is_number(v)))
-    rc = fail("%s: lora_alpha missing", p_acfg);
+    rc = ex_export_fail("%s: lora_alpha missing", p_acfg);
   if (!rc)
     alpha = json_object_get_double(v);
   if (!rc) {
@@ -423,7 +405,7 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
                        (char *)ckpt, "--lora", (char *)lora, "--out", (char *)out, NULL};
     optind = 0;
     if (qwen_main(11, qargv) != 0)
-      rc = fail("the qwen3_5 export of %s with the adapter of %s failed", base, ckpt);
+      rc = ex_export_fail("the qwen3_5 export of %s with the adapter of %s failed", base, ckpt);
   }
   if (rc)
     goto out;
@@ -439,14 +421,14 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   json_object *config = NULL, *tc = NULL, *hs = NULL, *files = NULL, *up = NULL, *src = NULL;
   if (!(manifest = json_object_from_file(o_man)) ||
       !json_object_object_get_ex(manifest, "config", &config)) {
-    rc = fail("%s: cannot read the manifest the qwen3_5 export wrote", o_man);
+    rc = ex_export_fail("%s: cannot read the manifest the qwen3_5 export wrote", o_man);
     goto out;
   }
   if (!json_object_object_get_ex(config, "text_config", &tc))
     tc = config;
   int64_t hidden = json_object_object_get_ex(tc, "hidden_size", &hs) ? json_object_get_int64(hs) : 0;
   if (emb.tensors[0].shape[1] != hidden) {
-    rc = fail("%s: [2, %lld] but the base's hidden_size is %lld", p_emb,
+    rc = ex_export_fail("%s: [2, %lld] but the base's hidden_size is %lld", p_emb,
               (long long)emb.tensors[0].shape[1], (long long)hidden);
     goto out;
   }
@@ -457,7 +439,7 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   if ((rc = cm_safetensors_writer_new(&w)) || (rc = add_heads(&head, &ord, hidden, w)))
     goto out;
   if ((rc = cm_safetensors_writer_finish(w, o_heads, &d))) {
-    fail("%s", d.msg ? d.msg : o_heads);
+    ex_export_fail("%s", d.msg ? d.msg : o_heads);
     goto out;
   }
   json_object_object_add(manifest, "family", json_object_new_string("omnijev"));
@@ -490,7 +472,7 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
       rc = add_source(src, p_tok);
   }
   if (!rc && !json_object_object_get_ex(manifest, "files", &files))
-    rc = fail("%s: no files", o_man);
+    rc = ex_export_fail("%s: no files", o_man);
   if (!rc)
     rc = cm_model_dir_add_file(files, out, "weights.safetensors", &d);
   if (!rc)
@@ -500,7 +482,7 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   if (!rc)
     rc = cm_model_dir_write_manifest(out, manifest, &d);
   if (rc)
-    fail("%s", d.msg ? d.msg : out);
+    ex_export_fail("%s", d.msg ? d.msg : out);
   else
     printf("s1-export: %s is an omnijev model (vocabulary %zu, option ids %d/%d, LoRA r%lld "
            "alpha %g %s, heads %zu + %zu tensors)\n", out, vocab, ids[0], ids[1], (long long)rank,

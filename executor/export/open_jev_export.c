@@ -3,6 +3,7 @@
  * s1serve model directory. The backbone and LoRA go through the qwen3_5 exporter (the adapter's
  * keys, saved on the bare text model, are re-rooted at the base's text prefix first); this file
  * adds heads.safetensors (fp32), the chat wrapper and the family's manifest fields. */
+#include "export_util.h"
 #include "open_jev_export.h"
 
 #include <dirent.h>
@@ -35,25 +36,6 @@ static const struct {
     {"Qwen/Qwen3.5-9B", "c202236235762e1c871ad0ccb60c8ee5ba337b9a", "open-jev-9b"},
 };
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("s1-export: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return -1;
-}
-
-static char *join(const char *a, const char *b) {
-  size_t n = strlen(a) + strlen(b) + 2;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "%s/%s", a, b);
-  return p;
-}
-
 /* ---- checkpoint hash (upstream serving.py: sorted rglob, relpath NUL bytes) ------------------ */
 
 struct flist {
@@ -62,13 +44,13 @@ struct flist {
 };
 
 static int walk(const char *root, const char *rel, struct flist *fl) {
-  char *dir = rel[0] ? join(root, rel) : strdup(root);
+  char *dir = rel[0] ? ex_export_path_join(root, rel) : strdup(root);
   if (!dir)
     return -ENOMEM;
   DIR *d = opendir(dir);
   int rc = 0;
   if (!d) {
-    rc = fail("%s: %s", dir, strerror(errno));
+    rc = ex_export_fail("%s: %s", dir, strerror(errno));
     free(dir);
     return rc;
   }
@@ -76,18 +58,18 @@ static int walk(const char *root, const char *rel, struct flist *fl) {
   while (!rc && (de = readdir(d))) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
-    char *r = rel[0] ? join(rel, de->d_name) : strdup(de->d_name);
-    char *full = r ? join(root, r) : NULL;
+    char *r = rel[0] ? ex_export_path_join(rel, de->d_name) : strdup(de->d_name);
+    char *full = r ? ex_export_path_join(root, r) : NULL;
     struct stat sb, lsb;
     if (!r || !full) {
       rc = -ENOMEM;
     } else if (stat(full, &sb) != 0) {
-      rc = fail("%s: %s", full, strerror(errno));
+      rc = ex_export_fail("%s: %s", full, strerror(errno));
     } else if (S_ISDIR(sb.st_mode) && lstat(full, &lsb) == 0 && !S_ISLNK(lsb.st_mode)) {
       rc = walk(root, r, fl);
     } else if (S_ISREG(sb.st_mode)) {
       if (fl->n >= OJ_MAX_FILES) {
-        rc = fail("%s: more than %d files", root, OJ_MAX_FILES);
+        rc = ex_export_fail("%s: more than %d files", root, OJ_MAX_FILES);
       } else if (fl->n == fl->cap) {
         size_t nc = fl->cap ? 2 * fl->cap : 64;
         char **np = realloc(fl->paths, nc * sizeof *np);
@@ -135,15 +117,15 @@ int ex_open_jev_checkpoint_sha256(const char *dir, char ret_hex[CM_SHA256_HEX]) 
     rc = -ENOMEM;
   for (size_t i = 0; i < fl.n && !rc; i++) {
     rc = cm_sha256_update(&h, fl.paths[i], strlen(fl.paths[i]) + 1); /* path + NUL */
-    char *full = join(dir, fl.paths[i]);
+    char *full = ex_export_path_join(dir, fl.paths[i]);
     FILE *f = full ? fopen(full, "rb") : NULL;
     if (!f)
-      rc = rc ? rc : fail("%s: cannot read", full ? full : dir);
+      rc = rc ? rc : ex_export_fail("%s: cannot read", full ? full : dir);
     size_t n;
     while (!rc && (n = fread(buf, 1, 1 << 20, f)) > 0)
       rc = cm_sha256_update(&h, buf, n);
     if (f && ferror(f))
-      rc = fail("%s: read error", full);
+      rc = ex_export_fail("%s: read error", full);
     if (f)
       fclose(f);
     free(full);
@@ -173,8 +155,8 @@ struct package {
 };
 
 static int read_package(const char *pkg, int64_t max_length_override, struct package *p) {
-  char *mp = join(pkg, "model.json"), *tp = join(pkg, "temperature.json"),
-       *hp = join(pkg, "head.pt");
+  char *mp = ex_export_path_join(pkg, "model.json"), *tp = ex_export_path_join(pkg, "temperature.json"),
+       *hp = ex_export_path_join(pkg, "head.pt");
   json_object *t = NULL, *v;
   struct cm_diag d = {0};
   int rc = 0;
@@ -184,31 +166,31 @@ static int read_package(const char *pkg, int64_t max_length_override, struct pac
   }
   p->model = json_object_from_file(mp);
   if (!p->model || !json_object_is_type(p->model, json_type_object)) {
-    rc = fail("%s: cannot read a JSON object (%s)", mp, json_util_get_last_err());
+    rc = ex_export_fail("%s: cannot read a JSON object (%s)", mp, json_util_get_last_err());
     goto out;
   }
   if (!json_object_object_get_ex(p->model, "model_id", &v) ||
       !json_object_is_type(v, json_type_string)) {
-    rc = fail("%s: key 'model_id' missing or not a string", mp);
+    rc = ex_export_fail("%s: key 'model_id' missing or not a string", mp);
     goto out;
   }
   p->model_id = json_object_get_string(v);
   if (!json_object_object_get_ex(p->model, "revision", &v) ||
       !json_object_is_type(v, json_type_string)) {
-    rc = fail("%s: key 'revision' missing or not a string", mp);
+    rc = ex_export_fail("%s: key 'revision' missing or not a string", mp);
     goto out;
   }
   p->revision = json_object_get_string(v);
   for (size_t i = 0; i < sizeof pins / sizeof *pins; i++)
     if (strcmp(p->model_id, pins[i].model_id) == 0 && strcmp(p->revision, pins[i].revision) != 0) {
-      rc = fail("%s: base %s must be at revision %s (got %s)", mp, p->model_id, pins[i].revision,
+      rc = ex_export_fail("%s: base %s must be at revision %s (got %s)", mp, p->model_id, pins[i].revision,
                 p->revision);
       goto out;
     }
   p->max_length = 4096; /* the port's export default (spec §4.4) */
   if (json_object_object_get_ex(p->model, "max_length", &v)) {
     if (!json_object_is_type(v, json_type_int)) {
-      rc = fail("%s: key 'max_length' must be an integer", mp);
+      rc = ex_export_fail("%s: key 'max_length' must be an integer", mp);
       goto out;
     }
     p->max_length = json_object_get_int64(v);
@@ -216,37 +198,37 @@ static int read_package(const char *pkg, int64_t max_length_override, struct pac
   if (max_length_override > 0)
     p->max_length = max_length_override;
   if (p->max_length < 1 || p->max_length > 16384) {
-    rc = fail("max_length %lld is outside 1..16384", (long long)p->max_length);
+    rc = ex_export_fail("max_length %lld is outside 1..16384", (long long)p->max_length);
     goto out;
   }
   t = json_object_from_file(tp);
   if (!t || !json_object_object_get_ex(t, "temperature", &v) ||
       !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int))) {
-    rc = fail("%s: key 'temperature' missing or not a number", tp);
+    rc = ex_export_fail("%s: key 'temperature' missing or not a number", tp);
     goto out;
   }
   p->temperature = json_object_get_double(v);
   if (!(isfinite(p->temperature) && p->temperature > 0)) {
-    rc = fail("%s: temperature must be finite and positive", tp);
+    rc = ex_export_fail("%s: temperature must be finite and positive", tp);
     goto out;
   }
   rc = ex_pt_read_file(hp, &p->head, &d);
   if (rc) {
-    fail("%s", d.msg ? d.msg : hp);
+    ex_export_fail("%s", d.msg ? d.msg : hp);
     goto out;
   }
   const struct ex_pt_tensor *w = ex_pt_find(&p->head, "weight"), *b = ex_pt_find(&p->head, "bias");
   if (!w || !b || p->head.n_tensors != 2 || w->n_dims != 2 || w->shape[0] != 1 ||
       b->n_dims != 1 || b->shape[0] != 1 || w->dtype != CM_DTYPE_F32 ||
       b->dtype != CM_DTYPE_F32) {
-    rc = fail("%s: expected exactly {weight: F32 [1, H], bias: F32 [1]}", hp);
+    rc = ex_export_fail("%s: expected exactly {weight: F32 [1, H], bias: F32 [1]}", hp);
     goto out;
   }
   for (int64_t i = 0; i < w->n_elems; i++)
     if (!isfinite(w->data[i]))
       rc = -1;
   if (rc || !isfinite(b->data[0])) {
-    rc = fail("%s: the head holds a non-finite value", hp);
+    rc = ex_export_fail("%s: the head holds a non-finite value", hp);
     goto out;
   }
 out:
@@ -264,16 +246,16 @@ static int copy_file(const char *from, const char *to) {
   FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
   int rc = 0;
   if (!in || !out)
-    rc = fail("cannot copy %s to %s: %s", from, to, strerror(errno));
+    rc = ex_export_fail("cannot copy %s to %s: %s", from, to, strerror(errno));
   char buf[1 << 16];
   size_t n;
   while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
     if (fwrite(buf, 1, n, out) != n)
-      rc = fail("%s: write failed", to);
+      rc = ex_export_fail("%s: write failed", to);
   if (in)
     fclose(in);
   if (out && fclose(out) != 0 && !rc)
-    rc = fail("%s: write failed", to);
+    rc = ex_export_fail("%s: write failed", to);
   return rc;
 }
 
@@ -303,20 +285,20 @@ static const char *text_prefix(const char *base) {
 static int reroot_adapter(const char *adapter, const char *base, const char *tmp_dir) {
   const char *tp = text_prefix(base);
   if (!tp)
-    return fail("%s: no embed_tokens.weight found", base);
-  char *src = join(adapter, "adapter_model.safetensors"), *dst = join(tmp_dir,
+    return ex_export_fail("%s: no embed_tokens.weight found", base);
+  char *src = ex_export_path_join(adapter, "adapter_model.safetensors"), *dst = ex_export_path_join(tmp_dir,
                                                                        "adapter_model.safetensors");
-  char *csrc = join(adapter, "adapter_config.json"), *cdst = join(tmp_dir, "adapter_config.json");
+  char *csrc = ex_export_path_join(adapter, "adapter_config.json"), *cdst = ex_export_path_join(tmp_dir, "adapter_config.json");
   struct cm_safetensors *st = NULL;
   struct cm_safetensors_writer *w = NULL;
   struct cm_diag d = {0};
   int rc = (!src || !dst || !csrc || !cdst) ? -ENOMEM : 0;
   if (!rc && mkdir(tmp_dir, 0755) != 0)
-    rc = fail("%s: %s", tmp_dir, strerror(errno));
+    rc = ex_export_fail("%s: %s", tmp_dir, strerror(errno));
   if (!rc)
     rc = copy_file(csrc, cdst);
   if (!rc && (rc = cm_safetensors_open(src, &st, &d)) != 0)
-    fail("%s", d.msg ? d.msg : src);
+    ex_export_fail("%s", d.msg ? d.msg : src);
   if (!rc)
     rc = cm_safetensors_writer_new(&w);
   const char *pre = "base_model.model.";
@@ -324,20 +306,20 @@ static int reroot_adapter(const char *adapter, const char *base, const char *tmp
     struct cm_tensor_view v;
     cm_safetensors_at(st, i, &v);
     if (strncmp(v.name, pre, strlen(pre)) != 0) {
-      rc = fail("%s: tensor '%s' is not under '%s'", src, v.name, pre);
+      rc = ex_export_fail("%s: tensor '%s' is not under '%s'", src, v.name, pre);
       break;
     }
     const char *rest = v.name + strlen(pre);
     bool rooted = tp[0] && strncmp(rest, tp, strlen(tp)) == 0;
     char key[600];
     if (snprintf(key, sizeof key, "%s%s%s", pre, rooted ? "" : tp, rest) >= (int)sizeof key) {
-      rc = fail("%s: tensor name '%s' too long", src, v.name);
+      rc = ex_export_fail("%s: tensor name '%s' too long", src, v.name);
       break;
     }
     rc = cm_safetensors_writer_add(w, key, v.dtype, v.n_dims, v.shape, v.data);
   }
   if (!rc && (rc = cm_safetensors_writer_finish(w, dst, &d)) != 0)
-    fail("%s", d.msg ? d.msg : dst);
+    ex_export_fail("%s", d.msg ? d.msg : dst);
   cm_safetensors_writer_free(w);
   cm_safetensors_close(st);
   cm_diag_fini(&d);
@@ -349,7 +331,7 @@ static int reroot_adapter(const char *adapter, const char *base, const char *tmp
 }
 
 static void remove_tmp(const char *tmp_dir) {
-  char *a = join(tmp_dir, "adapter_model.safetensors"), *c = join(tmp_dir, "adapter_config.json");
+  char *a = ex_export_path_join(tmp_dir, "adapter_model.safetensors"), *c = ex_export_path_join(tmp_dir, "adapter_config.json");
   if (a)
     unlink(a);
   if (c)
@@ -363,7 +345,7 @@ static void remove_tmp(const char *tmp_dir) {
 
 /* The base's chat template must be the Qwen one whose rendering spec §4.1 gives. */
 static int check_template(const char *base) {
-  char *p = join(base, "tokenizer_config.json");
+  char *p = ex_export_path_join(base, "tokenizer_config.json");
   struct stat sb;
   int rc = 0;
   if (!p)
@@ -376,7 +358,7 @@ static int check_template(const char *base) {
                         : NULL;
     if (s && (!strstr(s, "<|im_start|>") || !strstr(s, "</think>") ||
               !(strstr(s, "<think>\\n\\n</think>\\n\\n") || strstr(s, "<think>\n\n</think>\n\n"))))
-      rc = fail("%s: chat_template is not the Qwen template with an empty think block; the chat "
+      rc = ex_export_fail("%s: chat_template is not the Qwen template with an empty think block; the chat "
                 "prefix/suffix of spec/open_jev.md §4.1 would not match it",
                 p);
     json_object_put(c);
@@ -419,11 +401,11 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
     case 'm':
       max_length = strtoll(optarg, &end, 10);
       if (*end || max_length < 1 || max_length > 16384)
-        return fail("--max-length must be 1..16384"), 2;
+        return ex_export_fail("--max-length must be 1..16384"), 2;
       break;
     case 'a':
       if (n_aliases == 8)
-        return fail("at most 8 --alias"), 2;
+        return ex_export_fail("at most 8 --alias"), 2;
       aliases[n_aliases++] = optarg;
       break;
     case 'h': usage(stdout); return 0;
@@ -435,12 +417,12 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
     return 2;
   }
   if (strcmp(lora, "keep") != 0 && strcmp(lora, "merge") != 0)
-    return fail("--lora must be keep or merge"), 2;
+    return ex_export_fail("--lora must be keep or merge"), 2;
   struct package p = {0};
   json_object *manifest = NULL;
   struct cm_safetensors_writer *w = NULL;
   struct cm_diag d = {0};
-  char *adapter = join(pkg, "adapter"), *tmp = NULL, *hpath = NULL, *mpath = NULL;
+  char *adapter = ex_export_path_join(pkg, "adapter"), *tmp = NULL, *hpath = NULL, *mpath = NULL;
   char hex[CM_SHA256_HEX];
   int rc = read_package(pkg, max_length, &p);
   if (!rc)
@@ -450,9 +432,9 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
   struct stat sb;
   bool has_adapter = !rc && stat(adapter, &sb) == 0 && S_ISDIR(sb.st_mode);
   if (!rc && mkdir(out, 0755) != 0 && errno != EEXIST)
-    rc = fail("%s: %s", out, strerror(errno));
+    rc = ex_export_fail("%s: %s", out, strerror(errno));
   if (!rc && has_adapter) {
-    tmp = join(out, ".open_jev-adapter.tmp");
+    tmp = ex_export_path_join(out, ".open_jev-adapter.tmp");
     remove_tmp(tmp);
     rc = reroot_adapter(adapter, base, tmp);
   }
@@ -476,7 +458,7 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
     qargv[qargc] = NULL;
     optind = 0;
     if (qwen_main(qargc, qargv) != 0)
-      rc = fail("the qwen3_5 export of %s failed", base);
+      rc = ex_export_fail("the qwen3_5 export of %s failed", base);
   }
   if (tmp)
     remove_tmp(tmp);
@@ -484,19 +466,19 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
     goto out;
   /* heads.safetensors */
   const struct ex_pt_tensor *hw = ex_pt_find(&p.head, "weight"), *hb = ex_pt_find(&p.head, "bias");
-  hpath = join(out, "heads.safetensors");
-  mpath = join(out, CM_MODEL_MANIFEST);
+  hpath = ex_export_path_join(out, "heads.safetensors");
+  mpath = ex_export_path_join(out, CM_MODEL_MANIFEST);
   manifest = json_object_from_file(mpath);
   json_object *config, *tc, *hs;
   if (!manifest || !json_object_object_get_ex(manifest, "config", &config)) {
-    rc = fail("%s: cannot read the manifest the qwen3_5 export wrote", mpath);
+    rc = ex_export_fail("%s: cannot read the manifest the qwen3_5 export wrote", mpath);
     goto out;
   }
   if (!json_object_object_get_ex(config, "text_config", &tc))
     tc = config;
   if (!json_object_object_get_ex(tc, "hidden_size", &hs) ||
       json_object_get_int64(hs) != hw->shape[1]) {
-    rc = fail("head.pt: weight is [1, %lld] but the base's hidden_size is %lld",
+    rc = ex_export_fail("head.pt: weight is [1, %lld] but the base's hidden_size is %lld",
               (long long)hw->shape[1], (long long)json_object_get_int64(hs));
     goto out;
   }
@@ -506,7 +488,7 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
   if (!rc)
     rc = cm_safetensors_writer_add(w, "open_jev.head.bias", CM_DTYPE_F32, 1, hb->shape, hb->data);
   if (!rc && (rc = cm_safetensors_writer_finish(w, hpath, &d)) != 0)
-    fail("%s", d.msg ? d.msg : hpath);
+    ex_export_fail("%s", d.msg ? d.msg : hpath);
   if (rc)
     goto out;
   /* manifest */
@@ -564,7 +546,7 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
       json_object_object_get_ex(up, "sources", &src)) {
     const char *names[] = {"model.json", "temperature.json", "head.pt"};
     for (int i = 0; i < 3; i++) {
-      char *sp = join(pkg, names[i]);
+      char *sp = ex_export_path_join(pkg, names[i]);
       uint8_t dg[CM_SHA256_BYTES];
       char h2[CM_SHA256_HEX];
       if (sp && cm_sha256_file(sp, dg, NULL, &d) == 0) {
@@ -581,14 +563,14 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
     json_object_object_add(up, "open_jev_package_sha256", json_object_new_string(hex));
   }
   if (!json_object_object_get_ex(m, "files", &files)) {
-    rc = fail("%s: no files", mpath);
+    rc = ex_export_fail("%s: no files", mpath);
     goto out;
   }
   rc = cm_model_dir_add_file(files, out, "heads.safetensors", &d);
   if (!rc)
     rc = cm_model_dir_write_manifest(out, m, &d);
   if (rc)
-    fail("%s", d.msg ? d.msg : out);
+    ex_export_fail("%s", d.msg ? d.msg : out);
   else
     printf("s1-export: %s is an open_jev model (%s, T=%s, max_length %lld, head [1, %lld])\n", out,
            p.model_id, trepr, (long long)p.max_length, (long long)hw->shape[1]);
