@@ -60,6 +60,7 @@ const char *cm_strerror(int code) {
   case CM_EINTERNAL: return "internal error";
   case CM_EVERSION: return "protocol version mismatch";
   case CM_EPROGRAM: return "program not runnable";
+  case CM_ECUDA: return "CUDA failure";
   default: break;
   }
   if (code < 0 && -code < CM_EFORMAT)

@@ -28,6 +28,7 @@ enum {
   CM_EINTERNAL,       /* a preprocessor or executor failure */
   CM_EVERSION,        /* a peer speaks another proto version */
   CM_EPROGRAM,        /* a program the executor's model cannot run (ids, positions, images) */
+  CM_ECUDA,           /* a CUDA runtime or cuBLAS call failed (sticky: the executor retires) */
   CM_ECODE_END,
 };
 
