@@ -120,6 +120,10 @@ void exc_qwen35_limits_default(struct exc_qwen35_limits *lim) {
   lim->max_readouts = 64;
 }
 
+cudaStream_t exc_qwen35_stream(const struct exc_qwen35 *e) {
+  return e->stream;
+}
+
 bool exc_qwen35_healthy(const struct exc_qwen35 *e) {
   return !e->sticky;
 }
@@ -778,7 +782,8 @@ static int pack(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int ns,
 }
 
 int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int n_seqs,
-                       const int32_t *tokens, const float *embeds, const size_t *readout,
+                       const int32_t *tokens, const float *image_rows, size_t n_image_rows,
+                       const size_t *readout,
                        size_t n_read, float *ret_hidden, float *ret_logits, struct cm_diag *diag) {
   if (e->sticky)
     return cm_diag_set(diag, -CM_ECUDA, "cuda engine: retired after a sticky device error");
@@ -786,6 +791,14 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
   int r = pack(e, seqs, n_seqs, tokens, readout, n_read, &t, diag);
   if (r)
     return r;
+  if (image_rows) {
+    size_t n_img = 0;
+    for (size_t i = 0; i < t; i++)
+      n_img += tokens[i] == e->cfg.image_token_id;
+    if (n_img != n_image_rows)
+      return cm_diag_set(diag, -EINVAL, "cuda engine: %zu image rows for %zu image tokens",
+                         n_image_rows, n_img);
+  }
   const char *what = "upload";
   cudaStream_t s = e->stream;
   if ((r = EXC_CUDA(cudaMemcpyAsync(e->ids, e->h_ids, t * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -794,11 +807,22 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
                                     cudaMemcpyHostToDevice, s))))
     goto fail;
   what = "embedding";
-  if (embeds)
-    r = EXC_CUDA(cudaMemcpyAsync(e->hres, embeds, t * e->h * sizeof(float), cudaMemcpyHostToDevice,
-                                 s));
-  else
-    r = exc_embed(s, e->embed, e->vocab, e->ids, e->hres, t, e->h);
+  if ((r = exc_embed(s, e->embed, e->vocab, e->ids, e->hres, t, e->h)))
+    goto fail;
+  /* image rows: one copy per run of consecutive image tokens */
+  for (size_t t0 = 0, j = 0; t0 < t && image_rows && !r;) {
+    if (tokens[t0] != e->cfg.image_token_id) {
+      t0++;
+      continue;
+    }
+    size_t t1 = t0;
+    while (t1 < t && tokens[t1] == e->cfg.image_token_id)
+      t1++;
+    r = EXC_CUDA(cudaMemcpyAsync(e->hres + t0 * e->h, image_rows + j * e->h,
+                                 (t1 - t0) * e->h * sizeof(float), cudaMemcpyHostToDevice, s));
+    j += t1 - t0;
+    t0 = t1;
+  }
   if (r)
     goto fail;
   what = "rotary tables";

@@ -6,6 +6,7 @@
 #ifndef S1_EX_CUDA_QWEN35_H
 #define S1_EX_CUDA_QWEN35_H
 
+#include <cuda_runtime.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,18 +84,23 @@ int exc_qwen35_state_clone(struct exc_qwen35 *e, const struct exc_qwen35_state *
 /* Runs the packed sequences in one launch and writes readouts. Rows are packed in seqs order
  * (sequence i's token t is row start_i + t). Each sequence attends to its state's K/V plus its own
  * new rows and continues its state's conv window and GDN state; sequences never see each other.
- * tokens [total] host ids in [0, vocab); embeds [total, H] host float32 or NULL (when given, these
- * rows replace the embedding gather: image rows already scattered); readout [n_read] packed row
+ * tokens [total] host ids in [0, vocab); image_rows [n_image_rows, H] host float32 merged vision
+ * features or NULL: they replace, in order, the embeddings of the rows whose token is the config's
+ * image_token_id (their count must match); readout [n_read] packed row
  * indices; ret_hidden [n_read, H] host float32 final-norm hidden rows or NULL; ret_logits
  * [n_read, vocab] host float32 LM-head logits (of the bf16 hidden row) or NULL.
  * Ownership: host buffers of the caller; synchronises the engine's stream before returning.
  * Returns 0; -EINVAL (empty, an id out of range, a readout outside the launch, a state both
- * advanced and read); -CM_ELIMIT (max_tokens, max_seqs, max_readouts, max_ctx exceeded, named in
+ * advanced and read, image rows not matching the image tokens); -CM_ELIMIT (max_tokens, max_seqs, max_readouts, max_ctx exceeded, named in
  * diag); -CM_ECUDA (the engine is then unhealthy when the error is sticky: exc_qwen35_healthy).
  * Source: spec/qwen3_5.md §3-5; twin ex_qwen35_forward + ex_qwen35_logits. */
 int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int n_seqs,
-                       const int32_t *tokens, const float *embeds, const size_t *readout,
+                       const int32_t *tokens, const float *image_rows, size_t n_image_rows,
+                       const size_t *readout,
                        size_t n_read, float *ret_hidden, float *ret_logits, struct cm_diag *diag);
+
+/* The stream every launch of the engine is enqueued on (for callers' timing events). */
+cudaStream_t exc_qwen35_stream(const struct exc_qwen35 *e);
 
 /* False once a CUDA call failed with a sticky error (the context is lost: retire the executor). */
 bool exc_qwen35_healthy(const struct exc_qwen35 *e);
