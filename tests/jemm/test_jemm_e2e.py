@@ -194,6 +194,11 @@ def main():
             worst, same, total = max_diff(fix, served[kind], ref)
             print("served %s vs oracle %s: largest probability difference %.6f, %d/%d top candidates agree"
                   % (kind, ref, worst, same, total))
+    for a, b in (("merged_fp32", "fp32"), ("merged_bf16", "bf16"), ("bf16", "fp32")):
+        if "raw_" + a in fix["requests"][0]:
+            worst = max(abs(x - y) for rec in fix["requests"]
+                        for sa, sb in zip(rec["raw_" + a], rec["raw_" + b]) for x, y in zip(sa, sb))
+            print("oracle label logits %s vs %s: largest difference %.6f" % (a, b, worst))
     shutil.rmtree(work, ignore_errors=True)
     print("PASS")
 
