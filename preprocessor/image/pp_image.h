@@ -114,6 +114,11 @@ int pp_smart_resize(uint32_t height, uint32_t width, uint32_t factor, uint64_t m
 int pp_image_resample(const struct pp_rgb *src, uint32_t out_width, uint32_t out_height,
                       struct pp_rgb *ret_dst);
 
+/* pp_image_resample with the portable loops only. pp_image_resample runs AVX2 loops instead when
+ * the CPU has AVX2 (same integer sums, same bytes); tests compare the two on many sizes. */
+int pp_image_resample_generic(const struct pp_rgb *src, uint32_t out_width, uint32_t out_height,
+                              struct pp_rgb *ret_dst);
+
 /* Normalises (v - 127.5) / 127.5 in fp32 and patchifies an RGB image whose sides are multiples
  * of 32 into rows of 1536 values: rows in 2x2 merge-block order, columns (channel, temporal copy,
  * pixel row, pixel column). Shapes: img [H][W][3] -> out [(H/16)*(W/16), 1536]; `out` is the
