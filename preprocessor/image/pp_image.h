@@ -81,10 +81,12 @@ int pp_image_b64_decode(const char *text, size_t n_text, uint32_t index,
                         const struct pp_image_limits *lim, uint8_t **ret_bytes, size_t *ret_n,
                         struct cm_diag *diag);
 
-/* Decodes PNG, JPEG or WebP bytes (format sniffed from magic bytes, then that loader only) into
- * the RGB that Pillow's `Image.open(...).convert("RGB")` returns: alpha dropped, palette expanded,
- * grey replicated, 16-bit grey clipped to 255, other 16-bit images reduced to their high byte,
- * CMYK by Pillow's formula, EXIF orientation not applied, the first frame of an animation.
+/* Decodes PNG, JPEG or WebP bytes (format sniffed from magic bytes, then that decoder only:
+ * libjpeg-turbo for JPEG, libvips for PNG and WebP) into the RGB that Pillow's
+ * `Image.open(...).convert("RGB")` returns: alpha dropped, palette expanded, grey replicated,
+ * 16-bit grey clipped to 255, other 16-bit images reduced to their high byte, CMYK JPEGs inverted
+ * (Adobe) then Pillow's formula, EXIF orientation not applied, the first frame of an animation; a
+ * truncated JPEG, even one lacking only its EOI marker, is refused as Pillow refuses it.
  * Limits (bytes, side, pixels, aspect) are checked from the header, before pixels are decoded.
  * Ownership: ret_rgb->data is malloc'd; free with pp_rgb_fini. Written only on success.
  * Returns: 0; -CM_EFORMAT "image {i} could not be decoded" (truncated, corrupt, empty) or

@@ -169,6 +169,10 @@ static void test_bad_images(void) {
       continue;
     CHECK(prepare_fails(b, n * 6 / 10, 6, &l, -CM_EFORMAT, "image 6 could not be decoded"));
     CHECK(prepare_fails(b, 16, 6, &l, -CM_EFORMAT, "image 6 could not be decoded"));
+    /* a JPEG lacking only its EOI marker: Pillow 12.3 refuses it too ("image file is
+     * truncated"), while libjpeg alone would decode it */
+    if (strstr(names[k], ".jpg"))
+      CHECK(prepare_fails(b, n - 2, 6, &l, -CM_EFORMAT, "image 6 could not be decoded"));
     free(b);
   }
   CHECK(prepare_fails((const uint8_t *)"", 0, 1, &l, -CM_EFORMAT, "image 1 could not be decoded"));
