@@ -335,7 +335,7 @@ static void test_resample_kernels(void) {
     uint32_t dims[4];
     for (int i = 0; i < 4; i++) {
       r = r * 1664525u + 1013904223u;
-      uint32_t m = k < 40 ? 8 : k < 120 ? 300 : 1500;
+      uint32_t m = k < 40 ? 8 : k < 120 ? 160 : 600;
       dims[i] = 1 + (r >> 8) % m;
     }
     struct pp_rgb src = {dims[0], dims[1], synth(dims[1], dims[0], (uint32_t)k, k % 3)};
