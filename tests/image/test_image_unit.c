@@ -277,6 +277,11 @@ static void test_patchify(void) {
         img.data[(y * W + x) * 3 + c] = (uint8_t)((y * 5 + x * 3 + c * 50) & 255);
   float *pv = malloc(sizeof(float) * 24 * PP_IMAGE_ROW);
   CHECK(pp_image_patchify(&img, pv) == 0);
+  /* an output that is not 16-byte aligned takes the plain-store path: same values */
+  float *pv_odd = malloc(sizeof(float) * (24 * PP_IMAGE_ROW + 1));
+  CHECK(pv_odd && pp_image_patchify(&img, pv_odd + 1) == 0);
+  CHECK(pv_odd && memcmp(pv, pv_odd + 1, sizeof(float) * 24 * PP_IMAGE_ROW) == 0);
+  free(pv_odd);
   const uint32_t gw = W / 16;
   int bad = 0;
   for (uint32_t bh = 0; bh < H / 32; bh++)
