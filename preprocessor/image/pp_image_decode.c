@@ -141,8 +141,8 @@ static int check_size(uint32_t w, uint32_t h, uint32_t index, const struct pp_im
   if (w == 0 || h == 0)
     return cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
   if (w > lim->max_side || h > lim->max_side)
-    return cm_diag_set(diag, -CM_ELIMIT, "image %u is %ux%u, a side exceeds %u pixels", index, w,
-                       h, lim->max_side);
+    return cm_diag_set(diag, -CM_ELIMIT, "image %u is %ux%u, a side exceeds %u pixels", index, w, h,
+                       lim->max_side);
   if ((uint64_t)w * h > lim->max_src_pixels)
     return cm_diag_set(diag, -CM_ELIMIT, "image %u exceeds %llu pixels", index,
                        (unsigned long long)lim->max_src_pixels);

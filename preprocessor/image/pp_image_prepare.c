@@ -27,8 +27,7 @@ static void row_out(float *dst, const float *buf) {
   memcpy(dst, buf, sizeof(float) * PP_IMAGE_ROW);
 }
 
-static void rows_done(void) {
-}
+static void rows_done(void) {}
 #endif
 
 void pp_image_fini(struct pp_image *img) {

@@ -255,8 +255,8 @@ AVX2 static inline void store4(__m128i s0, __m128i s1, __m128i s2, __m128i s3, _
   s1 = _mm_sra_epi32(_mm_add_epi32(s1, vhalf), shift);
   s2 = _mm_sra_epi32(_mm_add_epi32(s2, vhalf), shift);
   s3 = _mm_sra_epi32(_mm_add_epi32(s3, vhalf), shift);
-  __m128i b = _mm_shuffle_epi8(
-      _mm_packus_epi16(_mm_packs_epi32(s0, s1), _mm_packs_epi32(s2, s3)), compact);
+  __m128i b =
+      _mm_shuffle_epi8(_mm_packus_epi16(_mm_packs_epi32(s0, s1), _mm_packs_epi32(s2, s3)), compact);
   _mm_storel_epi64((__m128i *)d, b);
   uint32_t tail = (uint32_t)_mm_extract_epi32(b, 2);
   memcpy(d + 8, &tail, 4);
@@ -266,12 +266,13 @@ AVX2 static inline void store4(__m128i s0, __m128i s1, __m128i s2, __m128i s3, _
  * outputs from `x_safe` on (whose last 16-byte load would pass the end of the row) go through
  * tap_scalar. `wq`: [out_w][groups]. */
 AVX2 static void pass_h_avx2(const uint8_t *restrict src, uint32_t rows, uint32_t in_w,
-                             uint32_t out_w, const struct axis *ax, const __m256i *wq,
-                             int groups, uint32_t x_safe, uint8_t *restrict dst) {
+                             uint32_t out_w, const struct axis *ax, const __m256i *wq, int groups,
+                             uint32_t x_safe, uint8_t *restrict dst) {
   const __m128i shift = _mm_cvtsi32_si128(ax->precision);
   const __m128i vhalf = _mm_set1_epi32(1 << (ax->precision - 1));
-  const __m256i pairs = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                         6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  const __m256i pairs =
+      _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 6, -1, 9, -1, 7,
+                       -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
   const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const uint32_t x_vec = x_safe & ~3u;
   for (uint32_t y = 0; y < rows; y += 2) {
@@ -313,8 +314,8 @@ AVX2 static void pass_v_avx2(const uint8_t *restrict src, size_t row, uint32_t o
       for (int32_t j = 0; j < n; j += 2) {
         /* an odd last tap pairs with itself under weight w[n] = 0 */
         const uint8_t *pa = s0 + (size_t)j * row, *pb = j + 1 < n ? pa + row : pa;
-        __m256i wp = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)w[j] |
-                                                 ((uint32_t)(uint16_t)w[j + 1] << 16)));
+        __m256i wp = _mm256_set1_epi32(
+            (int32_t)((uint32_t)(uint16_t)w[j] | ((uint32_t)(uint16_t)w[j + 1] << 16)));
         __m256i A = _mm256_loadu_si256((const __m256i *)(pa + e));
         __m256i B = _mm256_loadu_si256((const __m256i *)(pb + e));
         __m256i lo = _mm256_unpacklo_epi8(A, B), hi = _mm256_unpackhi_epi8(A, B);
