@@ -8,11 +8,11 @@
 #ifndef S1_EX_CUDA_VISION_OPS_H
 #define S1_EX_CUDA_VISION_OPS_H
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exc_bf16.h"
 #include "vision_gelu.h"
 
 #ifdef __cplusplus
