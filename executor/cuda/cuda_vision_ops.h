@@ -82,13 +82,18 @@ int exc_vision_attention_tiles(const int32_t *cu_seqlens, int n_segs,
 
 /* Non-causal attention inside each segment (an image or video frame): out[i, h] =
  * Σ_j softmax_j(scale · q[i, h]·k[j, h]) v[j, h] for i, j in one segment. Flash-style: one block per
- * (tile, head), online softmax in fp32, bf16 tensor-core products (WMMA), probabilities rounded
- * to bf16 for the P·V product, fp32 accumulation.
+ * (tile, head), online softmax in fp32, bf16 tensor-core products, probabilities rounded to bf16
+ * for the P·V product, fp32 accumulation.
  * Shapes: qkv [n, 3, heads, head_dim] bf16 (rotated q, k); tiles [n_tiles] device (from
  * exc_vision_attention_tiles, covering every row once); out [n, heads·head_dim] bf16.
  * head_dim a multiple of 8, ≤ 128 (24 tiny, 64 4B, 72 9B/27B). Units: scale = head_dim^−½.
  * Ownership: device buffers; enqueued on `stream`. Returns 0; -EINVAL (head_dim, heads < 1);
  * -CM_ECUDA. Source: spec §6.5 (SDPA per segment); twin ex_cpu_vision_attention. */
+/* Which attention kernel exc_vision_attention launches: 2 (default) mma.sync m16n8k16 with S, P
+ * and O in registers (FA2 layout); 1 the WMMA kernel with S and O in shared memory. A measurement
+ * switch for the twin test and bench_vision; not for concurrent use. */
+extern int exc_vision_attention_variant;
+
 int exc_vision_attention(cudaStream_t stream, const __nv_bfloat16 *qkv,
                          const struct exc_vision_tile *tiles, int n_tiles, int heads, int head_dim,
                          float scale, __nv_bfloat16 *out);

@@ -154,16 +154,197 @@ static __global__ void __launch_bounds__(N_WARPS * 32)
   }
 }
 
+/* ---------- variant 2: mma.sync m16n8k16 with register-resident S, P and O (FA2 layout) ---------- */
+
+/* d += a·b on bf16 tensor cores, fp32 accumulate: a 16×16 (row), b 16×8 (col), d 16×8. */
+static __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0,
+                                                uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
+  uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, const void *p) {
+  uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Shared memory of variant 2: q, k, v tiles [64][HDP + 8] bf16 (16-byte row pad: conflict-free
+ * ldmatrix). */
+template <int HDP> struct mma_smem {
+  static constexpr int LDH = HDP + 8;
+  static constexpr size_t bytes = 3 * (size_t)64 * LDH * 2;
+};
+
+template <int HDP>
+static __global__ void __launch_bounds__(N_WARPS * 32)
+    vision_attention_mma_kernel(const __nv_bfloat16 *qkv, const struct exc_vision_tile *tiles,
+                                int heads, int hd, float scale_log2, __nv_bfloat16 *out) {
+  constexpr int LDH = mma_smem<HDP>::LDH, KD = HDP / 16, ND = HDP / 8, NS = BN / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem);
+  __nv_bfloat16 *ks = qs + 64 * LDH, *vs = ks + 64 * LDH;
+
+  const struct exc_vision_tile t = tiles[blockIdx.x];
+  const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3; /* row group and thread-in-quad of the mma layouts */
+  const size_t dim = (size_t)heads * hd, stride = 3 * dim;
+  const __nv_bfloat16 *qg = qkv + (size_t)h * hd, *kg = qg + dim, *vg = qg + 2 * dim;
+  const int q_end = t.q0 + BM < t.seg_end ? t.q0 + BM : t.seg_end;
+
+  load_tile<HDP>(qs, qg, stride, t.q0, q_end, hd);
+  __syncthreads();
+  uint32_t qf[KD][4];
+  {
+    const int r = warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), c = 8 * (lane >> 4);
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++)
+      ldsm_x4(qf[kk], qs + r * LDH + kk * 16 + c);
+  }
+
+  float oacc[ND][4];
+#pragma unroll
+  for (int n = 0; n < ND; n++)
+    oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* rows g and g + 8 */
+
+  for (int k0 = t.seg_start; k0 < t.seg_end; k0 += BN) {
+    __syncthreads();
+    load_tile<HDP>(ks, kg, stride, k0, t.seg_end, hd);
+    load_tile<HDP>(vs, vg, stride, k0, t.seg_end, hd);
+    __syncthreads();
+
+    float sacc[NS][4];
+#pragma unroll
+    for (int j = 0; j < NS; j++)
+      sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++) {
+#pragma unroll
+      for (int j = 0; j < NS; j += 2) {
+        uint32_t b[4];
+        const int key = 8 * j + (lane & 7) + 8 * (lane >> 4), c = kk * 16 + 8 * ((lane >> 3) & 1);
+        ldsm_x4(b, ks + key * LDH + c);
+        mma_bf16(sacc[j], qf[kk], b[0], b[1]);
+        mma_bf16(sacc[j + 1], qf[kk], b[2], b[3]);
+      }
+    }
+
+    const int n_keys = t.seg_end - k0;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NS; j++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int key = 8 * j + 2 * tq + (e & 1);
+        float s = key < n_keys ? sacc[j][e] * scale_log2 : -INFINITY;
+        sacc[j][e] = s;
+      }
+      mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
+      mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1); /* finite: key k0 is valid */
+    const float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NS; j++) {
+      sacc[j][0] = exp2f(sacc[j][0] - mn0);
+      sacc[j][1] = exp2f(sacc[j][1] - mn0);
+      sacc[j][2] = exp2f(sacc[j][2] - mn1);
+      sacc[j][3] = exp2f(sacc[j][3] - mn1);
+      s0 += sacc[j][0] + sacc[j][1];
+      s1 += sacc[j][2] + sacc[j][3];
+    }
+    l0 = l0 * al0 + s0; /* per-thread partial sums; the quad adds them at the end */
+    l1 = l1 * al1 + s1;
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+      oacc[n][0] *= al0;
+      oacc[n][1] *= al0;
+      oacc[n][2] *= al1;
+      oacc[n][3] *= al1;
+    }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+      uint32_t pa[4] = {pack_bf16(sacc[2 * kk][0], sacc[2 * kk][1]),
+                        pack_bf16(sacc[2 * kk][2], sacc[2 * kk][3]),
+                        pack_bf16(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1]),
+                        pack_bf16(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < ND; n += 2) {
+        uint32_t b[4];
+        const int key = kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), c = 8 * n + 8 * (lane >> 4);
+        ldsm_x4_trans(b, vs + key * LDH + c);
+        mma_bf16(oacc[n], pa, b[0], b[1]);
+        mma_bf16(oacc[n + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+  const int r0 = t.q0 + warp * 16 + g, r1 = r0 + 8;
+#pragma unroll
+  for (int n = 0; n < ND; n++) {
+    const int c = 8 * n + 2 * tq;
+    if (c >= hd)
+      continue;
+    if (r0 < q_end)
+      *reinterpret_cast<__nv_bfloat162 *>(out + (size_t)r0 * dim + (size_t)h * hd + c) =
+          __floats2bfloat162_rn(oacc[n][0] * i0, oacc[n][1] * i0);
+    if (r1 < q_end)
+      *reinterpret_cast<__nv_bfloat162 *>(out + (size_t)r1 * dim + (size_t)h * hd + c) =
+          __floats2bfloat162_rn(oacc[n][2] * i1, oacc[n][3] * i1);
+  }
+}
+
+int exc_vision_attention_variant = 2;
+
 template <int HDP>
 static int launch(cudaStream_t stream, const __nv_bfloat16 *qkv,
                   const struct exc_vision_tile *tiles, int n_tiles, int heads, int hd,
                   float scale_log2, __nv_bfloat16 *out) {
+  dim3 grid((unsigned)n_tiles, (unsigned)heads);
+  if (exc_vision_attention_variant == 2) {
+    constexpr size_t bytes = mma_smem<HDP>::bytes;
+    int r = EXC_CUDA(cudaFuncSetAttribute(vision_attention_mma_kernel<HDP>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)bytes));
+    if (r)
+      return r;
+    vision_attention_mma_kernel<HDP><<<grid, N_WARPS * 32, bytes, stream>>>(qkv, tiles, heads, hd,
+                                                                            scale_log2, out);
+    return VIS_LAUNCHED();
+  }
   constexpr size_t bytes = attn_smem<HDP>::bytes;
   int r = EXC_CUDA(cudaFuncSetAttribute(vision_attention_kernel<HDP>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
   if (r)
     return r;
-  dim3 grid((unsigned)n_tiles, (unsigned)heads);
   vision_attention_kernel<HDP><<<grid, N_WARPS * 32, bytes, stream>>>(qkv, tiles, heads, hd,
                                                                       scale_log2, out);
   return VIS_LAUNCHED();

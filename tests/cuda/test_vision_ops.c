@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_safetensors.h"
 #include "cuda_vision_ops.h"
 #include "exc_test.h"
 #include "vision_attention.h"
@@ -37,9 +38,9 @@ static void test_layer_norm(struct xt_rng *g, int64_t n, int dim) {
     x[i] += 0.7f;
   xt_fill_normal(g, y, N, 1.0f);
   xt_fill_bf16_normal(g, yb, (size_t)dim, 0.3f);
-  xt_fill_bf16_normal(g, w, (size_t)dim, 0.5f);
-  for (int i = 0; i < dim; i++)
-    w[i] = w[i] + 1.0f;
+  xt_fill_normal(g, w, (size_t)dim, 0.5f);
+  for (int i = 0; i < dim; i++) /* 1 + N(0, 0.25), rounded to bf16 as the device holds it */
+    w[i] = cm_bf16_to_f32(cm_f32_to_bf16(w[i] + 1.0f));
   xt_fill_bf16_normal(g, b, (size_t)dim, 0.2f);
   float *d_x = xt_dev(N * 4), *d_y = xt_dev(N * 4);
   void *d_out = xt_dev(N * 2), *d_yb = xt_dev_bf16(yb, (size_t)dim);
@@ -190,8 +191,8 @@ static void test_attention(struct xt_rng *g, int heads, int hd, const int32_t *l
   xt_down_bf16(got, d_out, n * V);
   ex_cpu_vision_attention(qkv, n, heads, hd, cu, n_segs, scale, ref, scr);
   char what[128];
-  snprintf(what, sizeof what, "attention heads %d hd %d, %d segments, %zu rows, %d tiles", heads,
-           hd, n_segs, n, nt);
+  snprintf(what, sizeof what, "attention (kernel %d) heads %d hd %d, %d segments, %zu rows, %d "
+           "tiles", exc_vision_attention_variant, heads, hd, n_segs, n, nt);
   /* bf16 q, k, v (exact on both sides); probabilities and output rounded to bf16 on the GPU. */
   xt_close(what, got, ref, n * V, 1.5e-2, 1e-2);
   double e = xt_rel_l2(got, ref, n * V);
@@ -258,11 +259,15 @@ int main(void) {
   test_rotary(&g, 1, 16, 72);
   static const int32_t one[] = {280}, many[] = {4, 96, 130, 64, 65, 200, 128, 129},
                        mixed[] = {24, 280}, big[] = {2304}, tiny1[] = {1};
-  test_attention(&g, 3, 64, one, 1);
-  test_attention(&g, 2, 72, many, 8);
-  test_attention(&g, 2, 24, mixed, 2);
-  test_attention(&g, 1, 64, tiny1, 1);
-  test_attention(&g, 2, 64, big, 1);
+  for (int variant = 1; variant <= 2; variant++) {
+    exc_vision_attention_variant = variant;
+    test_attention(&g, 3, 64, one, 1);
+    test_attention(&g, 2, 72, many, 8);
+    test_attention(&g, 2, 24, mixed, 2);
+    test_attention(&g, 1, 64, tiny1, 1);
+    test_attention(&g, 2, 64, big, 1);
+    test_attention(&g, 1, 128, many, 8);
+  }
   test_gelu(&g, 33, 96, EX_GELU_TANH);
   test_gelu(&g, 33, 96, EX_GELU_ERF);
   test_gelu(&g, 7, 4096, EX_GELU_ERF);
