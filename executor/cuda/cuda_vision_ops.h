@@ -89,11 +89,6 @@ int exc_vision_attention_tiles(const int32_t *cu_seqlens, int n_segs,
  * head_dim a multiple of 8, ≤ 128 (24 tiny, 64 4B, 72 9B/27B). Units: scale = head_dim^−½.
  * Ownership: device buffers; enqueued on `stream`. Returns 0; -EINVAL (head_dim, heads < 1);
  * -CM_ECUDA. Source: spec §6.5 (SDPA per segment); twin ex_cpu_vision_attention. */
-/* Which attention kernel exc_vision_attention launches: 2 (default) mma.sync m16n8k16 with S, P
- * and O in registers (FA2 layout); 1 the WMMA kernel with S and O in shared memory. A measurement
- * switch for the twin test and bench_vision; not for concurrent use. */
-extern int exc_vision_attention_variant;
-
 int exc_vision_attention(cudaStream_t stream, const __nv_bfloat16 *qkv,
                          const struct exc_vision_tile *tiles, int n_tiles, int heads, int head_dim,
                          float scale, __nv_bfloat16 *out);

@@ -1,41 +1,26 @@
-/* Varlen non-causal attention of the vision tower on CUDA (see cuda_vision_ops.h). Flash-style: a
- * block of 4 warps owns one 64-row query tile of one head; it walks the 64-key tiles of its
- * segment, S = Q·Kᵀ and O += P·V on bf16 tensor cores (WMMA 16×16×16, fp32 accumulators in shared
- * memory), online softmax in fp32 with exp2. Each warp owns 16 query rows end to end, so only the
- * K/V loads need block barriers. head_dim is zero-padded to a multiple of 16 in shared memory.
- * Left out: causal masks, GQA, dropout (the vision tower has none). Twin: cpu/vision_attention.c. */
+/* Varlen non-causal attention of the vision tower on CUDA (see cuda_vision_ops.h). Flash-style
+ * (FA2 layout): a block of 4 warps owns one 64-row query tile of one head and walks the 64-key
+ * tiles of its segment; each warp keeps its 16 rows' scores, probabilities and output in registers
+ * as mma.sync m16n8k16 fragments (bf16 operands via ldmatrix, fp32 accumulate), online softmax in
+ * fp32 with exp2. Only the K/V loads need block barriers. head_dim is zero-padded to a multiple of
+ * 16 in shared memory. A first WMMA version with S and O in shared memory ran at 32 TFLOP/s
+ * against 99 here (notes/cuda-vision.md). Left out: causal masks, GQA, dropout (the vision tower
+ * has none), cp.async pipelining. Twin: cpu/vision_attention.c. */
 #include <errno.h>
-#include <mma.h>
 
 #include "cuda_vision_ops.h"
 #include "vision_common.cuh"
 
-using namespace nvcuda;
-
 #define BM EXC_VISION_ATTN_TILE /* query rows per block */
 #define BN EXC_VISION_ATTN_TILE /* keys per step */
 #define N_WARPS 4
-#define LDSC (BN + 4) /* fp32 scores row stride */
-#define LDP (BN + 8)  /* bf16 probabilities row stride */
-
-template <int HDP> struct attn_smem {
-  static constexpr int LDH = HDP + 8; /* bf16 q/k/v row stride */
-  static constexpr int LDO = HDP + 4; /* fp32 output row stride */
-  static constexpr size_t q_off = 0;
-  static constexpr size_t k_off = q_off + (size_t)BM * LDH * 2;
-  static constexpr size_t v_off = k_off + (size_t)BN * LDH * 2;
-  static constexpr size_t s_off = v_off + (size_t)BN * LDH * 2;
-  static constexpr size_t p_off = s_off + (size_t)BM * LDSC * 4;
-  static constexpr size_t o_off = p_off + (size_t)BM * LDP * 2;
-  static constexpr size_t bytes = o_off + (size_t)BM * LDO * 4;
-};
 
 /* Copies rows [r0, r0 + 64) of one head's q, k or v slice into dst [64][LDH], zero outside the
  * segment (r ≥ r_end) and in the pad columns hd .. HDP. */
 template <int HDP>
 static __device__ __forceinline__ void load_tile(__nv_bfloat16 *dst, const __nv_bfloat16 *src,
                                                  size_t row_stride, int r0, int r_end, int hd) {
-  constexpr int LDH = attn_smem<HDP>::LDH, CH = HDP / 8;
+  constexpr int LDH = HDP + 8, CH = HDP / 8;
   for (int c = threadIdx.x; c < 64 * CH; c += blockDim.x) {
     int r = c / CH, col = (c % CH) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
@@ -44,117 +29,6 @@ static __device__ __forceinline__ void load_tile(__nv_bfloat16 *dst, const __nv_
     *reinterpret_cast<uint4 *>(dst + r * LDH + col) = v;
   }
 }
-
-template <int HDP>
-static __global__ void __launch_bounds__(N_WARPS * 32)
-    vision_attention_kernel(const __nv_bfloat16 *qkv, const struct exc_vision_tile *tiles,
-                            int heads, int hd, float scale_log2, __nv_bfloat16 *out) {
-  using L = attn_smem<HDP>;
-  constexpr int LDH = L::LDH, LDO = L::LDO, KD = HDP / 16;
-  extern __shared__ __align__(128) unsigned char smem[];
-  __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem + L::q_off);
-  __nv_bfloat16 *ks = reinterpret_cast<__nv_bfloat16 *>(smem + L::k_off);
-  __nv_bfloat16 *vs = reinterpret_cast<__nv_bfloat16 *>(smem + L::v_off);
-  float *ss = reinterpret_cast<float *>(smem + L::s_off);
-  __nv_bfloat16 *ps = reinterpret_cast<__nv_bfloat16 *>(smem + L::p_off);
-  float *os = reinterpret_cast<float *>(smem + L::o_off);
-
-  const struct exc_vision_tile t = tiles[blockIdx.x];
-  const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const size_t dim = (size_t)heads * hd, stride = 3 * dim;
-  const __nv_bfloat16 *qg = qkv + (size_t)h * hd, *kg = qg + dim, *vg = qg + 2 * dim;
-  const int q_end = t.q0 + BM < t.seg_end ? t.q0 + BM : t.seg_end;
-
-  load_tile<HDP>(qs, qg, stride, t.q0, q_end, hd);
-  for (int i = threadIdx.x; i < BM * LDO; i += blockDim.x)
-    os[i] = 0.0f;
-  __syncthreads();
-
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qf[KD];
-#pragma unroll
-  for (int kk = 0; kk < KD; kk++)
-    wmma::load_matrix_sync(qf[kk], qs + warp * 16 * LDH + kk * 16, LDH);
-
-  /* Softmax ownership: lane → row warp·16 + lane/2, columns (lane & 1)·32 .. +32. */
-  const int row = warp * 16 + (lane >> 1), half = lane & 1;
-  float m = -INFINITY, l = 0.0f;
-
-  for (int k0 = t.seg_start; k0 < t.seg_end; k0 += BN) {
-    __syncthreads(); /* every warp is done with the previous K/V tile */
-    load_tile<HDP>(ks, kg, stride, k0, t.seg_end, hd);
-    load_tile<HDP>(vs, vg, stride, k0, t.seg_end, hd);
-    __syncthreads();
-
-#pragma unroll
-    for (int jt = 0; jt < BN / 16; jt++) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < KD; kk++) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kf;
-        wmma::load_matrix_sync(kf, ks + jt * 16 * LDH + kk * 16, LDH);
-        wmma::mma_sync(acc, qf[kk], kf, acc);
-      }
-      wmma::store_matrix_sync(ss + warp * 16 * LDSC + jt * 16, acc, LDSC, wmma::mem_row_major);
-    }
-    __syncwarp();
-
-    const int n_keys = t.seg_end - k0 < BN ? t.seg_end - k0 : BN;
-    float *srow = ss + row * LDSC + half * 32;
-    float tmax = -INFINITY;
-#pragma unroll 8
-    for (int c = 0; c < 32; c++) {
-      float s = half * 32 + c < n_keys ? srow[c] * scale_log2 : -INFINITY;
-      srow[c] = s;
-      tmax = fmaxf(tmax, s);
-    }
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-    const float m_new = fmaxf(m, tmax); /* finite: key k0 is always inside the segment */
-    const float alpha = exp2f(m - m_new);
-    __nv_bfloat16 *prow = ps + row * LDP + half * 32;
-    float sum = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < 32; c++) {
-      __nv_bfloat16 p = __float2bfloat16(exp2f(srow[c] - m_new));
-      prow[c] = p;
-      sum += __bfloat162float(p);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * alpha + sum;
-    m = m_new;
-    float *orow = os + row * LDO + half * (HDP / 2);
-#pragma unroll 8
-    for (int c = 0; c < HDP / 2; c++)
-      orow[c] *= alpha;
-    __syncwarp();
-
-#pragma unroll
-    for (int dt = 0; dt < KD; dt++) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, os + warp * 16 * LDO + dt * 16, LDO, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; kk++) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pf;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vf;
-        wmma::load_matrix_sync(pf, ps + warp * 16 * LDP + kk * 16, LDP);
-        wmma::load_matrix_sync(vf, vs + kk * 16 * LDH + dt * 16, LDH);
-        wmma::mma_sync(acc, pf, vf, acc);
-      }
-      wmma::store_matrix_sync(os + warp * 16 * LDO + dt * 16, acc, LDO, wmma::mem_row_major);
-    }
-    __syncwarp();
-  }
-
-  if (t.q0 + row < q_end) {
-    const float inv_l = 1.0f / l;
-    const float *orow = os + row * LDO;
-    __nv_bfloat16 *og = out + (size_t)(t.q0 + row) * dim + (size_t)h * hd;
-    for (int c = half; c < hd; c += 2)
-      og[c] = __float2bfloat16(orow[c] * inv_l);
-  }
-}
-
-/* ---------- variant 2: mma.sync m16n8k16 with register-resident S, P and O (FA2 layout) ---------- */
 
 /* d += a·b on bf16 tensor cores, fp32 accumulate: a 16×16 (row), b 16×8 (col), d 16×8. */
 static __device__ __forceinline__ void mma_bf16(float *d, const uint32_t *a, uint32_t b0,
@@ -322,31 +196,18 @@ static __global__ void __launch_bounds__(N_WARPS * 32)
   }
 }
 
-int exc_vision_attention_variant = 2;
-
 template <int HDP>
 static int launch(cudaStream_t stream, const __nv_bfloat16 *qkv,
                   const struct exc_vision_tile *tiles, int n_tiles, int heads, int hd,
                   float scale_log2, __nv_bfloat16 *out) {
   dim3 grid((unsigned)n_tiles, (unsigned)heads);
-  if (exc_vision_attention_variant == 2) {
-    constexpr size_t bytes = mma_smem<HDP>::bytes;
-    int r = EXC_CUDA(cudaFuncSetAttribute(vision_attention_mma_kernel<HDP>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int)bytes));
-    if (r)
-      return r;
-    vision_attention_mma_kernel<HDP><<<grid, N_WARPS * 32, bytes, stream>>>(qkv, tiles, heads, hd,
-                                                                            scale_log2, out);
-    return VIS_LAUNCHED();
-  }
-  constexpr size_t bytes = attn_smem<HDP>::bytes;
-  int r = EXC_CUDA(cudaFuncSetAttribute(vision_attention_kernel<HDP>,
+  constexpr size_t bytes = mma_smem<HDP>::bytes;
+  int r = EXC_CUDA(cudaFuncSetAttribute(vision_attention_mma_kernel<HDP>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
   if (r)
     return r;
-  vision_attention_kernel<HDP><<<grid, N_WARPS * 32, bytes, stream>>>(qkv, tiles, heads, hd,
-                                                                      scale_log2, out);
+  vision_attention_mma_kernel<HDP><<<grid, N_WARPS * 32, bytes, stream>>>(qkv, tiles, heads, hd,
+                                                                          scale_log2, out);
   return VIS_LAUNCHED();
 }
 

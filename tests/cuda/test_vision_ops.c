@@ -191,8 +191,8 @@ static void test_attention(struct xt_rng *g, int heads, int hd, const int32_t *l
   xt_down_bf16(got, d_out, n * V);
   ex_cpu_vision_attention(qkv, n, heads, hd, cu, n_segs, scale, ref, scr);
   char what[128];
-  snprintf(what, sizeof what, "attention (kernel %d) heads %d hd %d, %d segments, %zu rows, %d "
-           "tiles", exc_vision_attention_variant, heads, hd, n_segs, n, nt);
+  snprintf(what, sizeof what, "attention heads %d hd %d, %d segments, %zu rows, %d tiles", heads,
+           hd, n_segs, n, nt);
   /* bf16 q, k, v (exact on both sides); probabilities and output rounded to bf16 on the GPU. */
   xt_close(what, got, ref, n * V, 1.5e-2, 1e-2);
   double e = xt_rel_l2(got, ref, n * V);
@@ -259,15 +259,12 @@ int main(void) {
   test_rotary(&g, 1, 16, 72);
   static const int32_t one[] = {280}, many[] = {4, 96, 130, 64, 65, 200, 128, 129},
                        mixed[] = {24, 280}, big[] = {2304}, tiny1[] = {1};
-  for (int variant = 1; variant <= 2; variant++) {
-    exc_vision_attention_variant = variant;
-    test_attention(&g, 3, 64, one, 1);
-    test_attention(&g, 2, 72, many, 8);
-    test_attention(&g, 2, 24, mixed, 2);
-    test_attention(&g, 1, 64, tiny1, 1);
-    test_attention(&g, 2, 64, big, 1);
-    test_attention(&g, 1, 128, many, 8);
-  }
+  test_attention(&g, 3, 64, one, 1);
+  test_attention(&g, 2, 72, many, 8);
+  test_attention(&g, 2, 24, mixed, 2);
+  test_attention(&g, 1, 64, tiny1, 1);
+  test_attention(&g, 2, 64, big, 1);
+  test_attention(&g, 1, 128, many, 8);
   test_gelu(&g, 33, 96, EX_GELU_TANH);
   test_gelu(&g, 33, 96, EX_GELU_ERF);
   test_gelu(&g, 7, 4096, EX_GELU_ERF);
