@@ -66,7 +66,8 @@ void exc_gemm_free(struct exc_gemm *g);
  *         pointers 16-byte aligned; y must not alias x or w. n = 0 does nothing.
  * Units: none. Ownership: device buffers of the caller; enqueued on `stream`, no sync; the handle
  * must not be used from two threads at once.
- * Returns 0; -EINVAL (alignment, sizes, dtype); -CM_ELIMIT (more than EXC_GEMM_MAX_SHAPES shapes);
+ * Returns 0; -EINVAL (alignment, sizes, dtype, accumulate with bf16 output: cuBLASLt rounds the
+ * product to bf16 before adding y there, measured); -CM_ELIMIT (more than EXC_GEMM_MAX_SHAPES shapes);
  * -CM_EUNSUPPORTED (cuBLASLt has no split-K-free algorithm for the shape); -CM_ECUDA.
  * Source: torch.nn.functional.linear in bf16 (cuBLASLt, fp32 accumulate); twin ex_cpu_linear. */
 int exc_gemm(struct exc_gemm *g, cudaStream_t stream, const __nv_bfloat16 *x, size_t ld_x,
