@@ -1,11 +1,11 @@
 /* Varlen non-causal attention of the vision tower on CUDA (see cuda_vision_ops.h). Flash-style
  * (FA2 layout): a block of 4 warps owns one 64-row query tile of one head and walks the 64-key
- * tiles of its segment; each warp keeps its 16 rows' scores, probabilities and output in registers
- * as mma.sync m16n8k16 fragments (bf16 operands via ldmatrix, fp32 accumulate), online softmax in
- * fp32 with exp2. Only the K/V loads need block barriers. head_dim is zero-padded to a multiple of
- * 16 in shared memory. A first WMMA version with S and O in shared memory ran at 32 TFLOP/s
- * against 99 here (notes/cuda-vision.md). Left out: causal masks, GQA, dropout (the vision tower
- * has none), cp.async pipelining. Twin: cpu/vision_attention.c. */
+ * tiles of its segment, the next tile's cp.async copies in flight during each step. Each warp
+ * keeps its 16 rows' scores, probabilities and output in registers as mma.sync m16n8k16 fragments
+ * (bf16 operands via ldmatrix, fp32 accumulate), online softmax in fp32 with exp2. head_dim is
+ * zero-padded to a multiple of 16 in shared memory. A first WMMA version with S and O in shared
+ * memory ran at 32 TFLOP/s (notes/cuda-vision.md). Left out: causal masks, GQA, dropout (the
+ * vision tower has none). Twin: cpu/vision_attention.c. */
 #include <errno.h>
 
 #include "cuda_vision_ops.h"
@@ -28,6 +28,32 @@ static __device__ __forceinline__ void load_tile(__nv_bfloat16 *dst, const __nv_
       v = *reinterpret_cast<const uint4 *>(src + (size_t)(r0 + r) * row_stride + col);
     *reinterpret_cast<uint4 *>(dst + r * LDH + col) = v;
   }
+}
+
+/* load_tile through cp.async (16-byte copies, zero-filled outside the segment and in the pad
+ * columns); completes at the next cp.async.wait_group that covers its commit group. */
+template <int HDP>
+static __device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst,
+                                                       const __nv_bfloat16 *src,
+                                                       size_t row_stride, int r0, int r_end,
+                                                       int hd) {
+  constexpr int LDH = HDP + 8, CH = HDP / 8;
+  for (int c = threadIdx.x; c < 64 * CH; c += blockDim.x) {
+    const int r = c / CH, col = (c % CH) * 8;
+    const bool ok = r0 + r < r_end && col < hd;
+    const __nv_bfloat16 *gp = ok ? src + (size_t)(r0 + r) * row_stride + col : src;
+    const uint32_t sp = (uint32_t)__cvta_generic_to_shared(dst + r * LDH + col);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sp), "l"(gp),
+                 "r"(ok ? 16 : 0));
+  }
+}
+
+static __device__ __forceinline__ void cp_async_commit(void) {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 /* d += a·b on bf16 tensor cores, fp32 accumulate: a 16×16 (row), b 16×8 (col), d 16×8. */
@@ -58,11 +84,11 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* Shared memory of variant 2: q, k, v tiles [64][HDP + 8] bf16 (16-byte row pad: conflict-free
- * ldmatrix). */
+/* Shared memory: the q tile and two stages of k and v tiles, [64][HDP + 8] bf16 each (16-byte row
+ * pad: conflict-free ldmatrix). */
 template <int HDP> struct mma_smem {
   static constexpr int LDH = HDP + 8;
-  static constexpr size_t bytes = 3 * (size_t)64 * LDH * 2;
+  static constexpr size_t bytes = 5 * (size_t)64 * LDH * 2;
 };
 
 template <int HDP>
@@ -72,7 +98,8 @@ static __global__ void __launch_bounds__(N_WARPS * 32)
   constexpr int LDH = mma_smem<HDP>::LDH, KD = HDP / 16, ND = HDP / 8, NS = BN / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16 *qs = reinterpret_cast<__nv_bfloat16 *>(smem);
-  __nv_bfloat16 *ks = qs + 64 * LDH, *vs = ks + 64 * LDH;
+  __nv_bfloat16 *ks0 = qs + 64 * LDH, *vs0 = ks0 + 64 * LDH; /* stage 0 */
+  __nv_bfloat16 *ks1 = vs0 + 64 * LDH, *vs1 = ks1 + 64 * LDH; /* stage 1 */
 
   const struct exc_vision_tile t = tiles[blockIdx.x];
   const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -97,11 +124,23 @@ static __global__ void __launch_bounds__(N_WARPS * 32)
     oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* rows g and g + 8 */
 
-  for (int k0 = t.seg_start; k0 < t.seg_end; k0 += BN) {
-    __syncthreads();
-    load_tile<HDP>(ks, kg, stride, k0, t.seg_end, hd);
-    load_tile<HDP>(vs, vg, stride, k0, t.seg_end, hd);
-    __syncthreads();
+  /* Two-stage pipeline: the k/v tile of step it + 1 is in flight while step it computes. */
+  const int n_it = (t.seg_end - t.seg_start + BN - 1) / BN;
+  load_tile_async<HDP>(ks0, kg, stride, t.seg_start, t.seg_end, hd);
+  load_tile_async<HDP>(vs0, vg, stride, t.seg_start, t.seg_end, hd);
+  cp_async_commit();
+  for (int it = 0; it < n_it; it++) {
+    const int k0 = t.seg_start + it * BN;
+    const __nv_bfloat16 *ks = it & 1 ? ks1 : ks0, *vs = it & 1 ? vs1 : vs0;
+    if (it + 1 < n_it) {
+      load_tile_async<HDP>(it & 1 ? ks0 : ks1, kg, stride, k0 + BN, t.seg_end, hd);
+      load_tile_async<HDP>(it & 1 ? vs0 : vs1, vg, stride, k0 + BN, t.seg_end, hd);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads(); /* step it's tiles are visible to every warp */
 
     float sacc[NS][4];
 #pragma unroll
@@ -174,6 +213,7 @@ static __global__ void __launch_bounds__(N_WARPS * 32)
         mma_bf16(oacc[n + 1], pa, b[2], b[3]);
       }
     }
+    __syncthreads(); /* every warp is done with this stage before step it + 1 refills it */
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
