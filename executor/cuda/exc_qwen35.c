@@ -102,7 +102,23 @@ struct exc_qwen35 {
   struct exc_gdn_seq *gseq;      /* [S] */
   struct exc_conv_seq *cseq;     /* [S] */
   size_t *starts;                /* [S] first packed row of each sequence */
+  /* profiling (exc_qwen35_profile_enable) */
+  bool prof_on;                  /* record an event after every op */
+  cudaEvent_t *prof_ev;          /* [PROF_EVENTS] */
+  uint8_t *prof_cat;             /* [PROF_EVENTS] op kind of the interval ending at event i */
+  int prof_n;                    /* events recorded in the current forward */
+  struct exc_qwen35_profile prof; /* sums */
 };
+
+enum { PROF_EVENTS = 4096 };
+
+/* Records the end of an op of kind `cat` (profiling only). */
+static void prof(struct exc_qwen35 *e, enum exc_qwen35_op cat) {
+  if (!e->prof_on || e->prof_n >= PROF_EVENTS)
+    return;
+  if (cudaEventRecord(e->prof_ev[e->prof_n], e->stream) == cudaSuccess)
+    e->prof_cat[e->prof_n++] = (uint8_t)cat;
+}
 
 static size_t align_up(size_t b) {
   return (b + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES;
@@ -410,6 +426,11 @@ void exc_qwen35_free(struct exc_qwen35 *e) {
       free(e->slots[i].conv);
       free(e->slots[i].s);
     }
+  for (int i = 0; e->prof_ev && i < PROF_EVENTS; i++)
+    if (e->prof_ev[i])
+      cudaEventDestroy(e->prof_ev[i]);
+  free(e->prof_ev);
+  free(e->prof_cat);
   free(e->slots);
   free(e->layers);
   free(e->aseq);
@@ -629,10 +650,12 @@ static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq 
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_qkv, e->proj, e->m_attn, EXC_DTYPE_F32,
                     false, t, e->h, e->m_attn)))
     return r;
+  prof(e, EXC_OP_GEMM_IN);
   if ((r = exc_attn_prep(e->stream, e->proj, e->proj + qw, e->proj + qw + kw, e->m_attn, l->q_norm,
                          l->k_norm, e->cfg.rms_eps, e->cos_t, e->sin_t, e->cfg.rot_dims, e->q,
                          e->gate, e->knew, e->vnew, t, (int)e->hq, (int)e->hkv, (int)e->d)))
     return r;
+  prof(e, EXC_OP_ATTN_PREP);
   for (int i = 0; i < ns; i++) {
     const struct exc_qwen35_state *st = seqs[i].state;
     const struct slot *sl = st ? &e->slots[st->slot] : NULL;
@@ -648,6 +671,7 @@ static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq 
   if ((r = exc_attention_gated(e->stream, e->q, e->gate, e->mix, e->aseq, ns, (int)e->hq,
                                (int)e->hkv, (int)e->d, (float)(1.0 / sqrt((double)e->d)))))
     return r;
+  prof(e, EXC_OP_ATTENTION);
   /* advancing sequences keep their new K/V rows */
   for (int i = 0; i < ns && !r; i++) {
     if (!seqs[i].advance)
@@ -662,8 +686,11 @@ static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq 
   }
   if (r)
     return r;
-  return exc_gemm(e->gemm, e->stream, e->mix, e->hq * e->d, l->w_o, e->hres, e->h, EXC_DTYPE_F32,
-                  true, t, e->hq * e->d, e->h);
+  prof(e, EXC_OP_STATE_COPY);
+  r = exc_gemm(e->gemm, e->stream, e->mix, e->hq * e->d, l->w_o, e->hres, e->h, EXC_DTYPE_F32,
+               true, t, e->hq * e->d, e->h);
+  prof(e, EXC_OP_GEMM_OUT);
+  return r;
 }
 
 static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *seqs, int ns,
@@ -677,6 +704,7 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
       (r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_zba, e->zba, e->m_zba, EXC_DTYPE_F32,
                     false, t, e->h, e->m_zba)))
     return r;
+  prof(e, EXC_OP_GEMM_IN);
   for (int i = 0; i < ns; i++) {
     const struct exc_qwen35_state *st = seqs[i].state;
     bool populated = st && st->n_tokens > 0;
@@ -694,33 +722,49 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
   if ((r = exc_causal_conv1d_silu(e->stream, e->proj, l->conv, e->convout, e->cseq, ns, e->cd,
                                   e->kconv)))
     return r;
+  prof(e, EXC_OP_CONV);
   for (int i = 0; i < ns && !r; i++)
     if (seqs[i].advance)
       r = EXC_CUDA(cudaMemcpyAsync(e->slots[seqs[i].state->slot].conv[li], e->win + (size_t)i * wn,
                                    wn * sizeof(float), cudaMemcpyDeviceToDevice, e->stream));
   if (r)
     return r;
+  prof(e, EXC_OP_STATE_COPY);
   if ((r = exc_gdn_prepare(e->stream, e->convout, e->cd, e->zba + e->vd, e->zba + e->vd + e->hv,
-                           e->m_zba, l->a_log, l->dt_bias, e->beta, e->g, t, &dims)) ||
-      (r = exc_gdn_chunked(e->stream, e->convout, e->cd, e->beta, e->g, e->gout, e->gseq, ns, &dims,
-                           e->gdn_scratch)) ||
-      (r = exc_gated_rms_norm(e->stream, e->gout, e->zba, e->m_zba, l->gdn_norm, e->cfg.rms_eps,
+                           e->m_zba, l->a_log, l->dt_bias, e->beta, e->g, t, &dims)))
+    return r;
+  prof(e, EXC_OP_GDN_PREPARE);
+  if ((r = exc_gdn_chunked(e->stream, e->convout, e->cd, e->beta, e->g, e->gout, e->gseq, ns, &dims,
+                           e->gdn_scratch)))
+    return r;
+  prof(e, EXC_OP_GDN);
+  if ((r = exc_gated_rms_norm(e->stream, e->gout, e->zba, e->m_zba, l->gdn_norm, e->cfg.rms_eps,
                               e->mix, t, e->hv, e->dv)))
     return r;
-  return exc_gemm(e->gemm, e->stream, e->mix, e->vd, l->w_o, e->hres, e->h, EXC_DTYPE_F32, true, t,
-                  e->vd, e->h);
+  prof(e, EXC_OP_GATED_NORM);
+  r = exc_gemm(e->gemm, e->stream, e->mix, e->vd, l->w_o, e->hres, e->h, EXC_DTYPE_F32, true, t,
+               e->vd, e->h);
+  prof(e, EXC_OP_GEMM_OUT);
+  return r;
 }
 
 static int mlp(struct exc_qwen35 *e, const struct dlayer *l, size_t t) {
   int r;
   if ((r = exc_rms_norm(e->stream, e->hres, NULL, l->post_norm, e->cfg.rms_eps, NULL, e->a, e->h,
-                        t, e->h)) ||
-      (r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter, EXC_DTYPE_F32,
-                    false, t, e->h, 2 * e->inter)) ||
-      (r = exc_swiglu(e->stream, e->proj, e->proj + e->inter, 2 * e->inter, e->mix, t, e->inter)))
+                        t, e->h)))
     return r;
-  return exc_gemm(e->gemm, e->stream, e->mix, e->inter, l->w_down, e->hres, e->h, EXC_DTYPE_F32,
-                  true, t, e->inter, e->h);
+  prof(e, EXC_OP_NORM);
+  if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter, EXC_DTYPE_F32,
+                    false, t, e->h, 2 * e->inter)))
+    return r;
+  prof(e, EXC_OP_GEMM_IN);
+  if ((r = exc_swiglu(e->stream, e->proj, e->proj + e->inter, 2 * e->inter, e->mix, t, e->inter)))
+    return r;
+  prof(e, EXC_OP_SWIGLU);
+  r = exc_gemm(e->gemm, e->stream, e->mix, e->inter, l->w_down, e->hres, e->h, EXC_DTYPE_F32, true,
+               t, e->inter, e->h);
+  prof(e, EXC_OP_GEMM_OUT);
+  return r;
 }
 
 /* Host-side checks and packing of ids and positions. Returns the token total or a negative code. */
@@ -801,6 +845,8 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
   }
   const char *what = "upload";
   cudaStream_t s = e->stream;
+  e->prof_n = 0;
+  prof(e, EXC_OP_INPUT); /* the start mark */
   if ((r = EXC_CUDA(cudaMemcpyAsync(e->ids, e->h_ids, t * sizeof(int32_t), cudaMemcpyHostToDevice,
                                     s))) ||
       (r = EXC_CUDA(cudaMemcpyAsync(e->pos, e->h_pos, 3 * t * sizeof(int32_t),
@@ -829,12 +875,14 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
   if ((r = exc_mrope_tables(s, e->pos, t, e->inv_freq, (int)e->f, e->cfg.mrope_section, e->cos_t,
                             e->sin_t)))
     goto fail;
+  prof(e, EXC_OP_INPUT);
   for (int li = 0; li < e->cfg.n_layers; li++) {
     const struct dlayer *l = &e->layers[li];
     what = l->full_attn ? "attention layer" : "Gated DeltaNet layer";
     if ((r = exc_rms_norm(s, e->hres, NULL, l->in_norm, e->cfg.rms_eps, NULL, e->a, e->h, t,
                           e->h)))
       goto fail;
+    prof(e, EXC_OP_NORM);
     r = l->full_attn ? attn_layer(e, li, seqs, n_seqs, t) : gdn_layer(e, li, seqs, n_seqs, t);
     if (r)
       goto fail;
@@ -865,9 +913,20 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
                                         n_read, cudaMemcpyDeviceToHost, s))))
       goto fail;
   }
+  prof(e, EXC_OP_READOUT);
   what = "synchronisation";
   if ((r = EXC_CUDA(cudaStreamSynchronize(s))))
     goto fail;
+  if (e->prof_on && e->prof_n > 1) {
+    for (int i = 1; i < e->prof_n; i++) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, e->prof_ev[i - 1], e->prof_ev[i]) == cudaSuccess) {
+        e->prof.ms[e->prof_cat[i]] += ms;
+        e->prof.n[e->prof_cat[i]]++;
+      }
+    }
+    e->prof.forwards++;
+  }
   for (int i = 0; i < n_seqs; i++)
     if (seqs[i].advance)
       seqs[i].state->n_tokens += seqs[i].n;
@@ -932,4 +991,37 @@ out:
   free(ms);
   free(logits);
   return r;
+}
+
+/* ---- profiling ---- */
+
+int exc_qwen35_profile_enable(struct exc_qwen35 *e, bool on) {
+  memset(&e->prof, 0, sizeof(e->prof));
+  e->prof_on = false;
+  if (!on)
+    return 0;
+  if (!e->prof_ev) {
+    e->prof_ev = calloc(PROF_EVENTS, sizeof(*e->prof_ev));
+    e->prof_cat = calloc(PROF_EVENTS, 1);
+    if (!e->prof_ev || !e->prof_cat)
+      return -ENOMEM;
+    for (int i = 0; i < PROF_EVENTS; i++) {
+      int r = EXC_CUDA(cudaEventCreate(&e->prof_ev[i]));
+      if (r)
+        return r;
+    }
+  }
+  e->prof_on = true;
+  return 0;
+}
+
+void exc_qwen35_profile_read(const struct exc_qwen35 *e, struct exc_qwen35_profile *ret_profile) {
+  *ret_profile = e->prof;
+}
+
+const char *exc_qwen35_op_name(enum exc_qwen35_op op) {
+  static const char *const names[EXC_OP_COUNT] = {
+      "input", "norm", "gemm_in", "gemm_out", "attn_prep", "attention", "state_copy",
+      "conv", "gdn_prepare", "gdn", "gated_norm", "swiglu", "readout"};
+  return op < EXC_OP_COUNT ? names[op] : "?";
 }

@@ -116,6 +116,39 @@ int exc_qwen35_time_prefill(struct exc_qwen35 *e, struct exc_qwen35_state *st,
                             const float *image_rows, size_t n_image_rows, int repeat,
                             struct exc_qwen35_timing *ret_timing, struct cm_diag *diag);
 
+/* Per-op device time of forwards, for finding where the time goes (a debugging aid: an event is
+ * recorded after every op, which adds a little launch overhead while enabled). */
+enum exc_qwen35_op {
+  EXC_OP_INPUT,       /* id/position upload, embedding gather, image rows, rotary tables */
+  EXC_OP_NORM,        /* input and post-attention RMSNorms */
+  EXC_OP_GEMM_IN,     /* projections into the mixers and the MLP ([q|g,k,v], [qkv], [z|b|a], [gate,up]) */
+  EXC_OP_GEMM_OUT,    /* o_proj, out_proj, down_proj (accumulated into the residual) */
+  EXC_OP_ATTN_PREP,   /* q/k norm, rotary, split, bf16 K/V */
+  EXC_OP_ATTENTION,   /* gated attention */
+  EXC_OP_STATE_COPY,  /* K/V rows and conv windows copied into advancing snapshots */
+  EXC_OP_CONV,        /* causal conv1d + SiLU */
+  EXC_OP_GDN_PREPARE, /* q/k L2 norm, β, g */
+  EXC_OP_GDN,         /* chunked delta rule */
+  EXC_OP_GATED_NORM,  /* gated RMSNorm */
+  EXC_OP_SWIGLU,      /* SwiGLU */
+  EXC_OP_READOUT,     /* final norm, readout copies, LM head */
+  EXC_OP_COUNT,
+};
+
+struct exc_qwen35_profile {
+  double ms[EXC_OP_COUNT]; /* summed device time per op kind, ms */
+  long n[EXC_OP_COUNT];    /* launches counted */
+  long forwards;           /* forwards profiled */
+};
+
+/* Turns profiling on (creating its events once) or off, and resets the sums.
+ * Returns 0 or -CM_ECUDA. */
+int exc_qwen35_profile_enable(struct exc_qwen35 *e, bool on);
+/* The sums since the last enable. */
+void exc_qwen35_profile_read(const struct exc_qwen35 *e, struct exc_qwen35_profile *ret_profile);
+/* Short name of an op kind ("gemm_in", ...). */
+const char *exc_qwen35_op_name(enum exc_qwen35_op op);
+
 /* The stream every launch of the engine is enqueued on (for callers' timing events). */
 cudaStream_t exc_qwen35_stream(const struct exc_qwen35 *e);
 

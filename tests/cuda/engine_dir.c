@@ -3,8 +3,9 @@
  * seeded text tokens at three positions: the relative L2 of each hidden row must stay within
  * max(2e-2, 1.5 × that of the CPU forward with --bf16-rounding, i.e. what rounding as the bf16
  * reference does costs on this model), the same top-1 id; and a prefix/continuation split against
- * the one pass. --repeat K prints s1-forward's timing JSON.
- * Usage: engine_dir --model DIR --tokens N [--check] [--repeat K] */
+ * the one pass. --repeat K prints s1-forward's timing JSON; --profile then runs K more prefills
+ * with an event after every op and prints the device ms per forward of each op kind.
+ * Usage: engine_dir --model DIR --tokens N [--check] [--repeat K [--profile]] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ int main(int argc, char **argv) {
   double t0 = now_ms();
   const char *model = NULL;
   long n = 0, repeat = 0;
-  int check = 0;
+  int check = 0, profile = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--model") && i + 1 < argc)
       model = argv[++i];
@@ -40,6 +41,8 @@ int main(int argc, char **argv) {
       repeat = strtol(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--check"))
       check = 1;
+    else if (!strcmp(argv[i], "--profile"))
+      profile = 1;
     else {
       fprintf(stderr, "usage: engine_dir --model DIR --tokens N [--check] [--repeat K]\n");
       return 2;
@@ -149,6 +152,21 @@ int main(int argc, char **argv) {
            "\"pool_bytes\": %zu}\n",
            nt, repeat, t.first_ms, t.median_ms, t.min_ms, t.max_ms, ready_ms, t.device_used_bytes,
            mem.weights_bytes, mem.arena_bytes, mem.pool_bytes);
+    if (profile) {
+      struct exc_qwen35_profile pr;
+      XT_OK(exc_qwen35_profile_enable(e, true));
+      XT_OK(exc_qwen35_time_prefill(e, s0, tok, NULL, nt, NULL, 0, (int)repeat, &t, &d));
+      exc_qwen35_profile_read(e, &pr);
+      double sum = 0;
+      printf("{\"profile_ms_per_forward\": {");
+      for (int k = 0; k < EXC_OP_COUNT; k++) {
+        double per = pr.forwards ? pr.ms[k] / (double)pr.forwards : 0;
+        sum += per;
+        printf("%s\"%s\": %.4f", k ? ", " : "", exc_qwen35_op_name((enum exc_qwen35_op)k), per);
+      }
+      printf("}, \"sum_ms\": %.3f, \"median_ms_profiled\": %.3f, \"forwards\": %ld}\n", sum,
+             t.median_ms, pr.forwards);
+    }
   }
   exc_qwen35_state_release(e, s0);
   exc_qwen35_state_release(e, s1);

@@ -22,7 +22,7 @@ w=/tmp/s1-tiny
 mkdir -p $w
 ./s1-mkmodel --shape tiny --seed 9 --tokenizer tokenizer.json --out $w/hf >/dev/null &&
   ./s1-export --family qwen3_5 --base $w/hf --out $w/m >/dev/null &&
-  ./engine_dir --model $w/m --tokens 300 --check >"$OUT/engine_dir_tiny.log" 2>&1
+  ./engine_dir --model $w/m --tokens 300 --check --repeat 5 --profile >"$OUT/engine_dir_tiny.log" 2>&1
 rc=$?
 echo "engine_dir tiny --check rc=$rc" >>"$summary"
 [ $rc -eq 0 ] || fails=$((fails + 1))
@@ -35,7 +35,7 @@ if [ "$N4B" != "0" ]; then
     timeout "${S1_4B_MAKE_S:-600}" ./s1-export --family qwen3_5 --base $w/hf --out $w/m >/dev/null
   echo "4b model made in $(($(date +%s) - s)) s" >>"$summary"
   for n in $N4B; do
-    ./engine_dir --model $w/m --tokens "$n" --repeat 10 >>"$summary" 2>&1
+    ./engine_dir --model $w/m --tokens "$n" --repeat 10 --profile >>"$summary" 2>&1
     echo "engine_dir 4b n=$n rc=$?" >>"$summary"
   done
 fi

@@ -6,7 +6,7 @@
  *    within bf16 rounding (relative L2 ≤ 1e-2);
  *  - packed rows: 5 rows of 1..65 tokens continuing one snapshot in one launch are bit-identical
  *    to each row run alone (GEMM algorithms fixed per shape), and match the CPU continuation;
- *  - limits and bad ids are refused. Models: ratio 2 untied vocab 1000, ratio 3 tied vocab 1001
+ *  - limits and bad ids are refused; the per-op profile counts every op of one forward. Models: ratio 2 untied vocab 1000, ratio 3 tied vocab 1001
  *    (padded LM head, padded [z|b|a] projection). */
 #include <errno.h>
 #include <math.h>
@@ -272,6 +272,17 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
     xt_fail("a state both advanced and read in one launch was accepted");
   if (!exc_qwen35_healthy(e))
     xt_fail("engine unhealthy after refusals");
+  /* profiling: one forward, every op kind of the tiny model counted */
+  XT_OK(exc_qwen35_profile_enable(e, true));
+  XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = 65}, 1, tok, NULL, 0, NULL, 0, NULL,
+                           NULL, &d));
+  struct exc_qwen35_profile pr;
+  exc_qwen35_profile_read(e, &pr);
+  if (pr.forwards != 1 || pr.n[EXC_OP_ATTENTION] != 1 || pr.n[EXC_OP_GDN] != 3 ||
+      pr.n[EXC_OP_GEMM_OUT] != 8 || !(pr.ms[EXC_OP_GEMM_IN] > 0))
+    xt_fail("profile: %ld forwards, %ld attention, %ld gdn, %ld gemm_out launches", pr.forwards,
+            pr.n[EXC_OP_ATTENTION], pr.n[EXC_OP_GDN], pr.n[EXC_OP_GEMM_OUT]);
+  XT_OK(exc_qwen35_profile_enable(e, false));
   cm_diag_fini(&d);
   free(many);
   free(rt);
