@@ -92,6 +92,10 @@ struct exc_qwen35 {
   float *hid;                    /* [T, H] final-norm hidden */
   bf16_t *hsel;                  /* [R, H] bf16 readout rows */
   float *logits;                 /* [R, vocab_pad] */
+  int32_t *sel_ids;              /* [max(max_label_ids, R)] label ids / log-prob targets */
+  float *sel_out;                /* [R, max_label_ids] label logits / [R] log-probs */
+  void *lp_scratch;              /* exc_lm_logprob_scratch_bytes(R, LP_CHUNK) */
+  size_t last_t;                 /* rows of the last forward (0: none yet) */
   /* pool */
   void *pbuf;                    /* the snapshot allocation */
   size_t pbytes, snap_bytes;     /* its size, one slot's */
@@ -110,7 +114,7 @@ struct exc_qwen35 {
   struct exc_qwen35_profile prof; /* sums */
 };
 
-enum { PROF_EVENTS = 4096 };
+enum { PROF_EVENTS = 4096, LP_CHUNK = 16384 };
 
 /* Records the end of an op of kind `cat` (profiling only). */
 static void prof(struct exc_qwen35 *e, enum exc_qwen35_op cat) {
@@ -134,6 +138,7 @@ void exc_qwen35_limits_default(struct exc_qwen35_limits *lim) {
   lim->max_ctx = 8192;
   lim->n_snapshots = 4;
   lim->max_readouts = 64;
+  lim->max_label_ids = 1024;
 }
 
 cudaStream_t exc_qwen35_stream(const struct exc_qwen35 *e) {
@@ -223,6 +228,9 @@ static void layout_arena(struct exc_qwen35 *e, struct bump *b) {
   e->hid = take(b, t * e->h * f4);
   e->hsel = take(b, r * e->h * bf);
   e->logits = take(b, r * e->vocab_pad * f4);
+  e->sel_ids = take(b, zmax(e->lim.max_label_ids, r) * sizeof(int32_t));
+  e->sel_out = take(b, r * e->lim.max_label_ids * f4);
+  e->lp_scratch = take(b, exc_lm_logprob_scratch_bytes(r, LP_CHUNK));
 }
 
 /* One snapshot's layout at offset 0 (slot i adds i · snap_bytes). */
@@ -405,6 +413,9 @@ static int prepare_gemms(struct exc_qwen35 *e) {
       {e->h, e->cd, EXC_DTYPE_F32, false},          {e->h, e->m_zba, EXC_DTYPE_F32, false},
       {e->vd, e->h, EXC_DTYPE_F32, true},           {e->h, 2 * e->inter, EXC_DTYPE_F32, false},
       {e->inter, e->h, EXC_DTYPE_F32, true},        {e->h, e->vocab_pad, EXC_DTYPE_F32, false},
+      {e->h, LP_CHUNK, EXC_DTYPE_BF16, false},
+      {e->h, exc_gemm_pad(e->vocab) % LP_CHUNK ? exc_gemm_pad(e->vocab) % LP_CHUNK : LP_CHUNK,
+       EXC_DTYPE_BF16, false},
   };
   for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
     int r = exc_gemm_prepare(e->gemm, shapes[i].k, shapes[i].m, shapes[i].t, shapes[i].acc);
@@ -473,7 +484,8 @@ int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetenso
   if (!lim)
     lim = &def;
   if (!lim->max_tokens || !lim->max_seqs || lim->max_seqs > EXC_MAX_SEQS || !lim->max_ctx ||
-      !lim->n_snapshots || !lim->max_readouts || lim->max_tokens > (1u << 24))
+      !lim->n_snapshots || !lim->max_readouts || !lim->max_label_ids ||
+      lim->max_tokens > (1u << 24))
     return cm_diag_set(diag, -EINVAL, "cuda engine: invalid limits");
   struct exc_qwen35 *e = calloc(1, sizeof(*e));
   if (!e)
@@ -831,6 +843,7 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
                        size_t n_read, float *ret_hidden, float *ret_logits, struct cm_diag *diag) {
   if (e->sticky)
     return cm_diag_set(diag, -CM_ECUDA, "cuda engine: retired after a sticky device error");
+  e->last_t = 0;
   size_t t = 0;
   int r = pack(e, seqs, n_seqs, tokens, readout, n_read, &t, diag);
   if (r)
@@ -930,9 +943,74 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
   for (int i = 0; i < n_seqs; i++)
     if (seqs[i].advance)
       seqs[i].state->n_tokens += seqs[i].n;
+  e->last_t = t;
   return 0;
 fail:
   return cuda_fail(e, r, diag, what);
+}
+
+/* ---- LM readouts of the last forward ---- */
+
+/* Checks rows against the last forward and casts their final-norm hidden rows to bf16 (hsel). */
+static int select_rows(struct exc_qwen35 *e, const size_t *rows, size_t n, struct cm_diag *diag) {
+  if (e->sticky)
+    return cm_diag_set(diag, -CM_ECUDA, "cuda engine: retired after a sticky device error");
+  if (!e->last_t)
+    return cm_diag_set(diag, -EINVAL, "cuda engine: no forward to read from");
+  if (!n || n > e->lim.max_readouts)
+    return cm_diag_set(diag, -CM_ELIMIT, "cuda engine: %zu readout rows, the limit is %zu", n,
+                       e->lim.max_readouts);
+  for (size_t i = 0; i < n; i++)
+    if (rows[i] >= e->last_t)
+      return cm_diag_set(diag, -EINVAL, "cuda engine: row %zu outside the last forward's %zu",
+                         rows[i], e->last_t);
+  int r = 0;
+  for (size_t i = 0; i < n && !r; i++)
+    r = exc_cast_bf16(e->stream, e->hid + rows[i] * e->h, e->h, e->hsel + i * e->h, e->h, 1, e->h);
+  return r;
+}
+
+static int check_ids(const struct exc_qwen35 *e, const int32_t *ids, size_t n,
+                     struct cm_diag *diag) {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] < 0 || (size_t)ids[i] >= e->vocab)
+      return cm_diag_set(diag, -EINVAL, "cuda engine: id %d outside the vocabulary", ids[i]);
+  return 0;
+}
+
+int exc_qwen35_label_logits(struct exc_qwen35 *e, const size_t *rows, size_t n_rows,
+                            const int32_t *ids, size_t n_ids, float *ret, struct cm_diag *diag) {
+  if (!n_ids || n_ids > e->lim.max_label_ids)
+    return cm_diag_set(diag, -CM_ELIMIT, "cuda engine: %zu label ids, the limit is %zu", n_ids,
+                       e->lim.max_label_ids);
+  int r = check_ids(e, ids, n_ids, diag);
+  if (r || (r = select_rows(e, rows, n_rows, diag)))
+    return r;
+  if ((r = EXC_CUDA(cudaMemcpyAsync(e->sel_ids, ids, n_ids * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, e->stream))) ||
+      (r = exc_lm_rows(e->stream, e->hsel, e->h, e->lm_head, e->sel_ids, e->sel_out, n_rows, n_ids,
+                       e->h, true)) ||
+      (r = EXC_CUDA(cudaMemcpyAsync(ret, e->sel_out, n_rows * n_ids * sizeof(float),
+                                    cudaMemcpyDeviceToHost, e->stream))) ||
+      (r = EXC_CUDA(cudaStreamSynchronize(e->stream))))
+    return cuda_fail(e, r, diag, "label logits");
+  return 0;
+}
+
+int exc_qwen35_token_logprob(struct exc_qwen35 *e, const size_t *rows, const int32_t *targets,
+                             size_t n, float *ret, struct cm_diag *diag) {
+  int r = check_ids(e, targets, n, diag);
+  if (r || (r = select_rows(e, rows, n, diag)))
+    return r;
+  if ((r = EXC_CUDA(cudaMemcpyAsync(e->sel_ids, targets, n * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, e->stream))) ||
+      (r = exc_lm_logprob(e->gemm, e->stream, e->hsel, e->h, e->lm_head, e->vocab, e->sel_ids,
+                          e->sel_out, e->lp_scratch, n, e->h, LP_CHUNK)) ||
+      (r = EXC_CUDA(cudaMemcpyAsync(ret, e->sel_out, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                    e->stream))) ||
+      (r = EXC_CUDA(cudaStreamSynchronize(e->stream))))
+    return cuda_fail(e, r, diag, "token log-prob");
+  return 0;
 }
 
 /* ---- timing ---- */

@@ -26,6 +26,7 @@ struct exc_qwen35_limits {
   size_t max_ctx;       /* tokens one snapshot holds (default 8192) */
   size_t n_snapshots;   /* snapshots in the pool (default 4) */
   size_t max_readouts;  /* readout rows of one launch (hidden and logits; default 64) */
+  size_t max_label_ids; /* vocabulary rows of one exc_qwen35_label_logits call (default 1024) */
 };
 
 /* The default limits above. */
@@ -151,6 +152,22 @@ const char *exc_qwen35_op_name(enum exc_qwen35_op op);
 
 /* The stream every launch of the engine is enqueued on (for callers' timing events). */
 cudaStream_t exc_qwen35_stream(const struct exc_qwen35 *e);
+
+/* Label logits of the last forward's rows: out[i, j] = bf16(hidden[rows[i]] · lm_head[ids[j]]) (the
+ * reference's bf16 logits, as float32 values), from the final-norm hidden rows rounded to bf16.
+ * Shapes: rows [n_rows] packed rows of the last exc_qwen35_forward (≤ max_readouts); ids [n_ids]
+ * in [0, vocab) (≤ max_label_ids); ret [n_rows, n_ids] host float32.
+ * Returns 0; -EINVAL (no forward yet, a row or id out of range); -CM_ELIMIT; -CM_ECUDA.
+ * Source: spec/jemm.md (label logits); twin ex_qwen35_logits + ex_cpu_round_bf16 at those ids. */
+int exc_qwen35_label_logits(struct exc_qwen35 *e, const size_t *rows, size_t n_rows,
+                            const int32_t *ids, size_t n_ids, float *ret, struct cm_diag *diag);
+
+/* Log-probabilities of target tokens at the last forward's rows: ret[i] = l[targets[i]] −
+ * logsumexp(l) over all vocab logits l = bf16(bf16(hidden[rows[i]]) · lm_headᵀ), float32, the
+ * vocabulary in chunks (cuda_logits.h). Shapes: rows, targets [n] (n ≤ max_readouts); ret [n]
+ * host. Returns as exc_qwen35_label_logits. Source: spec/omnijev.md §7. */
+int exc_qwen35_token_logprob(struct exc_qwen35 *e, const size_t *rows, const int32_t *targets,
+                             size_t n, float *ret, struct cm_diag *diag);
 
 /* False once a CUDA call failed with a sticky error (the context is lost: retire the executor). */
 bool exc_qwen35_healthy(const struct exc_qwen35 *e);

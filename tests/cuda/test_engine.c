@@ -6,6 +6,7 @@
  *    within bf16 rounding (relative L2 ≤ 1e-2);
  *  - packed rows: 5 rows of 1..65 tokens continuing one snapshot in one launch are bit-identical
  *    to each row run alone (GEMM algorithms fixed per shape), and match the CPU continuation;
+ *  - label logits and token log-probs of the last forward agree with its full logits;
  *  - limits and bad ids are refused; the per-op profile counts every op of one forward. Models: ratio 2 untied vocab 1000, ratio 3 tied vocab 1001
  *    (padded LM head, padded [z|b|a] projection). */
 #include <errno.h>
@@ -202,8 +203,32 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
     if (argmax(gl, v) != argmax(cl, v))
       xt_fail("one pass n=%zu: top-1 id %zu on the GPU, %zu on the CPU", n, argmax(gl, v),
               argmax(cl, v));
-    if (n == N)
+    if (n == N) {
       memcpy(full, gh, n * h * sizeof(float));
+      /* LM readouts of the last forward's last row against its full logits (GEMM, float32):
+       * label logits are those logits rounded to bf16 (one bf16 ulp apart at most: the two sum in
+       * different orders); the log-prob is the float32 log-softmax of the bf16-rounded logits */
+      int32_t ids[4] = {0, 5, vocab - 1, 17};
+      float lab[4], lp[4], want[4];
+      size_t lrows[4] = {last, last, last, last};
+      XT_OK(exc_qwen35_label_logits(e, &last, 1, ids, 4, lab, &d));
+      for (int k = 0; k < 4; k++)
+        want[k] = cm_bf16_to_f32(cm_f32_to_bf16(gl[ids[k]]));
+      xt_close("label logits vs bf16(full logits)", lab, want, 4, 1e-6, 1.0 / 128);
+      XT_OK(exc_qwen35_token_logprob(e, lrows, ids, 4, lp, &d));
+      double mx = -INFINITY, sum = 0;
+      for (size_t k = 0; k < v; k++)
+        mx = fmax(mx, cm_bf16_to_f32(cm_f32_to_bf16(gl[k])));
+      for (size_t k = 0; k < v; k++)
+        sum += exp(cm_bf16_to_f32(cm_f32_to_bf16(gl[k])) - mx);
+      for (int k = 0; k < 4; k++)
+        want[k] = (float)(want[k] - (mx + log(sum)));
+      /* one bf16 ulp of a logit (|l| < 8: 2^-5) on the target, the normaliser within 1e-3 */
+      xt_close("token log-prob vs log-softmax of bf16(full logits)", lp, want, 4, 1e-3 + 1.0 / 32,
+               0);
+      if (exc_qwen35_label_logits(e, &(size_t){n}, 1, ids, 4, lab, &d) != -EINVAL)
+        xt_fail("a label-logit row outside the last forward was accepted");
+    }
     free(gh);
     free(gl);
   }
