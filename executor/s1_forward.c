@@ -269,8 +269,7 @@ static json_object *float_array(const float *x, size_t n) {
 
 /* device < 0: the float32 CPU forward; else the CUDA engine on that device (repeat: timing). */
 static int run(const char *model_dir, const char *in_path, const char *out_path, bool bf16,
-               enum ex_gdn_mode gdn, int device, int repeat, double t0_ms,
-               struct cm_diag *diag) {
+               enum ex_gdn_mode gdn, int device, int repeat, double t0_ms, struct cm_diag *diag) {
   struct cm_model_dir *dir = NULL;
   struct ex_qwen35_model *m = NULL;
   struct ex_qwen35_state *st = NULL, *cont = NULL;
@@ -278,7 +277,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
   int32_t *tok = NULL, *pos = NULL;
   float *emb = NULL, *hid = NULL, *logits = NULL, *pix = NULL, *vis = NULL;
   float *ro_hid = NULL, *ro_logits = NULL; /* device path: readout rows and their logits */
-  size_t *ro_pos = NULL;                    /* resolved readout positions */
+  size_t *ro_pos = NULL;                   /* resolved readout positions */
   json_object *out = NULL;
   bool have_in = false;
   struct ex_qwen35_config cfg;
@@ -431,9 +430,15 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
       r = -ENOMEM;
       goto done;
     }
-    struct s1_forward_job job = {.tokens = tok, .pos = pos, .n = n, .prefix_len = p,
-                                 .image_rows = vis, .n_image_rows = vis ? (size_t)n_merged : 0,
-                                 .readout = ro_pos, .n_read = in.n_readout, .repeat = repeat,
+    struct s1_forward_job job = {.tokens = tok,
+                                 .pos = pos,
+                                 .n = n,
+                                 .prefix_len = p,
+                                 .image_rows = vis,
+                                 .n_image_rows = vis ? (size_t)n_merged : 0,
+                                 .readout = ro_pos,
+                                 .n_read = in.n_readout,
+                                 .repeat = repeat,
                                  .t0_ms = t0_ms};
     if ((r = s1_forward_cuda(dir, &cfg, device, &job, ro_hid, ro_logits, diag)))
       goto done;
@@ -478,7 +483,8 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     const float *hrow = device >= 0 ? ro_hid + i * h : hid + q * h;
     json_object_array_add(hs, float_array(hrow, h));
     if (device >= 0)
-      memcpy(logits, ro_logits + i * (size_t)cfg.vocab_size, (size_t)cfg.vocab_size * sizeof(float));
+      memcpy(logits, ro_logits + i * (size_t)cfg.vocab_size,
+             (size_t)cfg.vocab_size * sizeof(float));
     else
       ex_qwen35_logits(m, hrow, 1, logits);
     int32_t ids[TOP_K];
@@ -508,12 +514,15 @@ done:
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"model", required_argument, 0, 'm'},   {"device", required_argument, 0, 'd'},
-      {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},
-      {"bf16-rounding", no_argument, 0, 'b'}, {"gdn", required_argument, 0, 'g'},
-      {"repeat", required_argument, 0, 'r'},  {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                       {"device", required_argument, 0, 'd'},
+                                       {"input", required_argument, 0, 'i'},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"bf16-rounding", no_argument, 0, 'b'},
+                                       {"gdn", required_argument, 0, 'g'},
+                                       {"repeat", required_argument, 0, 'r'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   struct timespec ts0;
   clock_gettime(CLOCK_MONOTONIC, &ts0);
   double t0_ms = (double)ts0.tv_sec * 1e3 + (double)ts0.tv_nsec / 1e6;

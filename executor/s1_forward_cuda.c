@@ -51,9 +51,9 @@ static int time_prefill(struct exc_qwen35 *e, struct exc_qwen35_state *st,
   return 0;
 }
 
-int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg,
-                    int device, const struct s1_forward_job *job, float *ret_hidden,
-                    float *ret_logits, struct cm_diag *diag) {
+int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg, int device,
+                    const struct s1_forward_job *job, float *ret_hidden, float *ret_logits,
+                    struct cm_diag *diag) {
   if (dir->adapter)
     return cm_diag_set(diag, -CM_EUNSUPPORTED,
                        "device cuda: a kept (unmerged) LoRA adapter is not supported yet; "
@@ -82,8 +82,10 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
     /* prefix into st, clone into cont, continue cont with the rest; readouts of prefix rows come
      * from the first launch, the others from the continuation */
     int32_t *pp = malloc(3 * p * sizeof(int32_t)), *pc = malloc(3 * (job->n - p) * sizeof(int32_t));
-    size_t *ra = malloc((job->n_read + 1) * sizeof(size_t)), *rb = malloc((job->n_read + 1) * sizeof(size_t));
-    size_t *ia = malloc((job->n_read + 1) * sizeof(size_t)), *ib = malloc((job->n_read + 1) * sizeof(size_t));
+    size_t *ra = malloc((job->n_read + 1) * sizeof(size_t)),
+           *rb = malloc((job->n_read + 1) * sizeof(size_t));
+    size_t *ia = malloc((job->n_read + 1) * sizeof(size_t)),
+           *ib = malloc((job->n_read + 1) * sizeof(size_t));
     float *hh = malloc((job->n_read + 1) * h * sizeof(float));
     float *ll = malloc((job->n_read + 1) * v * sizeof(float));
     if (!pp || !pc || !ra || !rb || !ia || !ib || !hh || !ll) {
@@ -116,10 +118,9 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
         cm_diag_set(diag, r, "cuda engine: snapshot clone failed");
       struct exc_qwen35_seq sb = {.state = cont, .advance = true, .n = job->n - p, .pos = pc};
       if (!r)
-        r = exc_qwen35_forward(e, &sb, 1, job->tokens + p,
-                               job->image_rows ? job->image_rows + img_a * h : NULL,
-                               job->image_rows ? job->n_image_rows - img_a : 0, rb, nb, hh, ll,
-                               diag);
+        r = exc_qwen35_forward(
+            e, &sb, 1, job->tokens + p, job->image_rows ? job->image_rows + img_a * h : NULL,
+            job->image_rows ? job->n_image_rows - img_a : 0, rb, nb, hh, ll, diag);
       for (size_t i = 0; !r && i < nb; i++) {
         memcpy(ret_hidden + ib[i] * h, hh + i * h, h * sizeof(float));
         memcpy(ret_logits + ib[i] * v, ll + i * v, v * sizeof(float));
@@ -141,8 +142,10 @@ int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const flo
                            float *ret_embeds, struct cm_diag *diag) {
   json_object *vc = NULL;
   if (!dir->vision)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: the model directory has no vision tower "
-                       "(exported without vision weights)", dir->path);
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "%s: the model directory has no vision tower "
+                       "(exported without vision weights)",
+                       dir->path);
   if (!json_object_object_get_ex(dir->config, "vision_config", &vc))
     return cm_diag_set(diag, -CM_EMISSING, "%s: config has no vision_config", dir->path);
   struct ex_vision_config cfg;
@@ -169,8 +172,8 @@ int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const flo
   size_t n_out = (size_t)n_merged * (size_t)cfg.out_hidden_size;
   if ((r = EXC_CUDA(cudaMalloc((void **)&d_out, n_out * sizeof(float)))) ||
       (r = exc_vision_forward(v, 0, pixels, n_patches, grid_thw, n_images, d_out, diag)) ||
-      (r = EXC_CUDA(cudaMemcpy(ret_embeds, d_out, n_out * sizeof(float),
-                               cudaMemcpyDeviceToHost)))) {
+      (r = EXC_CUDA(
+           cudaMemcpy(ret_embeds, d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost)))) {
     cm_diag_set(diag, r, "cuda:%d: the vision tower failed (see stderr)", device);
     goto out;
   }

@@ -198,6 +198,6 @@ int exc_gemm(struct exc_gemm *g, cudaStream_t stream, const __nv_bfloat16 *x, si
   if (r < 0)
     return r;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  return EXC_CUBLAS(cublasLtMatmul(g->lt, &d.op, &alpha, w, &d.a, x, &d.b, &beta, y, &d.c, y,
-                                   &d.c, algo, g->workspace, g->workspace_bytes, stream));
+  return EXC_CUBLAS(cublasLtMatmul(g->lt, &d.op, &alpha, w, &d.a, x, &d.b, &beta, y, &d.c, y, &d.c,
+                                   algo, g->workspace, g->workspace_bytes, stream));
 }

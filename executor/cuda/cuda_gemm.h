@@ -23,9 +23,9 @@ enum exc_dtype {
   EXC_DTYPE_COUNT,
 };
 
-#define EXC_GEMM_ALIGN_ELEMS 8    /* k, ld_x, ld_y and m_pad are multiples of this (16-byte rows) */
-#define EXC_GEMM_MAX_SHAPES 128   /* distinct (m, k, out dtype, accumulate) shapes per handle */
-#define EXC_GEMM_REF_ROWS 1024    /* row count n at which the one algorithm of a shape is chosen */
+#define EXC_GEMM_ALIGN_ELEMS 8  /* k, ld_x, ld_y and m_pad are multiples of this (16-byte rows) */
+#define EXC_GEMM_MAX_SHAPES 128 /* distinct (m, k, out dtype, accumulate) shapes per handle */
+#define EXC_GEMM_REF_ROWS 1024  /* row count n at which the one algorithm of a shape is chosen */
 
 /* Rows a weight of m output features is padded to on the device (m rounded up to a multiple of
  * EXC_GEMM_ALIGN_ELEMS; e.g. a 248,079-row LM head becomes 248,080 rows, the pad rows zero): odd
@@ -34,19 +34,19 @@ size_t exc_gemm_pad(size_t m);
 
 /* One algorithm, chosen once per shape. */
 struct exc_gemm_algo {
-  size_t m, k;            /* output features (padded) and reduction length */
-  enum exc_dtype y_dtype; /* output type */
-  bool accumulate;        /* beta = 1 (y += x·wᵀ) */
+  size_t m, k;               /* output features (padded) and reduction length */
+  enum exc_dtype y_dtype;    /* output type */
+  bool accumulate;           /* beta = 1 (y += x·wᵀ) */
   cublasLtMatmulAlgo_t algo; /* the cuBLASLt algorithm, split-K 1, no reduction scheme */
 };
 
 /* A cuBLASLt handle with its workspace and the per-shape algorithm cache. Not thread-safe: one per
  * stream-owning thread. */
 struct exc_gemm {
-  cublasLtHandle_t lt;         /* cuBLASLt handle */
-  void *workspace;             /* device workspace, reserved at creation */
-  size_t workspace_bytes;      /* its size */
-  int n_algos;                 /* cache entries in use */
+  cublasLtHandle_t lt;                             /* cuBLASLt handle */
+  void *workspace;                                 /* device workspace, reserved at creation */
+  size_t workspace_bytes;                          /* its size */
+  int n_algos;                                     /* cache entries in use */
   struct exc_gemm_algo algos[EXC_GEMM_MAX_SHAPES]; /* the cache, filled on each shape's first use */
 };
 
@@ -67,8 +67,8 @@ void exc_gemm_free(struct exc_gemm *g);
  * Units: none. Ownership: device buffers of the caller; enqueued on `stream`, no sync; the handle
  * must not be used from two threads at once.
  * Returns 0; -EINVAL (alignment, sizes, dtype, accumulate with bf16 output: cuBLASLt rounds the
- * product to bf16 before adding y there, measured); -CM_ELIMIT (more than EXC_GEMM_MAX_SHAPES shapes);
- * -CM_EUNSUPPORTED (cuBLASLt has no split-K-free algorithm for the shape); -CM_ECUDA.
+ * product to bf16 before adding y there, measured); -CM_ELIMIT (more than EXC_GEMM_MAX_SHAPES
+ * shapes); -CM_EUNSUPPORTED (cuBLASLt has no split-K-free algorithm for the shape); -CM_ECUDA.
  * Source: torch.nn.functional.linear in bf16 (cuBLASLt, fp32 accumulate); twin ex_cpu_linear. */
 int exc_gemm(struct exc_gemm *g, cudaStream_t stream, const __nv_bfloat16 *x, size_t ld_x,
              const __nv_bfloat16 *w, void *y, size_t ld_y, enum exc_dtype y_dtype, bool accumulate,

@@ -9,9 +9,9 @@
 #include "cuda_logits.h"
 #include "exc_kernel.cuh"
 
-static __global__ void lm_rows_kernel(const __nv_bfloat16 *x, size_t ld_x,
-                                      const __nv_bfloat16 *w, const int32_t *rows, float *out,
-                                      size_t n, size_t m, size_t h, bool round_bf16) {
+static __global__ void lm_rows_kernel(const __nv_bfloat16 *x, size_t ld_x, const __nv_bfloat16 *w,
+                                      const int32_t *rows, float *out, size_t n, size_t m, size_t h,
+                                      bool round_bf16) {
   size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   int lane = threadIdx.x & 31;
   if (warp >= n * m)
@@ -49,8 +49,8 @@ enum { LSE_THREADS = 256 };
 /* One block per position: the chunk's max and Σ exp, merged into the running (mx, sum); the
  * target's logit kept when it falls in this chunk. first: the state is uninitialised. */
 static __global__ void lse_chunk_kernel(const __nv_bfloat16 *l, size_t ld, size_t c0, size_t cw,
-                                        const int32_t *targets, float *mx, float *sum,
-                                        float *tgt, bool first) {
+                                        const int32_t *targets, float *mx, float *sum, float *tgt,
+                                        bool first) {
   __shared__ float red[33];
   size_t i = blockIdx.x;
   const __nv_bfloat16 *row = l + i * ld;
@@ -101,7 +101,7 @@ int exc_lm_logprob(struct exc_gemm *g, cudaStream_t stream, const __nv_bfloat16 
   float *tgt = (float *)p;
   for (size_t c0 = 0; c0 < vocab; c0 += chunk) {
     size_t rows = c0 + chunk <= vocab_pad ? chunk : vocab_pad - c0; /* GEMM width, multiple of 8 */
-    size_t valid = c0 + rows <= vocab ? rows : vocab - c0;           /* logits in the normaliser */
+    size_t valid = c0 + rows <= vocab ? rows : vocab - c0;          /* logits in the normaliser */
     int r = exc_gemm(g, stream, x, ld_x, w + c0 * h, l, chunk, EXC_DTYPE_BF16, false, n, h, rows);
     if (r < 0)
       return r;

@@ -30,15 +30,14 @@ int exc_lm_rows(cudaStream_t stream, const __nv_bfloat16 *x, size_t ld_x, const 
 /* Bytes of scratch exc_lm_logprob needs for n positions and a chunk of `chunk` vocabulary rows. */
 size_t exc_lm_logprob_scratch_bytes(size_t n, size_t chunk);
 
-/* out[i] = l[i, targets[i]] − log Σ_{v < vocab} exp(l[i, v]) with l = bf16(x · wᵀ) (a bf16 GEMM with
- * bf16 output, as the reference), the normaliser over exactly `vocab` logits, accumulated online
- * over chunks of `chunk` rows in float32 (running max and rescaled sum).
- * Shapes: x [n, ld_x] bf16; w [vocab_pad, h] bf16 with vocab ≤ vocab_pad = exc_gemm_pad(vocab)
- *         (pad rows ignored); targets [n] int32 in [0, vocab); out [n] float32; scratch of
- *         exc_lm_logprob_scratch_bytes(n, chunk) bytes; chunk a multiple of 8; all device.
- * Units: natural log. Ownership: stream-ordered, no sync; `g` is used on `stream`.
- * Returns 0; -EINVAL; exc_gemm's errors. Source: spec/omnijev.md §7 (LM features);
- * twin ex_cpu_linear + ex_cpu_round_bf16 + a float32 log-softmax. */
+/* out[i] = l[i, targets[i]] − log Σ_{v < vocab} exp(l[i, v]) with l = bf16(x · wᵀ) (a bf16 GEMM
+ * with bf16 output, as the reference), the normaliser over exactly `vocab` logits, accumulated
+ * online over chunks of `chunk` rows in float32 (running max and rescaled sum). Shapes: x [n, ld_x]
+ * bf16; w [vocab_pad, h] bf16 with vocab ≤ vocab_pad = exc_gemm_pad(vocab) (pad rows ignored);
+ * targets [n] int32 in [0, vocab); out [n] float32; scratch of exc_lm_logprob_scratch_bytes(n,
+ * chunk) bytes; chunk a multiple of 8; all device. Units: natural log. Ownership: stream-ordered,
+ * no sync; `g` is used on `stream`. Returns 0; -EINVAL; exc_gemm's errors. Source: spec/omnijev.md
+ * §7 (LM features); twin ex_cpu_linear + ex_cpu_round_bf16 + a float32 log-softmax. */
 int exc_lm_logprob(struct exc_gemm *g, cudaStream_t stream, const __nv_bfloat16 *x, size_t ld_x,
                    const __nv_bfloat16 *w, size_t vocab, const int32_t *targets, float *out,
                    void *scratch, size_t n, size_t h, size_t chunk);

@@ -1,5 +1,6 @@
 /* RMSNorm kernels (cuda_norm.h): one block per normalised vector, a block-wide float32 sum of
- * squares, 1/sqrtf as the CPU twin (PyTorch's CUDA rsqrt differs by a few ulp, well inside bf16). */
+ * squares, 1/sqrtf as the CPU twin (PyTorch's CUDA rsqrt differs by a few ulp, well inside bf16).
+ */
 #include <errno.h>
 
 #include "cm_error.h"
@@ -43,7 +44,7 @@ int exc_rms_norm(cudaStream_t stream, float *x, const float *add, const float *w
   if (!n || !d || n > 0x7fffffffu || (!y_f32 && !y_bf16) || (y_bf16 && ld_bf16 < d))
     return -EINVAL;
   rms_norm_kernel<<<(unsigned)n, NORM_THREADS, 0, stream>>>(x, add, d, true, w, eps, y_f32, y_bf16,
-                                                             ld_bf16, d);
+                                                            ld_bf16, d);
   return EXC_CUDA(cudaGetLastError());
 }
 
@@ -72,7 +73,7 @@ int exc_gated_rms_norm(cudaStream_t stream, const float *x, const float *z, size
   if (!n || !n_heads || !dv || n * n_heads > 0x7fffffffu || ld_z < n_heads * dv)
     return -EINVAL;
   unsigned threads = dv >= 128 ? 128 : 32;
-  gated_norm_kernel<<<(unsigned)(n * n_heads), threads, 0, stream>>>(x, z, ld_z, w, eps, y,
-                                                                       n_heads, dv);
+  gated_norm_kernel<<<(unsigned)(n * n_heads), threads, 0, stream>>>(x, z, ld_z, w, eps, y, n_heads,
+                                                                     dv);
   return EXC_CUDA(cudaGetLastError());
 }

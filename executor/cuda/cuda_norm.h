@@ -1,7 +1,8 @@
 /* RMS normalisations of the CUDA engine: the zero-centred RMSNorm (weight 1 + w) with the residual
  * add fused in front and bf16 and/or float32 outputs (the GEMM input and the final-norm hidden
  * rows), and the gated RMSNorm of the Gated DeltaNet output (plain w, times silu(z)) to bf16.
- * LayerNorm (vision) is not here. Twins: cpu/cpu_norm.c (ex_cpu_rms_norm, ex_cpu_gated_rms_norm). */
+ * LayerNorm (vision) is not here. Twins: cpu/cpu_norm.c (ex_cpu_rms_norm, ex_cpu_gated_rms_norm).
+ */
 #ifndef S1_EX_CUDA_NORM_H
 #define S1_EX_CUDA_NORM_H
 

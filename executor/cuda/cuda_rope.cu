@@ -17,8 +17,8 @@ void exc_rope_inv_freq(int rot_dims, double theta, float *inv_freq) {
   }
 }
 
-static __global__ void mrope_kernel(const int32_t *pos, size_t n, const float *inv_freq,
-                                    int n_freq, int s1, int s2, float *cos_t, float *sin_t) {
+static __global__ void mrope_kernel(const int32_t *pos, size_t n, const float *inv_freq, int n_freq,
+                                    int s1, int s2, float *cos_t, float *sin_t) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n * (size_t)n_freq)
     return;
@@ -42,9 +42,8 @@ int exc_mrope_tables(cudaStream_t stream, const int32_t *pos, size_t n, const fl
 static __global__ void attn_prep_kernel(const float *qg, const float *k, const float *v, size_t ld,
                                         const float *q_norm, const float *k_norm, float eps,
                                         const float *cos_t, const float *sin_t, int rot_dims,
-                                        __nv_bfloat16 *q, __nv_bfloat16 *gate,
-                                        __nv_bfloat16 *k_out, __nv_bfloat16 *v_out, int n_heads,
-                                        int n_kv, int d) {
+                                        __nv_bfloat16 *q, __nv_bfloat16 *gate, __nv_bfloat16 *k_out,
+                                        __nv_bfloat16 *v_out, int n_heads, int n_kv, int d) {
   __shared__ float vec[MAX_D];
   __shared__ float red[33];
   size_t t = blockIdx.x;
@@ -104,7 +103,7 @@ int exc_attn_prep(cudaStream_t stream, const float *qg, const float *k, const fl
     return -EINVAL;
   dim3 grid((unsigned)n, (unsigned)(n_heads + 2 * n_kv));
   attn_prep_kernel<<<grid, PREP_THREADS, 0, stream>>>(qg, k, v, ld, q_norm, k_norm, eps, cos_t,
-                                                       sin_t, rot_dims, q, gate, k_out, v_out,
-                                                       n_heads, n_kv, head_dim);
+                                                      sin_t, rot_dims, q, gate, k_out, v_out,
+                                                      n_heads, n_kv, head_dim);
   return EXC_CUDA(cudaGetLastError());
 }

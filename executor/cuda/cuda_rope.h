@@ -21,8 +21,8 @@ extern "C" {
 void exc_rope_inv_freq(int rot_dims, double theta, float *inv_freq);
 
 /* cos/sin[t, j] of angle pos[axis(j), t] · inv_freq[j] (float32 product, then cosf/sinf), where
- * axis(j) is H when j % 3 == 1 and j < 3·section[1], W when j % 3 == 2 and j < 3·section[2], else T.
- * Shapes: pos [3, n] int32 (rows T, H, W); inv_freq [F]; cos_t, sin_t [n, F] float32; device.
+ * axis(j) is H when j % 3 == 1 and j < 3·section[1], W when j % 3 == 2 and j < 3·section[2], else
+ * T. Shapes: pos [3, n] int32 (rows T, H, W); inv_freq [F]; cos_t, sin_t [n, F] float32; device.
  * Ownership: stream-ordered, no sync. Returns 0; -EINVAL; -CM_ECUDA.
  * Source: spec/qwen3_5.md §5.2; twin ex_cpu_mrope_tables. */
 int exc_mrope_tables(cudaStream_t stream, const int32_t *pos, size_t n, const float *inv_freq,

@@ -54,63 +54,63 @@ struct slot {
 };
 
 struct exc_qwen35 {
-  struct ex_qwen35_config cfg;   /* parsed config */
-  struct exc_qwen35_limits lim;  /* reserved sizes */
-  int device;                    /* CUDA device ordinal */
-  cudaStream_t stream;           /* every launch of the engine */
-  struct exc_gemm *gemm;         /* cuBLASLt handle + algorithm cache */
-  bool sticky;                   /* a sticky CUDA error happened */
+  struct ex_qwen35_config cfg;  /* parsed config */
+  struct exc_qwen35_limits lim; /* reserved sizes */
+  int device;                   /* CUDA device ordinal */
+  cudaStream_t stream;          /* every launch of the engine */
+  struct exc_gemm *gemm;        /* cuBLASLt handle + algorithm cache */
+  bool sticky;                  /* a sticky CUDA error happened */
   /* sizes */
   size_t h, inter, d, hq, hkv, hk, hv, dk, dv, kd, vd, cd, kconv, f, vocab, vocab_pad;
-  size_t m_attn;                 /* Hq·2D + 2·Hkv·D */
-  size_t m_zba;                  /* Hv·dv + 2·Hv padded to 8 */
+  size_t m_attn; /* Hq·2D + 2·Hkv·D */
+  size_t m_zba;  /* Hv·dv + 2·Hv padded to 8 */
   /* weights */
-  void *wbuf;                    /* the one weight allocation */
-  size_t wbytes;                 /* its size */
-  bf16_t *embed;                 /* [vocab, H] */
-  bf16_t *lm_head;               /* [vocab_pad, H] (== embed when tied and vocab % 8 == 0) */
-  float *final_norm;             /* [H] */
-  float *inv_freq;               /* [F] rotary inverse frequencies */
-  struct dlayer *layers;         /* [n_layers] */
+  void *wbuf;            /* the one weight allocation */
+  size_t wbytes;         /* its size */
+  bf16_t *embed;         /* [vocab, H] */
+  bf16_t *lm_head;       /* [vocab_pad, H] (== embed when tied and vocab % 8 == 0) */
+  float *final_norm;     /* [H] */
+  float *inv_freq;       /* [F] rotary inverse frequencies */
+  struct dlayer *layers; /* [n_layers] */
   /* arena */
-  void *abuf;                    /* the scratch allocation */
-  size_t abytes;                 /* its size */
-  int32_t *ids, *pos;            /* [T], [3, T] */
-  float *cos_t, *sin_t;          /* [T, F] */
-  float *hres;                   /* [T, H] residual stream */
-  bf16_t *a;                     /* [T, H] normed GEMM input */
-  float *proj;                   /* [T, max(m_attn, conv_dim, 2I)] projection output */
-  float *zba;                    /* [T, m_zba] */
-  float *convout;                /* [T, conv_dim] */
-  float *beta, *g;               /* [T, Hv] */
-  float *gout;                   /* [T, Hv, dv] */
-  void *gdn_scratch;             /* exc_gdn_chunked_scratch_bytes(T, S) */
-  bf16_t *q, *gate;              /* [T, Hq, D] */
-  bf16_t *knew, *vnew;           /* [T, Hkv, D] */
-  bf16_t *mix;                   /* [T, max(Hq·D, Hv·dv, I)] bf16 GEMM input (attn / gated norm / SwiGLU) */
-  float *win;                    /* [S, K−1, conv_dim] conv windows out */
-  float *hid;                    /* [T, H] final-norm hidden */
-  bf16_t *hsel;                  /* [R, H] bf16 readout rows */
-  float *logits;                 /* [R, vocab_pad] */
-  int32_t *sel_ids;              /* [max(max_label_ids, R)] label ids / log-prob targets */
-  float *sel_out;                /* [R, max_label_ids] label logits / [R] log-probs */
-  void *lp_scratch;              /* exc_lm_logprob_scratch_bytes(R, LP_CHUNK) */
-  size_t last_t;                 /* rows of the last forward (0: none yet) */
+  void *abuf;           /* the scratch allocation */
+  size_t abytes;        /* its size */
+  int32_t *ids, *pos;   /* [T], [3, T] */
+  float *cos_t, *sin_t; /* [T, F] */
+  float *hres;          /* [T, H] residual stream */
+  bf16_t *a;            /* [T, H] normed GEMM input */
+  float *proj;          /* [T, max(m_attn, conv_dim, 2I)] projection output */
+  float *zba;           /* [T, m_zba] */
+  float *convout;       /* [T, conv_dim] */
+  float *beta, *g;      /* [T, Hv] */
+  float *gout;          /* [T, Hv, dv] */
+  void *gdn_scratch;    /* exc_gdn_chunked_scratch_bytes(T, S) */
+  bf16_t *q, *gate;     /* [T, Hq, D] */
+  bf16_t *knew, *vnew;  /* [T, Hkv, D] */
+  bf16_t *mix;      /* [T, max(Hq·D, Hv·dv, I)] bf16 GEMM input (attn / gated norm / SwiGLU) */
+  float *win;       /* [S, K−1, conv_dim] conv windows out */
+  float *hid;       /* [T, H] final-norm hidden */
+  bf16_t *hsel;     /* [R, H] bf16 readout rows */
+  float *logits;    /* [R, vocab_pad] */
+  int32_t *sel_ids; /* [max(max_label_ids, R)] label ids / log-prob targets */
+  float *sel_out;   /* [R, max_label_ids] label logits / [R] log-probs */
+  void *lp_scratch; /* exc_lm_logprob_scratch_bytes(R, LP_CHUNK) */
+  size_t last_t;    /* rows of the last forward (0: none yet) */
   /* pool */
-  void *pbuf;                    /* the snapshot allocation */
-  size_t pbytes, snap_bytes;     /* its size, one slot's */
-  struct slot *slots;            /* [n_snapshots] */
+  void *pbuf;                /* the snapshot allocation */
+  size_t pbytes, snap_bytes; /* its size, one slot's */
+  struct slot *slots;        /* [n_snapshots] */
   /* host staging */
-  int32_t *h_ids, *h_pos;        /* pinned [T], [3, T] */
-  struct exc_attn_seq *aseq;     /* [S] */
-  struct exc_gdn_seq *gseq;      /* [S] */
-  struct exc_conv_seq *cseq;     /* [S] */
-  size_t *starts;                /* [S] first packed row of each sequence */
+  int32_t *h_ids, *h_pos;    /* pinned [T], [3, T] */
+  struct exc_attn_seq *aseq; /* [S] */
+  struct exc_gdn_seq *gseq;  /* [S] */
+  struct exc_conv_seq *cseq; /* [S] */
+  size_t *starts;            /* [S] first packed row of each sequence */
   /* profiling (exc_qwen35_profile_enable) */
-  bool prof_on;                  /* record an event after every op */
-  cudaEvent_t *prof_ev;          /* [PROF_EVENTS] */
-  uint8_t *prof_cat;             /* [PROF_EVENTS] op kind of the interval ending at event i */
-  int prof_n;                    /* events recorded in the current forward */
+  bool prof_on;                   /* record an event after every op */
+  cudaEvent_t *prof_ev;           /* [PROF_EVENTS] */
+  uint8_t *prof_cat;              /* [PROF_EVENTS] op kind of the interval ending at event i */
+  int prof_n;                     /* events recorded in the current forward */
   struct exc_qwen35_profile prof; /* sums */
 };
 
@@ -270,8 +270,8 @@ static int find_shaped(struct wload *w, const char *key, int n_dims, const int64
 }
 
 /* Uploads a [rows, cols] matrix as bf16 at dst (BF16 bytes copied as stored). */
-static int up_matrix(struct wload *w, const char *rel, bool with_prefix, int64_t rows,
-                     int64_t cols, bf16_t *dst) {
+static int up_matrix(struct wload *w, const char *rel, bool with_prefix, int64_t rows, int64_t cols,
+                     bf16_t *dst) {
   char key[256];
   snprintf(key, sizeof(key), "%s%s", with_prefix ? w->prefix : "", rel);
   struct cm_tensor_view v;
@@ -409,10 +409,14 @@ static int prepare_gemms(struct exc_qwen35 *e) {
     enum exc_dtype t;
     bool acc;
   } shapes[] = {
-      {e->h, e->m_attn, EXC_DTYPE_F32, false},      {e->hq * e->d, e->h, EXC_DTYPE_F32, true},
-      {e->h, e->cd, EXC_DTYPE_F32, false},          {e->h, e->m_zba, EXC_DTYPE_F32, false},
-      {e->vd, e->h, EXC_DTYPE_F32, true},           {e->h, 2 * e->inter, EXC_DTYPE_F32, false},
-      {e->inter, e->h, EXC_DTYPE_F32, true},        {e->h, e->vocab_pad, EXC_DTYPE_F32, false},
+      {e->h, e->m_attn, EXC_DTYPE_F32, false},
+      {e->hq * e->d, e->h, EXC_DTYPE_F32, true},
+      {e->h, e->cd, EXC_DTYPE_F32, false},
+      {e->h, e->m_zba, EXC_DTYPE_F32, false},
+      {e->vd, e->h, EXC_DTYPE_F32, true},
+      {e->h, 2 * e->inter, EXC_DTYPE_F32, false},
+      {e->inter, e->h, EXC_DTYPE_F32, true},
+      {e->h, e->vocab_pad, EXC_DTYPE_F32, false},
       {e->h, LP_CHUNK, EXC_DTYPE_BF16, false},
       {e->h, exc_gemm_pad(e->vocab) % LP_CHUNK ? exc_gemm_pad(e->vocab) % LP_CHUNK : LP_CHUNK,
        EXC_DTYPE_BF16, false},
@@ -476,9 +480,9 @@ static int reserve(struct exc_qwen35 *e, void **ret, size_t n_bytes, const char 
   return 0;
 }
 
-int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors *st,
-                   int device, const struct exc_qwen35_limits *lim,
-                   struct exc_qwen35 **ret_engine, struct cm_diag *diag) {
+int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors *st, int device,
+                   const struct exc_qwen35_limits *lim, struct exc_qwen35 **ret_engine,
+                   struct cm_diag *diag) {
   struct exc_qwen35_limits def;
   exc_qwen35_limits_default(&def);
   if (!lim)
@@ -512,8 +516,8 @@ int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetenso
   e->vocab_pad = exc_gemm_pad(e->vocab);
   e->m_attn = e->hq * 2 * e->d + 2 * e->hkv * e->d;
   e->m_zba = exc_gemm_pad(e->vd + 2 * e->hv);
-  if (e->h % 8 || e->inter % 8 || (e->hq * e->d) % 8 || e->vd % 8 || e->cd % 8 ||
-      e->m_attn % 8 || e->kconv < 2) {
+  if (e->h % 8 || e->inter % 8 || (e->hq * e->d) % 8 || e->vd % 8 || e->cd % 8 || e->m_attn % 8 ||
+      e->kconv < 2) {
     r = cm_diag_set(diag, -CM_EUNSUPPORTED,
                     "cuda engine: hidden, intermediate, attention and GDN widths must be "
                     "multiples of 8 (bf16 GEMM rows of 16 bytes)");
@@ -699,8 +703,8 @@ static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq 
   if (r)
     return r;
   prof(e, EXC_OP_STATE_COPY);
-  r = exc_gemm(e->gemm, e->stream, e->mix, e->hq * e->d, l->w_o, e->hres, e->h, EXC_DTYPE_F32,
-               true, t, e->hq * e->d, e->h);
+  r = exc_gemm(e->gemm, e->stream, e->mix, e->hq * e->d, l->w_o, e->hres, e->h, EXC_DTYPE_F32, true,
+               t, e->hq * e->d, e->h);
   prof(e, EXC_OP_GEMM_OUT);
   return r;
 }
@@ -721,11 +725,11 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
     const struct exc_qwen35_state *st = seqs[i].state;
     bool populated = st && st->n_tokens > 0;
     const struct slot *sl = st ? &e->slots[st->slot] : NULL;
-    e->cseq[i] = (struct exc_conv_seq){.start = (int32_t)e->starts[i],
-                                       .n = (int32_t)seqs[i].n,
-                                       .window_in = populated ? sl->conv[li] : NULL,
-                                       .window_out = seqs[i].advance ? e->win + (size_t)i * wn
-                                                                     : NULL};
+    e->cseq[i] =
+        (struct exc_conv_seq){.start = (int32_t)e->starts[i],
+                              .n = (int32_t)seqs[i].n,
+                              .window_in = populated ? sl->conv[li] : NULL,
+                              .window_out = seqs[i].advance ? e->win + (size_t)i * wn : NULL};
     e->gseq[i] = (struct exc_gdn_seq){.start = (int32_t)e->starts[i],
                                       .n = (int32_t)seqs[i].n,
                                       .state_in = populated ? sl->s[li] : NULL,
@@ -762,8 +766,8 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
 
 static int mlp(struct exc_qwen35 *e, const struct dlayer *l, size_t t) {
   int r;
-  if ((r = exc_rms_norm(e->stream, e->hres, NULL, l->post_norm, e->cfg.rms_eps, NULL, e->a, e->h,
-                        t, e->h)))
+  if ((r = exc_rms_norm(e->stream, e->hres, NULL, l->post_norm, e->cfg.rms_eps, NULL, e->a, e->h, t,
+                        e->h)))
     return r;
   prof(e, EXC_OP_NORM);
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter, EXC_DTYPE_F32,
@@ -815,8 +819,8 @@ static int pack(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int ns,
                        e->lim.max_readouts);
   for (size_t i = 0; i < n_read; i++)
     if (readout[i] >= total)
-      return cm_diag_set(diag, -EINVAL, "cuda engine: readout row %zu outside %zu rows",
-                         readout[i], total);
+      return cm_diag_set(diag, -EINVAL, "cuda engine: readout row %zu outside %zu rows", readout[i],
+                         total);
   for (size_t t = 0; t < total; t++) {
     if (tokens[t] < 0 || (size_t)tokens[t] >= e->vocab)
       return cm_diag_set(diag, -EINVAL, "token %d at row %zu outside the vocabulary [0, %zu)",
@@ -829,9 +833,9 @@ static int pack(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int ns,
     for (size_t t = 0; t < n; t++)
       for (int a = 0; a < 3; a++)
         e->h_pos[(size_t)a * total + s0 + t] =
-            seqs[i].pos ? seqs[i].pos[(size_t)a * n + t]
-                        : (int32_t)((int64_t)((st ? st->n_tokens : 0) + t) +
-                                    (st ? st->rope_delta : 0));
+            seqs[i].pos
+                ? seqs[i].pos[(size_t)a * n + t]
+                : (int32_t)((int64_t)((st ? st->n_tokens : 0) + t) + (st ? st->rope_delta : 0));
   }
   *ret_total = total;
   return 0;
@@ -839,8 +843,8 @@ static int pack(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int ns,
 
 int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int n_seqs,
                        const int32_t *tokens, const float *image_rows, size_t n_image_rows,
-                       const size_t *readout,
-                       size_t n_read, float *ret_hidden, float *ret_logits, struct cm_diag *diag) {
+                       const size_t *readout, size_t n_read, float *ret_hidden, float *ret_logits,
+                       struct cm_diag *diag) {
   if (e->sticky)
     return cm_diag_set(diag, -CM_ECUDA, "cuda engine: retired after a sticky device error");
   e->last_t = 0;
@@ -860,10 +864,10 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
   cudaStream_t s = e->stream;
   e->prof_n = 0;
   prof(e, EXC_OP_INPUT); /* the start mark */
-  if ((r = EXC_CUDA(cudaMemcpyAsync(e->ids, e->h_ids, t * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                    s))) ||
-      (r = EXC_CUDA(cudaMemcpyAsync(e->pos, e->h_pos, 3 * t * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice, s))))
+  if ((r = EXC_CUDA(
+           cudaMemcpyAsync(e->ids, e->h_ids, t * sizeof(int32_t), cudaMemcpyHostToDevice, s))) ||
+      (r = EXC_CUDA(
+           cudaMemcpyAsync(e->pos, e->h_pos, 3 * t * sizeof(int32_t), cudaMemcpyHostToDevice, s))))
     goto fail;
   what = "embedding";
   if ((r = exc_embed(s, e->embed, e->vocab, e->ids, e->hres, t, e->h)))
@@ -892,8 +896,7 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
   for (int li = 0; li < e->cfg.n_layers; li++) {
     const struct dlayer *l = &e->layers[li];
     what = l->full_attn ? "attention layer" : "Gated DeltaNet layer";
-    if ((r = exc_rms_norm(s, e->hres, NULL, l->in_norm, e->cfg.rms_eps, NULL, e->a, e->h, t,
-                          e->h)))
+    if ((r = exc_rms_norm(s, e->hres, NULL, l->in_norm, e->cfg.rms_eps, NULL, e->a, e->h, t, e->h)))
       goto fail;
     prof(e, EXC_OP_NORM);
     r = l->full_attn ? attn_layer(e, li, seqs, n_seqs, t) : gdn_layer(e, li, seqs, n_seqs, t);
@@ -904,8 +907,7 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
       goto fail;
   }
   what = "final norm";
-  if ((r = exc_rms_norm(s, e->hres, NULL, e->final_norm, e->cfg.rms_eps, e->hid, NULL, 0, t,
-                        e->h)))
+  if ((r = exc_rms_norm(s, e->hres, NULL, e->final_norm, e->cfg.rms_eps, e->hid, NULL, 0, t, e->h)))
     goto fail;
   what = "readouts";
   for (size_t i = 0; i < n_read && !r; i++) {
@@ -919,8 +921,8 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
     goto fail;
   if (ret_logits && n_read) {
     what = "LM head";
-    if ((r = exc_gemm(e->gemm, s, e->hsel, e->h, e->lm_head, e->logits, e->vocab_pad,
-                      EXC_DTYPE_F32, false, n_read, e->h, e->vocab_pad)) ||
+    if ((r = exc_gemm(e->gemm, s, e->hsel, e->h, e->lm_head, e->logits, e->vocab_pad, EXC_DTYPE_F32,
+                      false, n_read, e->h, e->vocab_pad)) ||
         (r = EXC_CUDA(cudaMemcpy2DAsync(ret_logits, e->vocab * sizeof(float), e->logits,
                                         e->vocab_pad * sizeof(float), e->vocab * sizeof(float),
                                         n_read, cudaMemcpyDeviceToHost, s))))
@@ -1099,7 +1101,7 @@ void exc_qwen35_profile_read(const struct exc_qwen35 *e, struct exc_qwen35_profi
 
 const char *exc_qwen35_op_name(enum exc_qwen35_op op) {
   static const char *const names[EXC_OP_COUNT] = {
-      "input", "norm", "gemm_in", "gemm_out", "attn_prep", "attention", "state_copy",
-      "conv", "gdn_prepare", "gdn", "gated_norm", "swiglu", "readout"};
+      "input", "norm",        "gemm_in", "gemm_out",   "attn_prep", "attention", "state_copy",
+      "conv",  "gdn_prepare", "gdn",     "gated_norm", "swiglu",    "readout"};
   return op < EXC_OP_COUNT ? names[op] : "?";
 }

@@ -32,23 +32,23 @@ struct exc_qwen35_limits {
 /* The default limits above. */
 void exc_qwen35_limits_default(struct exc_qwen35_limits *lim);
 
-struct exc_qwen35;       /* opaque engine: weights, arena, pool, stream, GEMM handle */
+struct exc_qwen35; /* opaque engine: weights, arena, pool, stream, GEMM handle */
 
 /* A sequence state on the device (one pool slot): the snapshot of a sequence after n_tokens. */
 struct exc_qwen35_state {
-  size_t n_tokens;   /* tokens held (sequence positions 0 .. n_tokens−1) */
+  size_t n_tokens;    /* tokens held (sequence positions 0 .. n_tokens−1) */
   int64_t rope_delta; /* text position = sequence position + rope_delta (default positions) */
-  int slot;          /* pool slot index (owned by the engine) */
+  int slot;           /* pool slot index (owned by the engine) */
 };
 
 /* One packed sequence of a forward launch. */
 struct exc_qwen35_seq {
   struct exc_qwen35_state *state; /* snapshot continued (read), or NULL for a fresh sequence */
-  bool advance;        /* append this sequence's tokens to `state` (K/V, conv window, GDN state);
-                          the state then must not be read by another sequence of the launch */
-  size_t n;            /* tokens of this sequence (≥ 1) */
-  const int32_t *pos;  /* [3, n] host mRoPE ids (rows T, H, W), or NULL for text positions
-                          (state's n_tokens + rope_delta + t on every axis) */
+  bool advance;       /* append this sequence's tokens to `state` (K/V, conv window, GDN state);
+                         the state then must not be read by another sequence of the launch */
+  size_t n;           /* tokens of this sequence (≥ 1) */
+  const int32_t *pos; /* [3, n] host mRoPE ids (rows T, H, W), or NULL for text positions
+                         (state's n_tokens + rope_delta + t on every axis) */
 };
 
 /* Loads the text weights of a checkpoint (key prefixes as ex_qwen35_model_load: BF16 copied,
@@ -59,9 +59,9 @@ struct exc_qwen35_seq {
  * -CM_EUNSUPPORTED (a kept LoRA adapter; dims not multiples of 8); -EINVAL (limits);
  * -ENOMEM; -CM_ECUDA (no device, out of device memory: the message gives the bytes asked).
  * Source: spec/qwen3_5.md §2; twin ex_qwen35_model_load. */
-int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors *st,
-                   int device, const struct exc_qwen35_limits *lim,
-                   struct exc_qwen35 **ret_engine, struct cm_diag *diag);
+int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors *st, int device,
+                   const struct exc_qwen35_limits *lim, struct exc_qwen35 **ret_engine,
+                   struct cm_diag *diag);
 void exc_qwen35_free(struct exc_qwen35 *e);
 
 /* Device bytes reserved at start-up: weights, scratch arena, snapshot pool (and the total). */
@@ -92,13 +92,14 @@ int exc_qwen35_state_clone(struct exc_qwen35 *e, const struct exc_qwen35_state *
  * [n_read, vocab] host float32 LM-head logits (of the bf16 hidden row) or NULL.
  * Ownership: host buffers of the caller; synchronises the engine's stream before returning.
  * Returns 0; -EINVAL (empty, an id out of range, a readout outside the launch, a state both
- * advanced and read, image rows not matching the image tokens); -CM_ELIMIT (max_tokens, max_seqs, max_readouts, max_ctx exceeded, named in
- * diag); -CM_ECUDA (the engine is then unhealthy when the error is sticky: exc_qwen35_healthy).
- * Source: spec/qwen3_5.md §3-5; twin ex_qwen35_forward + ex_qwen35_logits. */
+ * advanced and read, image rows not matching the image tokens); -CM_ELIMIT (max_tokens, max_seqs,
+ * max_readouts, max_ctx exceeded, named in diag); -CM_ECUDA (the engine is then unhealthy when the
+ * error is sticky: exc_qwen35_healthy). Source: spec/qwen3_5.md §3-5; twin ex_qwen35_forward +
+ * ex_qwen35_logits. */
 int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int n_seqs,
                        const int32_t *tokens, const float *image_rows, size_t n_image_rows,
-                       const size_t *readout,
-                       size_t n_read, float *ret_hidden, float *ret_logits, struct cm_diag *diag);
+                       const size_t *readout, size_t n_read, float *ret_hidden, float *ret_logits,
+                       struct cm_diag *diag);
 
 /* Timing of repeated one-pass prefills (milliseconds, CUDA events on the engine's stream). */
 struct exc_qwen35_timing {
@@ -120,10 +121,11 @@ int exc_qwen35_time_prefill(struct exc_qwen35 *e, struct exc_qwen35_state *st,
 /* Per-op device time of forwards, for finding where the time goes (a debugging aid: an event is
  * recorded after every op, which adds a little launch overhead while enabled). */
 enum exc_qwen35_op {
-  EXC_OP_INPUT,       /* id/position upload, embedding gather, image rows, rotary tables */
-  EXC_OP_NORM,        /* input and post-attention RMSNorms */
-  EXC_OP_GEMM_IN,     /* projections into the mixers and the MLP ([q|g,k,v], [qkv], [z|b|a], [gate,up]) */
-  EXC_OP_GEMM_OUT,    /* o_proj, out_proj, down_proj (accumulated into the residual) */
+  EXC_OP_INPUT,    /* id/position upload, embedding gather, image rows, rotary tables */
+  EXC_OP_NORM,     /* input and post-attention RMSNorms */
+  EXC_OP_GEMM_IN,  /* projections into the mixers and the MLP ([q|g,k,v], [qkv], [z|b|a], [gate,up])
+                    */
+  EXC_OP_GEMM_OUT, /* o_proj, out_proj, down_proj (accumulated into the residual) */
   EXC_OP_ATTN_PREP,   /* q/k norm, rotary, split, bf16 K/V */
   EXC_OP_ATTENTION,   /* gated attention */
   EXC_OP_STATE_COPY,  /* K/V rows and conv windows copied into advancing snapshots */

@@ -84,8 +84,8 @@ int main(int argc, char **argv) {
   if (check) {
     size_t rows[3] = {0, nt / 2, nt - 1};
     float *gh = malloc(3 * h * sizeof(float)), *gl = malloc(3 * v * sizeof(float));
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = nt},
-                             1, tok, NULL, 0, rows, 3, gh, gl, &d));
+    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = nt}, 1,
+                             tok, NULL, 0, rows, 3, gh, gl, &d));
     /* continuation from a clone of the first half */
     size_t p = nt / 2;
     float *ch = malloc(h * sizeof(float));

@@ -144,8 +144,9 @@ bool xt_close(const char *what, const float *got, const float *want, size_t n, d
     }
   }
   if (bad) {
-    xt_fail("%s: %zu of %zu outside tolerance (abs %.3g + rel %.3g); worst [%zu] got %.9g want %.9g",
-            what, bad, n, abs_tol, rel_tol, worst, got[worst], want[worst]);
+    xt_fail(
+        "%s: %zu of %zu outside tolerance (abs %.3g + rel %.3g); worst [%zu] got %.9g want %.9g",
+        what, bad, n, abs_tol, rel_tol, worst, got[worst], want[worst]);
     return false;
   }
   return true;

@@ -7,8 +7,9 @@
  *  - packed rows: 5 rows of 1..65 tokens continuing one snapshot in one launch are bit-identical
  *    to each row run alone (GEMM algorithms fixed per shape), and match the CPU continuation;
  *  - label logits and token log-probs of the last forward agree with its full logits;
- *  - limits and bad ids are refused; the per-op profile counts every op of one forward. Models: ratio 2 untied vocab 1000, ratio 3 tied vocab 1001
- *    (padded LM head, padded [z|b|a] projection). */
+ *  - limits and bad ids are refused; the per-op profile counts every op of one forward. Models:
+ * ratio 2 untied vocab 1000, ratio 3 tied vocab 1001 (padded LM head, padded [z|b|a] projection).
+ */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +23,8 @@
 #include "qwen35_testmodel.h"
 
 #define HID_TOL 2e-2  /* bf16 activations and GEMM inputs vs float32: relative L2 of hidden rows */
-#define CONT_TOL 1e-2 /* continuation vs one pass, both on the GPU: chunk grid and key order only */
+#define CONT_TOL 1e-2 /* continuation vs one pass, both on the GPU: chunk grid and key order only  \
+                       */
 
 struct wr {
   struct cm_safetensors_writer *w;
@@ -112,8 +114,8 @@ static float *nan_buf(size_t n) {
 }
 
 /* CPU forward of tokens continuing `st` (NULL: fresh); hidden [n, H]; logits of the last row. */
-static void cpu_run(const struct ex_qwen35_model *m, struct ex_qwen35_state *st,
-                    const int32_t *tok, size_t n, float *hid, float *last_logits) {
+static void cpu_run(const struct ex_qwen35_model *m, struct ex_qwen35_state *st, const int32_t *tok,
+                    size_t n, float *hid, float *last_logits) {
   size_t h = (size_t)m->cfg.hidden_size;
   float *emb = malloc(n * h * sizeof(float));
   struct cm_diag d = {0};

@@ -61,8 +61,8 @@ static void check_row(const char *what, const float *got, const float *x, const 
     }
   }
   if (bad)
-    xt_fail("%s: %zu of %zu columns off the CPU twin; worst col %zu got %.9g want %.9g", what,
-            bad, m, worst, got[worst], (double)want[worst] + (y0 ? y0[worst] : 0.0));
+    xt_fail("%s: %zu of %zu columns off the CPU twin; worst col %zu got %.9g want %.9g", what, bad,
+            m, worst, got[worst], (double)want[worst] + (y0 ? y0[worst] : 0.0));
   free(want);
 }
 
@@ -109,8 +109,8 @@ static void run_shape(struct exc_gemm *g, const struct shape *s, struct xt_rng *
       XT_CUDA(cudaMemcpy(d1, (char *)dy0 + r * m * es, m * es, cudaMemcpyDeviceToDevice));
     else
       xt_poison(d1, m * es);
-    XT_OK(exc_gemm(g, 0, (const __nv_bfloat16 *)dx + r * k, k, dw, d1, m, s->y_dtype,
-                   s->accumulate, 1, k, m));
+    XT_OK(exc_gemm(g, 0, (const __nv_bfloat16 *)dx + r * k, k, dw, d1, m, s->y_dtype, s->accumulate,
+                   1, k, m));
     xt_down(h1, d1, m * es);
     xt_down(hb, (char *)dbig + r * m * es, m * es);
     if (memcmp(h1, hb, m * es))

@@ -181,7 +181,8 @@ static void test_gated_norm(struct xt_rng *r) {
 static void test_attn_prep(struct xt_rng *r) {
   struct {
     int hq, hkv, d, rot, sec[3];
-  } cfgs[] = {{4, 2, 64, 16, {3, 3, 2}}, {16, 4, 256, 64, {11, 11, 10}}, {24, 4, 256, 64, {11, 11, 10}}};
+  } cfgs[] = {
+      {4, 2, 64, 16, {3, 3, 2}}, {16, 4, 256, 64, {11, 11, 10}}, {24, 4, 256, 64, {11, 11, 10}}};
   for (size_t ci = 0; ci < 3; ci++)
     for (size_t k = 0; k < N_ROWS; k++) {
       size_t n = ROWS[k];
