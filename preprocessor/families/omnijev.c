@@ -228,7 +228,13 @@ static int region_text(json_object *region, const char *what, char **ret, struct
   if (!json_object_is_type(region, json_type_object))
     return cm_diag_set(diag, -CM_EREQUEST, "%s.region must be an object {\"box\": [x1, y1, x2, y2]}",
                        what);
-  int rc = allow_only(region, allowed, 1, what, diag);
+  size_t n_sub = strlen(what) + sizeof ".region";
+  char *sub = malloc(n_sub);
+  if (!sub)
+    return -ENOMEM;
+  snprintf(sub, n_sub, "%s.region", what);
+  int rc = allow_only(region, allowed, 1, sub, diag);
+  free(sub);
   if (rc)
     return rc;
   if (!json_object_object_get_ex(region, "box", &box) || !json_object_is_type(box, json_type_array) ||
@@ -610,8 +616,13 @@ int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
   if ((rc = pp_image_prepare_data_url(json_object_get_string(url),
                                       (size_t)json_object_get_string_len(url), 0,
                                       &model->image_lim, &r->image, diag))) {
-    rc = rc == -ENOMEM ? rc : cm_diag_set(diag, rc, "state.images[0]: %s",
-                                          diag->msg ? diag->msg : cm_strerror(rc));
+    if (rc != -ENOMEM && diag) { /* the image module's message, prefixed with the field */
+      char *inner = diag->msg;
+      diag->msg = NULL;
+      diag->code = 0;
+      cm_diag_set(diag, rc, "state.images[0]: %s", inner ? inner : cm_strerror(rc));
+      free(inner);
+    }
     goto out;
   }
   /* S_q, L (spec §4.3) */
