@@ -108,7 +108,8 @@ def make_checkpoint(mkmodel, tok35, work, pkg):
         sd = torch.load(os.path.join(ckpt, name + ".pt"), weights_only=True)
         torch.save(collections.OrderedDict((k, v.clone().float()) for k, v in sd.items()),
                    os.path.join(pkg, name + ".pt"))
-    emb = torch.load(os.path.join(ckpt, "new_tok_emb.pt"), weights_only=True)["weight"].clone().float()
+    emb = torch.load(os.path.join(ckpt, "new_tok_emb.pt"), weights_only=True)
+    emb = (emb["weight"] if isinstance(emb, dict) else emb).clone().float()
     torch.save(emb, os.path.join(pkg, "new_tok_emb.pt"))  # the release's bare [2, hidden] tensor
     shutil.copy(os.path.join(ckpt, "head_meta.json"), pkg)
     for f in ("head.pt", "ord.pt", "new_tok_emb.pt", "head_meta.json"):
