@@ -14,8 +14,11 @@ new_tok_emb.pt) and exported with s1-export --family omnijev. Parts:
   features  in process (test_omnijev_run: family compile, CPU executor, finish): μ within 1e-5
             and the six LM features within 1e-5 of the oracle's (relative for values above one),
             per question; every question's first row equals a full forward of prefix + row.
+  video     the video form (16 frames of a mosaic): rows equal full forwards of the 16-image
+            prefix + row in process, and HTTP answers what the in-process run answers (no GPU
+            oracle numbers for video).
 
-Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]
+Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]  (RUNNER: features, video)
 """
 import base64
 import hashlib
@@ -223,7 +226,8 @@ def bad_cases(url):
         ("two images", {"state": {"images": [url, url]}, "questions": {"q": noul}}, 422, "invalid_request", ["exactly one image"]),
         ("no image", {"state": {"images": []}, "questions": {"q": noul}}, 422, "invalid_request", ["state.images"]),
         ("state.text", {"state": {"images": [url], "text": "task"}, "questions": {"q": noul}}, 422, "invalid_request", ["text"]),
-        ("state.video", {"state": {"images": [url], "video": {"n_frames": 16}}, "questions": {"q": noul}}, 422, "invalid_request", ["video"]),
+        ("video without cols", {"state": {"images": [url], "video": {"n_frames": 16}}, "questions": {"q": noul}}, 422, "invalid_request", ["state.video.cols"]),
+        ("video mosaic too small", {"state": {"images": [url], "video": {"n_frames": 16, "cols": 4, "tile": 384, "duration": 9.7, "timestamps": list(range(16))}}, "questions": {"q": noul}}, 422, "invalid_request", ["state.images[0]", "cannot hold 16 frames"]),
         ("http url", rq({"q": noul}, state={"images": ["http://x/a.png"]}), 422, "invalid_request", ["state.images[0]"]),
         ("gif url", rq({"q": noul}, state={"images": ["data:image/gif;base64,R0lGODlhAQABAAAAACw="]}), 422, "invalid_request", ["state.images[0]"]),
         ("bad base64", rq({"q": noul}, state={"images": ["data:image/png;base64,@@@@"]}), 422, "invalid_request", ["state.images[0]"]),
@@ -356,6 +360,62 @@ def part_features(runner, model, work, fix, url, fails):
           " = %.3g" % (worst_mu, worst_f, worst_rel))
 
 
+def video_request(tile=128, cols=4, n=16, duration=9.7):
+    """The video form (spec §2.3): a cols x rows mosaic of tile-px frames of distinct colours, as
+    mso/video.py lays it out, with its timestamps int(round((i + 0.5) / n * duration))."""
+    import zlib
+    rows_n = (n + cols - 1) // cols
+    w, h = cols * tile, rows_n * tile
+    rows = []
+    for y in range(h):
+        r = bytearray(b"\x00")
+        for c in range(cols):
+            k = (y // tile) * cols + c
+            r += bytes(((k * 16) % 256, (255 - k * 12) % 256, y * 255 // h)) * tile
+        rows.append(bytes(r))
+
+    def chunk(k, d):
+        return struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d))
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+           chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b""))
+    return {"state": {"images": ["data:image/png;base64," + base64.b64encode(png).decode()],
+                      "video": {"n_frames": n, "cols": cols, "tile": tile, "duration": duration,
+                                "timestamps": [int(round((i + 0.5) / n * duration)) for i in range(n)]}},
+            "questions": {"moving": {"type": "noul", "instructions": "Something moves."},
+                          "what": {"type": "choice", "instructions": "What happens?",
+                                   "options": [{"text": "a page loads"}, {"text": "nothing"}]},
+                          "pace": {"type": "score", "instructions": "How fast is it?",
+                                   "levels": ["slow", "fast"]}}}
+
+
+def part_video(t, runner, model, work, fails):
+    """No transformers numbers for video (one GPU call in the budget): the 16-image prefix's rows
+    must equal full forwards (test_omnijev_run), and HTTP must answer what the in-process run
+    answers, with the usage of L + rows."""
+    body = video_request()
+    path = os.path.join(work, "video.json")
+    with open(path, "w") as f:
+        json.dump(body, f)
+    d = os.path.join(work, "video")
+    os.makedirs(d, exist_ok=True)
+    r = subprocess.run([runner, model, path, d], capture_output=True, text=True)
+    if r.returncode != 0:
+        fails.append("video in process: %s%s" % (r.stdout, r.stderr))
+        return
+    print(r.stdout.strip())
+    with open(os.path.join(d, "response.json")) as f:
+        want = json.load(f)
+    a = post_ok(t, body, "video", fails)
+    if a is None:
+        return
+    if a["usage"] != want["usage"] or a["usage"]["input_tokens"] <= 16 * 64:
+        fails.append("video: usage %s, in process %s" % (a["usage"], want["usage"]))
+    for qid, w in want["answers"].items():
+        compare_answer("video.%s" % qid, a["answers"].get(qid, {}),
+                       {k: v for k, v in w.items() if not k.startswith("latency")}, fails)
+    print("video: 16 frames, %d input tokens, HTTP = in process" % a["usage"]["input_tokens"])
+
+
 def main():
     part, build, shared, tok35 = sys.argv[1:5]
     fix, url = fixture()
@@ -370,7 +430,10 @@ def main():
             t = trio.Trio(build, shared)
             t.model = model
             t.start_all()
-            {"http": part_http, "invariance": part_invariance, "bad": part_bad}[part](t, fix, url, fails)
+            if part == "video":
+                part_video(t, sys.argv[5], model, work, fails)
+            else:
+                {"http": part_http, "invariance": part_invariance, "bad": part_bad}[part](t, fix, url, fails)
     finally:
         if t is not None:
             t.stop(failed=bool(fails))

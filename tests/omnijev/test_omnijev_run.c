@@ -71,12 +71,18 @@ int main(int argc, char **argv) {
     }
     memcpy(ids, pre->ids, pre->n_tokens * 4);
     memcpy(ids + pre->n_tokens, row->ids, (row->n_tokens - 1) * 4);
-    uint32_t pi, ri, img;
-    /* copies first: adding an image may move p.images */
-    int32_t grid[3] = {p.images[0].grid_thw[0], p.images[0].grid_thw[1], p.images[0].grid_thw[2]};
-    const float *pixels = p.images[0].pixels;
-    if (proto_program_add_image(&p, pixels, p.images[0].n_patches, grid, &img) || /* an image feeds one prefix */
-        proto_program_add_prefix(&p, ids, pos, n, -1, &img, 1, &pi) ||
+    uint32_t pi, ri, img[16], n_img = p.prefixes[0].n_images;
+    /* the request prefix's images again (an image feeds one prefix); copies first: adding an
+     * image may move p.images and p.prefixes */
+    for (uint32_t k = 0; k < n_img && k < 16; k++) {
+      const struct proto_image *src = &p.images[p.prefixes[0].images[k]];
+      int32_t grid[3] = {src->grid_thw[0], src->grid_thw[1], src->grid_thw[2]};
+      const float *pixels = src->pixels;
+      uint32_t n_patches = src->n_patches;
+      if (proto_program_add_image(&p, pixels, n_patches, grid, &img[k]))
+        return die("full forward image", NULL);
+    }
+    if (n_img > 16 || proto_program_add_prefix(&p, ids, pos, n, -1, img, n_img, &pi) ||
         proto_program_add_row(&p, row->ids + row->n_tokens - 1, lastpos, 1, (int32_t)pi, &ri) ||
         proto_program_add_readout(&p, PROTO_READOUT_HIDDEN, ri, 0, NULL, 0, NULL, NULL))
       return die("full forward program", NULL);
