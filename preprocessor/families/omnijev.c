@@ -564,6 +564,7 @@ struct video_form {
   uint32_t tile;     /* frame side in the mosaic, pixels */
 };
 
+/* True when v is a JSON integer in [lo, hi]; writes it to *ret. */
 static bool int_in(json_object *v, int64_t lo, int64_t hi, int64_t *ret) {
   if (!json_object_is_type(v, json_type_int))
     return false;
