@@ -15,6 +15,13 @@ Two subcommands:
           one batched forward of B sequences (the form of the table in spec/benchmark.md). CUDA
           events around each forward, median/min/max over N after W excluded warm-ups. Prints one
           JSON line per case and writes them all (plus load time, peak memory, device) to FILE.
+  s1      --forward S1_FORWARD --model DIR --inputs DIR --shape S [--repeats N] --raw FILE
+          runs `s1-forward --device cuda:0 --repeat N` on every single_*.json input (rows inputs
+          need a multi-sequence s1-forward and are reported as not run), reads its timing (median,
+          min, max ms; process-to-ready; peak device memory) and appends JSON lines to FILE.
+  table   --raw FILE   one table per shape: case, s1 ms, peer ms, ratio, target
+          max(peer / 5, 1.5 x floor) with the floor of spec/benchmark.md, pass / miss.
+`time` also appends to --raw FILE when given (with --shape).
 Leaves out: the prefix + copied-cache row procedure of OmniJev (rows here are independent
 sequences, as in the benchmark table) and fla kernels.
 """
@@ -151,6 +158,186 @@ def cmd_time(a):
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)
     print(json.dumps({k: v for k, v in out.items() if k != "cases"}), flush=True)
+    if a.raw:
+        with open(a.raw, "a") as f:
+            for r in results:
+                f.write(json.dumps(dict(side="peer", shape=a.shape, **r)) + "\n")
+            f.write(json.dumps({"side": "peer", "shape": a.shape, "case": "_process",
+                                "load_s": load_s, "process_to_first_result_s": ready_s,
+                                "peak_mem_gib": out["peak_mem_gib"], "device": dev}) + "\n")
+
+
+# ---- our side ------------------------------------------------------------------------------------
+
+TIMING_KEYS = {  # what s1-forward --repeat may print, mapped to our names
+    "ms_median": ("ms_median", "median_ms", "median"), "ms_min": ("ms_min", "min_ms", "min"),
+    "ms_max": ("ms_max", "max_ms", "max"),
+    "ready_ms": ("ready_ms", "process_to_ready_ms", "ready"),
+    "peak_device_mib": ("peak_device_mib", "peak_mib", "peak_device_memory_mib"),
+    "peak_device_bytes": ("peak_device_bytes", "peak_bytes"),
+}
+
+
+def find_timing(obj):
+    """The first dict inside obj (depth-first) holding a median, flattened to our names."""
+    if isinstance(obj, dict):
+        got = {}
+        for ours, names in TIMING_KEYS.items():
+            for n in names:
+                if isinstance(obj.get(n), (int, float)):
+                    got[ours] = float(obj[n])
+                    break
+        if "ms_median" in got:
+            for k, v in obj.items():
+                if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
+                    got.setdefault("ms_all", v)
+            return got
+        for v in obj.values():
+            t = find_timing(v)
+            if t:
+                return t
+    elif isinstance(obj, list):
+        for v in obj:
+            t = find_timing(v)
+            if t:
+                return t
+    return None
+
+
+def parse_s1(stdout, out_json):
+    t = find_timing(out_json)
+    if t:
+        return t
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                t = find_timing(json.loads(line))
+            except ValueError:
+                t = None
+            if t:
+                return t
+    import re
+    got = {}
+    for ours, names in TIMING_KEYS.items():
+        for n in names:
+            m = re.search(r"\b" + n + r"\b[^0-9\n]{0,12}([0-9]+(?:\.[0-9]+)?)", stdout)
+            if m:
+                got[ours] = float(m.group(1))
+                break
+    return got if "ms_median" in got else None
+
+
+def cmd_s1(a):
+    import subprocess
+    rows = []
+    for name in sorted(os.listdir(a.inputs)):
+        if not name.endswith(".json"):
+            continue
+        case = name[:-5]
+        path = os.path.join(a.inputs, name)
+        with open(path) as f:
+            inp = json.load(f)
+        if "rows" in inp:
+            rows.append({"side": "s1", "shape": a.shape, "case": case, "error": "not run: "
+                         "s1-forward runs one sequence (rows need the multi-sequence runner)"})
+            continue
+        outp = os.path.join(a.work, f"s1_{a.shape}_{case}.json")
+        cmd = [a.forward, "--model", a.model, "--device", a.device, "--input", path,
+               "--output", outp, "--repeat", str(a.repeats)] + a.extra
+        t = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t
+        log = r.stdout + r.stderr
+        rec = {"side": "s1", "shape": a.shape, "case": case, "tokens": len(inp["tokens"]),
+               "batch": 1, "process_wall_s": wall, "cmd": " ".join(cmd)}
+        if r.returncode != 0:
+            rec["error"] = f"exit {r.returncode}: {log.strip()[-1500:]}"
+        else:
+            with open(outp) as f:
+                o = json.load(f)
+            t = parse_s1(log, o)
+            if not t:
+                rec["error"] = "no timing found in the output: " + log.strip()[-1500:]
+            else:
+                rec.update(t)
+            try:
+                rec["top5_last"] = [int(x) for x in o["logits_top"][-1]["ids"][:5]]
+            except (KeyError, IndexError, TypeError):
+                pass
+        print(json.dumps({k: v for k, v in rec.items() if k not in ("ms_all", "cmd")}),
+              flush=True)
+        rows.append(rec)
+    with open(a.raw, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+# ---- the table -----------------------------------------------------------------------------------
+
+# spec/benchmark.md: floor = max(weight bytes / 4.3 TB/s, 2 * non-embedding params * tokens /
+# 790 TFLOP/s) as written there, per shape: (ms for the weights, ms per 100 tokens).
+FLOOR = {"4b": (2.1, 1.06), "27b": (11.7, 6.4)}
+
+
+def floor_ms(shape, tokens):
+    w, per100 = FLOOR[shape]
+    return max(w, per100 * tokens / 100.0)
+
+
+def cmd_table(a):
+    recs = []
+    with open(a.raw) as f:
+        for line in f:
+            if line.strip():
+                recs.append(json.loads(line))
+    shapes = []
+    for r in recs:
+        if r.get("shape") not in shapes and r.get("shape") in FLOOR:
+            shapes.append(r["shape"])
+    status = 0
+    for shape in shapes:
+        s1 = {r["case"]: r for r in recs if r["side"] == "s1" and r["shape"] == shape}
+        peer = {r["case"]: r for r in recs if r["side"] == "peer" and r["shape"] == shape}
+        cases = [c for c in peer if not c.startswith("_")]
+        cases += [c for c in s1 if c not in cases and not c.startswith("_")]
+        cases.sort(key=lambda c: (c.startswith("rows"), peer.get(c, s1.get(c)).get("tokens", 0)
+                                  * peer.get(c, s1.get(c)).get("batch", 1)))
+        print(f"\n{shape} shape ({peer.get('_process', {}).get('device', 'GPU')}; ms are medians)")
+        print(f"{'case':<12} {'s1 ms':>9} {'peer ms':>9} {'peer/s1':>8} {'target':>8} "
+              f"{'result':<7} top-5")
+        for c in cases:
+            p, s = peer.get(c, {}), s1.get(c, {})
+            n = p.get("tokens", s.get("tokens", 0)) * p.get("batch", s.get("batch", 1))
+            pm, sm = p.get("ms_median"), s.get("ms_median")
+            target = max((pm or 0) / 5.0, 1.5 * floor_ms(shape, n))
+            if sm is None:
+                res = "not run"
+                status = 1
+            elif sm <= target:
+                res = "pass"
+            else:
+                res = "MISS"
+                status = 1
+            top = ""
+            if s.get("top5_last") and p.get("top5_last") and p.get("batch", 1) == 1:
+                top = "same" if set(s["top5_last"]) == set(p["top5_last"]) else "DIFFER"
+            f = lambda v: f"{v:9.2f}" if v is not None else f"{'-':>9}"
+            ratio = f"{pm / sm:8.2f}" if pm and sm else f"{'-':>8}"
+            print(f"{c:<12} {f(sm)} {f(pm)} {ratio} {target:8.2f} {res:<7} {top}")
+        pr = peer.get("_process", {})
+        s1_ready = [r.get("ready_ms") for r in s1.values() if r.get("ready_ms") is not None]
+        s1_peak = [r.get("peak_device_mib") for r in s1.values()
+                   if r.get("peak_device_mib") is not None]
+        print(f"s1: process-to-ready {max(s1_ready) / 1e3 if s1_ready else float('nan'):.1f} s "
+              f"(worst), peak device memory {max(s1_peak) / 1024 if s1_peak else float('nan'):.1f}"
+              f" GiB; peer: load {pr.get('load_s', float('nan')):.1f} s, process to first result "
+              f"{pr.get('process_to_first_result_s', float('nan')):.1f} s, peak "
+              f"{pr.get('peak_mem_gib', float('nan')):.1f} GiB")
+        for c in cases:
+            if s1.get(c, {}).get("error"):
+                print(f"  s1 {c}: {s1[c]['error'][:300]}")
+    return status
 
 
 def main():
@@ -168,11 +355,28 @@ def main():
     pt.add_argument("--repeats", type=int, default=10)
     pt.add_argument("--warmup", type=int, default=3)
     pt.add_argument("--out")
+    pt.add_argument("--shape", default="")
+    pt.add_argument("--raw")
+    ps = sub.add_parser("s1")
+    ps.add_argument("--forward", required=True)
+    ps.add_argument("--model", required=True)
+    ps.add_argument("--inputs", required=True)
+    ps.add_argument("--shape", required=True)
+    ps.add_argument("--repeats", type=int, default=10)
+    ps.add_argument("--device", default="cuda:0")
+    ps.add_argument("--work", default=tempfile.gettempdir())
+    ps.add_argument("--raw", required=True)
+    ps.add_argument("extra", nargs="*", help="more s1-forward arguments (after --)")
+    pb = sub.add_parser("table")
+    pb.add_argument("--raw", required=True)
     a = p.parse_args()
     if a.cmd == "inputs":
-        cmd_inputs(a)
-    else:
-        cmd_time(a)
+        return cmd_inputs(a)
+    if a.cmd == "time":
+        return cmd_time(a)
+    if a.cmd == "s1":
+        return cmd_s1(a)
+    return cmd_table(a)
 
 
 if __name__ == "__main__":
