@@ -174,7 +174,8 @@ TIMING_KEYS = {  # what s1-forward --repeat may print, mapped to our names
     "ms_max": ("ms_max", "max_ms", "max"),
     "ready_ms": ("ready_ms", "process_to_ready_ms", "ready"),
     "peak_device_mib": ("peak_device_mib", "peak_mib", "peak_device_memory_mib"),
-    "peak_device_bytes": ("peak_device_bytes", "peak_bytes"),
+    "peak_device_bytes": ("peak_device_bytes", "peak_bytes", "device_used_bytes"),
+    "first_ms": ("first_ms",), "weights_bytes": ("weights_bytes",),
 }
 
 
@@ -327,10 +328,10 @@ def cmd_table(a):
             print(f"{c:<12} {f(sm)} {f(pm)} {ratio} {target:8.2f} {res:<7} {top}")
         pr = peer.get("_process", {})
         s1_ready = [r.get("ready_ms") for r in s1.values() if r.get("ready_ms") is not None]
-        s1_peak = [r.get("peak_device_mib") for r in s1.values()
-                   if r.get("peak_device_mib") is not None]
+        s1_peak = [r["peak_device_mib"] if "peak_device_mib" in r else r["peak_device_bytes"] / 2**20
+                   for r in s1.values() if "peak_device_mib" in r or "peak_device_bytes" in r]
         print(f"s1: process-to-ready {max(s1_ready) / 1e3 if s1_ready else float('nan'):.1f} s "
-              f"(worst), peak device memory {max(s1_peak) / 1024 if s1_peak else float('nan'):.1f}"
+              f"(worst), device memory in use {max(s1_peak) / 1024 if s1_peak else float('nan'):.1f}"
               f" GiB; peer: load {pr.get('load_s', float('nan')):.1f} s, process to first result "
               f"{pr.get('process_to_first_result_s', float('nan')):.1f} s, peak "
               f"{pr.get('peak_mem_gib', float('nan')):.1f} GiB")
