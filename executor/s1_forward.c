@@ -8,11 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cm_model_dir.h"
 #include "ex_npy.h"
 #include "ex_qwen35.h"
 #include "pp_image.h"
+#include "s1_forward_cuda.h"
 #include "s1_forward_images.h"
 
 #define TOP_K 20
@@ -38,8 +40,8 @@ struct input {
 };
 
 static void usage(void) {
-  fprintf(stderr, "usage: s1-forward --model DIR [--device cpu] --input IN.json --output "
-                  "OUT.json [--bf16-rounding] [--gdn auto|chunked|recurrent]\n");
+  fprintf(stderr, "usage: s1-forward --model DIR [--device cpu|cuda:N] --input IN.json --output "
+                  "OUT.json [--bf16-rounding] [--gdn auto|chunked|recurrent] [--repeat K]\n");
 }
 
 static char *join(const char *dir, const char *file) {
@@ -265,14 +267,18 @@ static json_object *float_array(const float *x, size_t n) {
   return a;
 }
 
+/* device < 0: the float32 CPU forward; else the CUDA engine on that device (repeat: timing). */
 static int run(const char *model_dir, const char *in_path, const char *out_path, bool bf16,
-               enum ex_gdn_mode gdn, struct cm_diag *diag) {
+               enum ex_gdn_mode gdn, int device, int repeat, double t0_ms,
+               struct cm_diag *diag) {
   struct cm_model_dir *dir = NULL;
   struct ex_qwen35_model *m = NULL;
   struct ex_qwen35_state *st = NULL, *cont = NULL;
   struct input in;
   int32_t *tok = NULL, *pos = NULL;
   float *emb = NULL, *hid = NULL, *logits = NULL, *pix = NULL, *vis = NULL;
+  float *ro_hid = NULL, *ro_logits = NULL; /* device path: readout rows and their logits */
+  size_t *ro_pos = NULL;                    /* resolved readout positions */
   json_object *out = NULL;
   bool have_in = false;
   struct ex_qwen35_config cfg;
@@ -290,10 +296,12 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     }
     scale = (float)json_object_get_double(sc);
   }
-  if ((r = ex_qwen35_model_load(&cfg, dir->weights, dir->adapter, scale, &m, diag)))
-    goto done;
-  m->round_bf16 = bf16;
-  m->gdn_mode = gdn;
+  if (device < 0) {
+    if ((r = ex_qwen35_model_load(&cfg, dir->weights, dir->adapter, scale, &m, diag)))
+      goto done;
+    m->round_bf16 = bf16;
+    m->gdn_mode = gdn;
+  }
   if ((r = read_input(in_path, &in, diag)))
     goto done;
   have_in = true;
@@ -335,7 +343,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     } else
       tok[k++] = in.tokens[i];
   }
-  if ((r = ex_qwen35_embed(m, tok, n, emb, diag)))
+  if (device < 0 && (r = ex_qwen35_embed(m, tok, n, emb, diag)))
     goto done;
 
   /* image rows: pixels through the tower (all images in one call), or given embeddings */
@@ -383,7 +391,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
       vo += rows;
     }
     free(pout);
-    for (size_t i = 0, j = 0; i < n; i++)
+    for (size_t i = 0, j = 0; device < 0 && i < n; i++)
       if (tok[i] == cfg.image_token_id)
         memcpy(emb + i * h, vis + (j++) * h, h * sizeof(float));
   }
@@ -397,32 +405,62 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     goto done;
   int64_t rope_delta = (int64_t)next_pos - (int64_t)n;
 
+  /* readout positions, resolved before the forward */
+  ro_pos = malloc((in.n_readout + 1) * sizeof(size_t));
+  if (!ro_pos) {
+    r = -ENOMEM;
+    goto done;
+  }
+  for (size_t i = 0; i < in.n_readout; i++) {
+    long q = in.readout[i] < 0 ? (long)n + in.readout[i] : in.readout[i];
+    if (q < 0 || (size_t)q >= n) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: readout[%zu] = %ld outside %zu tokens", in_path, i,
+                      in.readout[i], n);
+      goto done;
+    }
+    ro_pos[i] = (size_t)q;
+  }
   /* the forward: one pass, or a prefix snapshot and a continuation from a clone of it */
   size_t p = in.prefix_len > 0 && (size_t)in.prefix_len < n ? (size_t)in.prefix_len : 0;
-  if ((r = ex_qwen35_state_new(m, &st)))
-    goto done;
-  if (!p) {
-    r = ex_qwen35_forward(m, st, emb, pos, n, hid, diag);
-  } else {
-    int32_t *pp = malloc(3 * p * sizeof(int32_t)), *pc = malloc(3 * (n - p) * sizeof(int32_t));
-    if (!pp || !pc) {
-      free(pp), free(pc);
+  if (device >= 0) {
+    ro_hid = malloc((in.n_readout + 1) * h * sizeof(float));
+    ro_logits = malloc((in.n_readout + 1) * (size_t)cfg.vocab_size * sizeof(float));
+    if (!ro_hid || !ro_logits) {
       r = -ENOMEM;
       goto done;
     }
-    for (int a = 0; a < 3; a++) {
-      memcpy(pp + a * p, pos + a * n, p * sizeof(int32_t));
-      memcpy(pc + a * (n - p), pos + a * n + p, (n - p) * sizeof(int32_t));
+    struct s1_forward_job job = {.tokens = tok, .pos = pos, .n = n, .prefix_len = p,
+                                 .image_rows = vis, .n_image_rows = vis ? (size_t)n_merged : 0,
+                                 .readout = ro_pos, .n_read = in.n_readout, .repeat = repeat,
+                                 .t0_ms = t0_ms};
+    if ((r = s1_forward_cuda(dir, &cfg, device, &job, ro_hid, ro_logits, diag)))
+      goto done;
+  } else {
+    if ((r = ex_qwen35_state_new(m, &st)))
+      goto done;
+    if (!p) {
+      r = ex_qwen35_forward(m, st, emb, pos, n, hid, diag);
+    } else {
+      int32_t *pp = malloc(3 * p * sizeof(int32_t)), *pc = malloc(3 * (n - p) * sizeof(int32_t));
+      if (!pp || !pc) {
+        free(pp), free(pc);
+        r = -ENOMEM;
+        goto done;
+      }
+      for (int a = 0; a < 3; a++) {
+        memcpy(pp + a * p, pos + a * n, p * sizeof(int32_t));
+        memcpy(pc + a * (n - p), pos + a * n + p, (n - p) * sizeof(int32_t));
+      }
+      r = ex_qwen35_forward(m, st, emb, pp, p, hid, diag);
+      if (!r)
+        r = ex_qwen35_state_clone(st, m, &cont);
+      if (!r)
+        r = ex_qwen35_forward(m, cont, emb + p * h, pc, n - p, hid + p * h, diag);
+      free(pp), free(pc);
     }
-    r = ex_qwen35_forward(m, st, emb, pp, p, hid, diag);
-    if (!r)
-      r = ex_qwen35_state_clone(st, m, &cont);
-    if (!r)
-      r = ex_qwen35_forward(m, cont, emb + p * h, pc, n - p, hid + p * h, diag);
-    free(pp), free(pc);
+    if (r)
+      goto done;
   }
-  if (r)
-    goto done;
 
   out = json_object_new_object();
   json_object *ro = json_object_new_array(), *hs = json_object_new_array();
@@ -433,15 +471,14 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
   json_object_object_add(out, "hidden", hs);
   json_object_object_add(out, "logits_top", tops);
   for (size_t i = 0; i < in.n_readout; i++) {
-    long q = in.readout[i] < 0 ? (long)n + in.readout[i] : in.readout[i];
-    if (q < 0 || (size_t)q >= n) {
-      r = cm_diag_set(diag, -CM_EFORMAT, "%s: readout[%zu] = %ld outside %zu tokens", in_path, i,
-                      in.readout[i], n);
-      goto done;
-    }
-    json_object_array_add(ro, json_object_new_int64(q));
-    json_object_array_add(hs, float_array(hid + (size_t)q * h, h));
-    ex_qwen35_logits(m, hid + (size_t)q * h, 1, logits);
+    size_t q = ro_pos[i];
+    json_object_array_add(ro, json_object_new_int64((int64_t)q));
+    const float *hrow = device >= 0 ? ro_hid + i * h : hid + q * h;
+    json_object_array_add(hs, float_array(hrow, h));
+    if (device >= 0)
+      memcpy(logits, ro_logits + i * (size_t)cfg.vocab_size, (size_t)cfg.vocab_size * sizeof(float));
+    else
+      ex_qwen35_logits(m, hrow, 1, logits);
     int32_t ids[TOP_K];
     float vals[TOP_K];
     size_t kk = (size_t)cfg.vocab_size < TOP_K ? (size_t)cfg.vocab_size : TOP_K;
@@ -460,6 +497,7 @@ done:
   if (have_in)
     input_fini(&in);
   free(tok), free(pos), free(emb), free(hid), free(logits), free(pix), free(vis);
+  free(ro_pos), free(ro_hid), free(ro_logits);
   ex_qwen35_state_free(st);
   ex_qwen35_state_free(cont);
   ex_qwen35_model_free(m);
@@ -472,8 +510,13 @@ int main(int argc, char **argv) {
       {"model", required_argument, 0, 'm'},   {"device", required_argument, 0, 'd'},
       {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},
       {"bf16-rounding", no_argument, 0, 'b'}, {"gdn", required_argument, 0, 'g'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+      {"repeat", required_argument, 0, 'r'},  {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  struct timespec ts0;
+  clock_gettime(CLOCK_MONOTONIC, &ts0);
+  double t0_ms = (double)ts0.tv_sec * 1e3 + (double)ts0.tv_nsec / 1e6;
   const char *model = NULL, *input = NULL, *output = NULL, *device = "cpu";
+  long repeat = 0;
   bool bf16 = false;
   enum ex_gdn_mode gdn = EX_GDN_AUTO;
   int c;
@@ -504,6 +547,15 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'r': {
+      char *end = NULL;
+      repeat = strtol(optarg, &end, 10);
+      if (*end || repeat < 1 || repeat > 10000) {
+        usage();
+        return 2;
+      }
+      break;
+    }
     case 'h':
       usage();
       return 0;
@@ -516,12 +568,17 @@ int main(int argc, char **argv) {
     usage();
     return 2;
   }
-  if (strcmp(device, "cpu") != 0) {
-    fprintf(stderr, "s1-forward: device \"%s\" is not available (only cpu)\n", device);
+  int dev = -1;
+  if (strcmp(device, "cpu") != 0 && (dev = s1_forward_cuda_device(device)) < 0) {
+    fprintf(stderr, "s1-forward: device \"%s\" is not cpu, cuda or cuda:N\n", device);
+    return 2;
+  }
+  if (repeat && dev < 0) {
+    fprintf(stderr, "s1-forward: --repeat times the cuda device only\n");
     return 2;
   }
   struct cm_diag diag = {0};
-  int r = run(model, input, output, bf16, gdn, &diag);
+  int r = run(model, input, output, bf16, gdn, dev, (int)repeat, t0_ms, &diag);
   if (r) {
     fprintf(stderr, "s1-forward: %s (%s)\n", diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
     cm_diag_fini(&diag);

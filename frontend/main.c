@@ -135,6 +135,22 @@ static void add_hdr(h2o_req_t *req, const char *name, const char *value, size_t 
   h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, v.base, v.len);
 }
 
+/* The model revision every connected preprocessor reports, for answers that no executor made
+ * (errors before routing, /health, /v1/models); NULL when none is known or revisions differ. */
+static const char *served_revision(void) {
+  const char *rev = NULL;
+  for (int i = 0; i < g.n_workers; i++)
+    for (uint32_t k = 0; g.workers[i].has_status && k < g.workers[i].st.n_models; k++) {
+      const char *r = g.workers[i].st.models[k].revision;
+      if (!r)
+        continue;
+      if (rev && strcmp(rev, r) != 0)
+        return NULL;
+      rev = r;
+    }
+  return rev;
+}
+
 /* Sends status + JSON body with the headers of wire.md. body is copied. */
 static void respond(h2o_req_t *req, int status, const char *body, size_t n, const char *rid,
                     const struct proto_timings *t, const char *revision, int retry_after_s) {
@@ -156,6 +172,8 @@ static void respond(h2o_req_t *req, int status, const char *body, size_t n, cons
                    (double)t->preprocess_us / 1000.0, (double)t->execute_us / 1000.0,
                    (double)t->finish_us / 1000.0);
   add_hdr(req, "server-timing", st, (size_t)k);
+  if (!revision)
+    revision = served_revision();
   if (revision)
     add_hdr(req, "x-model-revision", revision, strlen(revision));
   if (retry_after_s > 0) {
@@ -218,7 +236,9 @@ static void too_large_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *buf
 
 static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
   (void)self;
-  if (req->res.status == 413) {
+  /* Only h2o's own 413 (refused while reading): ours already has the shape and headers. */
+  if (req->res.status == 413 &&
+      h2o_find_header_by_str(&req->res.headers, H2O_STRLIT("x-request-id"), -1) < 0) {
     ssize_t i = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
     if (i >= 0)
       req->res.headers.entries[i].value = h2o_iovec_init(H2O_STRLIT("application/json"));
@@ -735,13 +755,17 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   if (h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"))) {
     if (is_post)
       handle_post(req, rid);
-    else
+    else {
+      add_hdr(req, "allow", "POST", 4);
       respond_plain_error(req, 405, "method_not_allowed", "use POST", rid);
+    }
   } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/health")) ||
              h2o_memis(path.base, path.len, H2O_STRLIT("/v1/models")) ||
              h2o_memis(path.base, path.len, H2O_STRLIT("/metrics"))) {
-    if (!is_get)
+    if (!is_get) {
+      add_hdr(req, "allow", "GET", 3);
       respond_plain_error(req, 405, "method_not_allowed", "use GET", rid);
+    }
     else if (path.base[1] == 'h')
       handle_health(req, rid);
     else if (path.base[1] == 'v')
@@ -848,7 +872,9 @@ int main(int argc, char **argv) {
   h2o_linklist_init_anchor(&g.in_flight);
 
   h2o_config_init(&g.config);
-  g.config.max_request_entity_size = g.max_body;
+  /* h2o 2.2 refuses a chunked body that reaches its limit (a Content-Length equal to it passes):
+   * one byte of slack lets exactly max_body through both ways; handle_post refuses the rest. */
+  g.config.max_request_entity_size = g.max_body + 1;
   g.config.server_name = h2o_iovec_init(H2O_STRLIT("s1serve"));
   h2o_hostconf_t *host = h2o_config_register_host(&g.config,
                                                   h2o_iovec_init(H2O_STRLIT("default")), 65535);

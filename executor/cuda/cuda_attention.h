@@ -12,6 +12,9 @@
 
 #ifdef __cplusplus
 extern "C" {
+#else
+/* C sees only cuda_bf16.h's raw 2-byte struct; the same layout as the C++ type (pointers only). */
+typedef __nv_bfloat16_raw __nv_bfloat16;
 #endif
 
 #define EXC_MAX_SEQS 256 /* sequences per launch; passed by value as a kernel parameter */

@@ -158,16 +158,58 @@ def test(t):
     assert r.status == 413, r.status
     assert json.loads(r.read())["error"]["type"] == "too_large"
     c.close()
-    # routes
-    s, _, b = t.http("GET", "/v1/systemone")
-    assert s == 405, s
-    s, _, b = t.http("POST", "/nope", "{}", {"Content-Type": "application/json"})
+    # a body of exactly the limit passes both ways (chunked and Content-Length); one byte more is
+    # refused both ways with the error shape
+    limit = 4 << 20
+    exact = json.dumps(trio.MINI).encode()
+    exact += b" " * (limit - len(exact))
+    for chunked in (True, False):
+        for body, want in ((exact, 200), (exact + b" ", 413)):
+            c = http.client.HTTPConnection("127.0.0.1", t.port, timeout=60)
+            c.putrequest("POST", "/v1/systemone")
+            c.putheader("Content-Type", "application/json")
+            if chunked:
+                c.putheader("Transfer-Encoding", "chunked")
+            else:
+                c.putheader("Content-Length", str(len(body)))
+            c.endheaders()
+            try:
+                if chunked:
+                    for i in range(0, len(body), 1 << 20):
+                        part = body[i:i + (1 << 20)]
+                        c.send(b"%x\r\n%s\r\n" % (len(part), part))
+                    c.send(b"0\r\n\r\n")
+                else:
+                    c.send(body)
+            except OSError:
+                pass
+            r = c.getresponse()
+            data = r.read()
+            assert r.status == want, (chunked, len(body), r.status, data[:300])
+            if want == 200:
+                trio.check_mini_answer(r.status, {k.lower(): v for k, v in r.getheaders()}, data)
+                n_ok += 1
+            else:
+                assert json.loads(data)["error"]["type"] == "too_large", data[:300]
+            c.close()
+    # routes: 405 names the allowed method; answers no executor made still carry the revision
+    s, h, b = t.http("GET", "/v1/systemone")
+    assert s == 405 and h.get("allow") == "POST", (s, h)
+    revision = h.get("x-model-revision")
+    assert revision, h
+    s, h, b = t.http("POST", "/health")
+    assert s == 405 and h.get("allow") == "GET", (s, h)
+    s, h, b = t.http("POST", "/nope", "{}", {"Content-Type": "application/json"})
     assert s == 404 and json.loads(b)["error"]["type"] == "not_found", (s, b)
+    assert h.get("x-model-revision") == revision, h
+    for path in ("/health", "/v1/models"):
+        s, h, b = t.http("GET", path)
+        assert s == 200 and h.get("x-model-revision") == revision, (path, s, h)
     # the metrics counted the refusals by status
     s, _, m = t.http("GET", "/metrics")
     text = m.decode()
     assert 's1_requests_total{status="400"} 19' in text, text[:2000]
-    assert 's1_requests_total{status="413"} 2' in text, text[:2000]
+    assert 's1_requests_total{status="413"} 4' in text, text[:2000]
     assert 's1_requests_total{status="415"} 3' in text, text[:2000]
     assert 's1_requests_total{status="200"} %d' % n_ok in text, text[:2000]
     print("%d refused requests, %d correct ones answered in between" % (len(CASES) + 1, n_ok))

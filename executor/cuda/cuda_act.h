@@ -1,0 +1,34 @@
+/* Elementwise ops of the CUDA engine: SwiGLU from the float32 gate/up projection to the bf16
+ * down-projection input, and float32 → bf16 casts of row blocks. Twin: cpu/cpu_act.c
+ * (ex_cpu_swiglu, ex_cpu_round_bf16). */
+#ifndef S1_EX_CUDA_ACT_H
+#define S1_EX_CUDA_ACT_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "exc_bf16.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[t, i] = bf16(silu(gate[t, i]) · up[t, i]) with silu(x) = x / (1 + e^−x) in float32.
+ * Shapes: gate, up [n, ld_in] float32 rows (first `width` columns; they may be two column ranges
+ *         of one fused projection output); out [n, width] bf16; device.
+ * Ownership: stream-ordered, no sync. Returns 0; -EINVAL; -CM_ECUDA.
+ * Source: spec/qwen3_5.md §3.4 (Qwen3_5MLP); twin ex_cpu_swiglu then ex_cpu_round_bf16. */
+int exc_swiglu(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,
+               __nv_bfloat16 *out, size_t n, size_t width);
+
+/* y[t, i] = bf16(x[t, i]) (round to nearest even) for n rows of `width` values.
+ * Shapes: x [n, ld_x] float32; y [n, ld_y] bf16; device. Returns 0; -EINVAL; -CM_ECUDA.
+ * Source: torch .to(bfloat16); twin ex_cpu_round_bf16. */
+int exc_cast_bf16(cudaStream_t stream, const float *x, size_t ld_x, __nv_bfloat16 *y, size_t ld_y,
+                  size_t n, size_t width);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,78 @@
+/* RMSNorm kernels (cuda_norm.h): one block per normalised vector, a block-wide float32 sum of
+ * squares, 1/sqrtf as the CPU twin (PyTorch's CUDA rsqrt differs by a few ulp, well inside bf16). */
+#include <errno.h>
+
+#include "cm_error.h"
+#include "cuda_check.h"
+#include "cuda_norm.h"
+#include "exc_kernel.cuh"
+
+enum { NORM_THREADS = 256 };
+
+static __global__ void rms_norm_kernel(float *x, const float *add, size_t ld_x, bool write_x,
+                                       const float *w, float eps, float *y_f32,
+                                       __nv_bfloat16 *y_bf16, size_t ld_bf16, size_t d) {
+  __shared__ float red[33];
+  size_t r = blockIdx.x;
+  float *xr = x + r * ld_x;
+  const float *ar = add ? add + r * d : NULL;
+  float ss = 0.0f;
+  for (size_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = xr[i];
+    if (ar) {
+      v += ar[i];
+      if (write_x)
+        xr[i] = v;
+    }
+    ss += v * v;
+  }
+  ss = exc_block_sum(ss, red);
+  float inv = 1.0f / sqrtf(ss / (float)d + eps);
+  for (size_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = ar ? (write_x ? xr[i] : xr[i] + ar[i]) : xr[i];
+    float o = (v * inv) * (1.0f + w[i]);
+    if (y_f32)
+      y_f32[r * d + i] = o;
+    if (y_bf16)
+      y_bf16[r * ld_bf16 + i] = __float2bfloat16_rn(o);
+  }
+}
+
+int exc_rms_norm(cudaStream_t stream, float *x, const float *add, const float *w, float eps,
+                 float *y_f32, __nv_bfloat16 *y_bf16, size_t ld_bf16, size_t n, size_t d) {
+  if (!n || !d || n > 0x7fffffffu || (!y_f32 && !y_bf16) || (y_bf16 && ld_bf16 < d))
+    return -EINVAL;
+  rms_norm_kernel<<<(unsigned)n, NORM_THREADS, 0, stream>>>(x, add, d, true, w, eps, y_f32, y_bf16,
+                                                             ld_bf16, d);
+  return EXC_CUDA(cudaGetLastError());
+}
+
+static __global__ void gated_norm_kernel(const float *x, const float *z, size_t ld_z,
+                                         const float *w, float eps, __nv_bfloat16 *y,
+                                         size_t n_heads, size_t dv) {
+  __shared__ float red[33];
+  size_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  const float *xr = x + (size_t)blockIdx.x * dv;
+  const float *zr = z + t * ld_z + h * dv;
+  float ss = 0.0f;
+  for (size_t i = threadIdx.x; i < dv; i += blockDim.x)
+    ss += xr[i] * xr[i];
+  ss = exc_block_sum(ss, red);
+  float inv = 1.0f / sqrtf(ss / (float)dv + eps);
+  for (size_t i = threadIdx.x; i < dv; i += blockDim.x) {
+    float zv = zr[i];
+    float s = zv / (1.0f + expf(-zv));
+    y[(size_t)blockIdx.x * dv + i] = __float2bfloat16_rn((w[i] * (xr[i] * inv)) * s);
+  }
+}
+
+int exc_gated_rms_norm(cudaStream_t stream, const float *x, const float *z, size_t ld_z,
+                       const float *w, float eps, __nv_bfloat16 *y, size_t n, size_t n_heads,
+                       size_t dv) {
+  if (!n || !n_heads || !dv || n * n_heads > 0x7fffffffu || ld_z < n_heads * dv)
+    return -EINVAL;
+  unsigned threads = dv >= 128 ? 128 : 32;
+  gated_norm_kernel<<<(unsigned)(n * n_heads), threads, 0, stream>>>(x, z, ld_z, w, eps, y,
+                                                                       n_heads, dv);
+  return EXC_CUDA(cudaGetLastError());
+}

@@ -1,0 +1,112 @@
+/* The bf16 CUDA engine of the Qwen3.5 text backbone: weights bf16 on one device (projections fused
+ * per layer), float32 residual stream, device memory reserved once at start-up (weights, one
+ * scratch arena for a maximum number of tokens per launch, a pool of sequence snapshots), and the
+ * forward over packed sequences that each continue their own snapshot. Not here: the vision tower
+ * (image rows come in as embeddings), unmerged LoRA, family heads. CPU twin: ex_qwen35.h. */
+#ifndef S1_EX_CUDA_QWEN35_H
+#define S1_EX_CUDA_QWEN35_H
+
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_error.h"
+#include "cm_safetensors.h"
+#include "ex_qwen35.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sizes reserved at start-up; a request over any of them is refused with -CM_ELIMIT. */
+struct exc_qwen35_limits {
+  size_t max_tokens;    /* rows of one launch, all sequences together (default 8192) */
+  size_t max_seqs;      /* sequences of one launch (default 64, at most EXC_MAX_SEQS) */
+  size_t max_ctx;       /* tokens one snapshot holds (default 8192) */
+  size_t n_snapshots;   /* snapshots in the pool (default 4) */
+  size_t max_readouts;  /* readout rows of one launch (hidden and logits; default 64) */
+};
+
+/* The default limits above. */
+void exc_qwen35_limits_default(struct exc_qwen35_limits *lim);
+
+struct exc_qwen35;       /* opaque engine: weights, arena, pool, stream, GEMM handle */
+
+/* A sequence state on the device (one pool slot): the snapshot of a sequence after n_tokens. */
+struct exc_qwen35_state {
+  size_t n_tokens;   /* tokens held (sequence positions 0 .. n_tokens−1) */
+  int64_t rope_delta; /* text position = sequence position + rope_delta (default positions) */
+  int slot;          /* pool slot index (owned by the engine) */
+};
+
+/* One packed sequence of a forward launch. */
+struct exc_qwen35_seq {
+  struct exc_qwen35_state *state; /* snapshot continued (read), or NULL for a fresh sequence */
+  bool advance;        /* append this sequence's tokens to `state` (K/V, conv window, GDN state);
+                          the state then must not be read by another sequence of the launch */
+  size_t n;            /* tokens of this sequence (≥ 1) */
+  const int32_t *pos;  /* [3, n] host mRoPE ids (rows T, H, W), or NULL for text positions
+                          (state's n_tokens + rope_delta + t on every axis) */
+};
+
+/* Loads the text weights of a checkpoint (key prefixes as ex_qwen35_model_load: BF16 copied,
+ * F16/F32 rounded to bf16 for matrices, vectors kept float32), reserves every device buffer from
+ * the size tables, creates the stream and GEMM handle, and chooses every GEMM algorithm.
+ * Ownership: *ret_engine is freed with exc_qwen35_free; cfg and st are only read.
+ * Returns 0; -CM_EMISSING / -CM_ESHAPE (tensor absent or of the wrong shape, named in diag);
+ * -CM_EUNSUPPORTED (a kept LoRA adapter; dims not multiples of 8); -EINVAL (limits);
+ * -ENOMEM; -CM_ECUDA (no device, out of device memory: the message gives the bytes asked).
+ * Source: spec/qwen3_5.md §2; twin ex_qwen35_model_load. */
+int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors *st,
+                   int device, const struct exc_qwen35_limits *lim,
+                   struct exc_qwen35 **ret_engine, struct cm_diag *diag);
+void exc_qwen35_free(struct exc_qwen35 *e);
+
+/* Device bytes reserved at start-up: weights, scratch arena, snapshot pool (and the total). */
+struct exc_qwen35_memory {
+  size_t weights_bytes;  /* bf16 matrices + float32 vectors */
+  size_t arena_bytes;    /* per-launch scratch for max_tokens */
+  size_t pool_bytes;     /* n_snapshots × one snapshot */
+  size_t snapshot_bytes; /* one snapshot at max_ctx */
+};
+void exc_qwen35_memory(const struct exc_qwen35 *e, struct exc_qwen35_memory *ret_mem);
+
+/* Takes a free snapshot slot as an empty state (n_tokens 0), or releases one (NULL-safe).
+ * Returns 0; -CM_ELIMIT (pool exhausted). */
+int exc_qwen35_state_acquire(struct exc_qwen35 *e, struct exc_qwen35_state **ret_state);
+void exc_qwen35_state_release(struct exc_qwen35 *e, struct exc_qwen35_state *s);
+/* dst ← src (K/V rows up to n_tokens, conv windows, GDN states; stream-ordered device copies).
+ * Returns 0; -EINVAL (same slot); -CM_ECUDA. */
+int exc_qwen35_state_clone(struct exc_qwen35 *e, const struct exc_qwen35_state *src,
+                           struct exc_qwen35_state *dst);
+
+/* Runs the packed sequences in one launch and writes readouts. Rows are packed in seqs order
+ * (sequence i's token t is row start_i + t). Each sequence attends to its state's K/V plus its own
+ * new rows and continues its state's conv window and GDN state; sequences never see each other.
+ * tokens [total] host ids in [0, vocab); image_rows [n_image_rows, H] host float32 merged vision
+ * features or NULL: they replace, in order, the embeddings of the rows whose token is the config's
+ * image_token_id (their count must match); readout [n_read] packed row
+ * indices; ret_hidden [n_read, H] host float32 final-norm hidden rows or NULL; ret_logits
+ * [n_read, vocab] host float32 LM-head logits (of the bf16 hidden row) or NULL.
+ * Ownership: host buffers of the caller; synchronises the engine's stream before returning.
+ * Returns 0; -EINVAL (empty, an id out of range, a readout outside the launch, a state both
+ * advanced and read, image rows not matching the image tokens); -CM_ELIMIT (max_tokens, max_seqs, max_readouts, max_ctx exceeded, named in
+ * diag); -CM_ECUDA (the engine is then unhealthy when the error is sticky: exc_qwen35_healthy).
+ * Source: spec/qwen3_5.md §3-5; twin ex_qwen35_forward + ex_qwen35_logits. */
+int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int n_seqs,
+                       const int32_t *tokens, const float *image_rows, size_t n_image_rows,
+                       const size_t *readout,
+                       size_t n_read, float *ret_hidden, float *ret_logits, struct cm_diag *diag);
+
+/* The stream every launch of the engine is enqueued on (for callers' timing events). */
+cudaStream_t exc_qwen35_stream(const struct exc_qwen35 *e);
+
+/* False once a CUDA call failed with a sticky error (the context is lost: retire the executor). */
+bool exc_qwen35_healthy(const struct exc_qwen35 *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,173 @@
+/* The CUDA path of s1-forward (s1_forward_cuda.h): one engine with limits sized for the input, the
+ * one-pass or prefix + continuation forward, and the --repeat timing of the whole one-pass prefill
+ * to the last position's logits with CUDA events on the engine's stream (first run excluded). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exc_bf16.h"
+
+#include "cuda_check.h"
+#include "exc_qwen35.h"
+#include "s1_forward_cuda.h"
+
+int s1_forward_cuda_device(const char *device) {
+  if (strcmp(device, "cuda") == 0)
+    return 0;
+  if (strncmp(device, "cuda:", 5) != 0 || !device[5])
+    return -1;
+  char *end = NULL;
+  long v = strtol(device + 5, &end, 10);
+  return (*end || v < 0 || v > 1024) ? -1 : (int)v;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* Times job->repeat + 1 fresh one-pass prefills to the last position's logits. */
+static int time_prefill(struct exc_qwen35 *e, struct exc_qwen35_state *st,
+                        const struct s1_forward_job *job, const struct ex_qwen35_config *cfg,
+                        double ready_ms, struct cm_diag *diag) {
+  int r = 0;
+  float *ms = calloc((size_t)job->repeat + 1, sizeof(float));
+  float *logits = malloc((size_t)cfg->vocab_size * sizeof(float));
+  cudaEvent_t a = NULL, b = NULL;
+  if (!ms || !logits) {
+    r = -ENOMEM;
+    goto out;
+  }
+  if ((r = EXC_CUDA(cudaEventCreate(&a))) || (r = EXC_CUDA(cudaEventCreate(&b))))
+    goto out;
+  size_t last = job->n - 1;
+  cudaStream_t s = exc_qwen35_stream(e);
+  for (int i = 0; i <= job->repeat; i++) {
+    st->n_tokens = 0;
+    struct exc_qwen35_seq seq = {.state = st, .advance = true, .n = job->n, .pos = job->pos};
+    if ((r = EXC_CUDA(cudaEventRecord(a, s))))
+      goto out;
+    if ((r = exc_qwen35_forward(e, &seq, 1, job->tokens, job->image_rows, job->n_image_rows,
+                                &last, 1, NULL, logits, diag)))
+      goto out;
+    if ((r = EXC_CUDA(cudaEventRecord(b, s))) || (r = EXC_CUDA(cudaEventSynchronize(b))) ||
+        (r = EXC_CUDA(cudaEventElapsedTime(&ms[i], a, b))))
+      goto out;
+  }
+  qsort(ms + 1, (size_t)job->repeat, sizeof(float), cmp_float);
+  int k = job->repeat;
+  double median = k % 2 ? ms[1 + k / 2] : 0.5 * (ms[k / 2] + ms[1 + k / 2]);
+  size_t free_b = 0, total_b = 0;
+  if ((r = EXC_CUDA(cudaMemGetInfo(&free_b, &total_b))))
+    goto out;
+  struct exc_qwen35_memory mem;
+  exc_qwen35_memory(e, &mem);
+  printf("{\"device\": \"cuda\", \"n_tokens\": %zu, \"repeat\": %d, \"first_ms\": %.3f, "
+         "\"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"ready_ms\": %.1f, "
+         "\"device_used_bytes\": %zu, \"weights_bytes\": %zu, \"arena_bytes\": %zu, "
+         "\"pool_bytes\": %zu}\n",
+         job->n, k, ms[0], median, ms[1], ms[k], ready_ms, total_b - free_b, mem.weights_bytes,
+         mem.arena_bytes, mem.pool_bytes);
+  fflush(stdout);
+out:
+  if (a)
+    cudaEventDestroy(a);
+  if (b)
+    cudaEventDestroy(b);
+  free(ms);
+  free(logits);
+  return r;
+}
+
+int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg,
+                    int device, const struct s1_forward_job *job, float *ret_hidden,
+                    float *ret_logits, struct cm_diag *diag) {
+  if (dir->adapter)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "device cuda: a kept (unmerged) LoRA adapter is not supported yet; "
+                       "export with --lora merge");
+  struct exc_qwen35_limits lim;
+  exc_qwen35_limits_default(&lim);
+  lim.max_tokens = job->n > 64 ? job->n : 64;
+  lim.max_ctx = lim.max_tokens;
+  lim.max_seqs = 1;
+  lim.n_snapshots = 2;
+  lim.max_readouts = job->n_read > 1 ? job->n_read : 1;
+  struct exc_qwen35 *e = NULL;
+  struct exc_qwen35_state *st = NULL, *cont = NULL;
+  int r = exc_qwen35_new(cfg, dir->weights, device, &lim, &e, diag);
+  if (r)
+    return r;
+  double ready_ms = now_ms() - job->t0_ms;
+  if ((r = exc_qwen35_state_acquire(e, &st)) || (r = exc_qwen35_state_acquire(e, &cont)))
+    goto out;
+  size_t p = job->prefix_len, h = (size_t)cfg->hidden_size, v = (size_t)cfg->vocab_size;
+  if (!p) {
+    struct exc_qwen35_seq seq = {.state = st, .advance = true, .n = job->n, .pos = job->pos};
+    r = exc_qwen35_forward(e, &seq, 1, job->tokens, job->image_rows, job->n_image_rows,
+                           job->readout, job->n_read, ret_hidden, ret_logits, diag);
+  } else {
+    /* prefix into st, clone into cont, continue cont with the rest; readouts of prefix rows come
+     * from the first launch, the others from the continuation */
+    int32_t *pp = malloc(3 * p * sizeof(int32_t)), *pc = malloc(3 * (job->n - p) * sizeof(int32_t));
+    size_t *ra = malloc((job->n_read + 1) * sizeof(size_t)), *rb = malloc((job->n_read + 1) * sizeof(size_t));
+    size_t *ia = malloc((job->n_read + 1) * sizeof(size_t)), *ib = malloc((job->n_read + 1) * sizeof(size_t));
+    float *hh = malloc((job->n_read + 1) * h * sizeof(float));
+    float *ll = malloc((job->n_read + 1) * v * sizeof(float));
+    if (!pp || !pc || !ra || !rb || !ia || !ib || !hh || !ll) {
+      r = -ENOMEM;
+    } else {
+      size_t na = 0, nb = 0, img_a = 0;
+      for (int a = 0; a < 3; a++) {
+        memcpy(pp + a * p, job->pos + a * job->n, p * sizeof(int32_t));
+        memcpy(pc + a * (job->n - p), job->pos + a * job->n + p, (job->n - p) * sizeof(int32_t));
+      }
+      for (size_t i = 0; i < p; i++)
+        img_a += job->tokens[i] == cfg->image_token_id;
+      for (size_t i = 0; i < job->n_read; i++) {
+        if (job->readout[i] < p) {
+          ra[na] = job->readout[i];
+          ia[na++] = i;
+        } else {
+          rb[nb] = job->readout[i] - p;
+          ib[nb++] = i;
+        }
+      }
+      struct exc_qwen35_seq sa = {.state = st, .advance = true, .n = p, .pos = pp};
+      r = exc_qwen35_forward(e, &sa, 1, job->tokens, job->image_rows ? job->image_rows : NULL,
+                             job->image_rows ? img_a : 0, ra, na, hh, ll, diag);
+      for (size_t i = 0; !r && i < na; i++) {
+        memcpy(ret_hidden + ia[i] * h, hh + i * h, h * sizeof(float));
+        memcpy(ret_logits + ia[i] * v, ll + i * v, v * sizeof(float));
+      }
+      if (!r && (r = exc_qwen35_state_clone(e, st, cont)))
+        cm_diag_set(diag, r, "cuda engine: snapshot clone failed");
+      struct exc_qwen35_seq sb = {.state = cont, .advance = true, .n = job->n - p, .pos = pc};
+      if (!r)
+        r = exc_qwen35_forward(e, &sb, 1, job->tokens + p,
+                               job->image_rows ? job->image_rows + img_a * h : NULL,
+                               job->image_rows ? job->n_image_rows - img_a : 0, rb, nb, hh, ll,
+                               diag);
+      for (size_t i = 0; !r && i < nb; i++) {
+        memcpy(ret_hidden + ib[i] * h, hh + i * h, h * sizeof(float));
+        memcpy(ret_logits + ib[i] * v, ll + i * v, v * sizeof(float));
+      }
+    }
+    free(pp), free(pc), free(ra), free(rb), free(ia), free(ib), free(hh), free(ll);
+  }
+  if (!r && job->repeat > 0)
+    r = time_prefill(e, st, job, cfg, ready_ms, diag);
+out:
+  exc_qwen35_state_release(e, st);
+  exc_qwen35_state_release(e, cont);
+  exc_qwen35_free(e);
+  return r;
+}

@@ -1,0 +1,39 @@
+/* The --device cuda:N path of s1-forward: the same input and outputs as the float32 CPU path, run
+ * by the bf16 CUDA engine (executor/cuda/exc_qwen35.h), plus --repeat timing. Built as
+ * s1_forward_cuda.c where CUDA is enabled, else s1_forward_nocuda.c (refuses the device). */
+#ifndef S1_EX_S1_FORWARD_CUDA_H
+#define S1_EX_S1_FORWARD_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_error.h"
+#include "cm_model_dir.h"
+#include "ex_qwen35.h"
+
+/* What one s1-forward run asks of the device. */
+struct s1_forward_job {
+  const int32_t *tokens;     /* [n] ids after image expansion */
+  const int32_t *pos;        /* [3, n] mRoPE ids */
+  size_t n;                  /* tokens */
+  size_t prefix_len;         /* 0: one pass; else prefix snapshot + continuation from a clone */
+  const float *image_rows;   /* [n_image_rows, H] merged vision features, or NULL */
+  size_t n_image_rows;       /* rows */
+  const size_t *readout;     /* [n_read] resolved positions */
+  size_t n_read;             /* count */
+  int repeat;                /* timed repeats of the whole one-pass prefill (0: none) */
+  double t0_ms;              /* process start, CLOCK_MONOTONIC ms (for process-to-ready) */
+};
+
+/* Parses "cuda:N" (or "cuda", device 0). Returns the ordinal, or -1 for anything else. */
+int s1_forward_cuda_device(const char *device);
+
+/* Runs the job on CUDA device `device`: loads the engine, runs it, fills ret_hidden [n_read, H]
+ * and ret_logits [n_read, vocab] (host buffers of the caller); with job->repeat > 0 prints one
+ * JSON timing line on stdout (README, "s1-forward --device cuda"). Returns 0 or a negative code
+ * with diag set. */
+int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg,
+                    int device, const struct s1_forward_job *job, float *ret_hidden,
+                    float *ret_logits, struct cm_diag *diag);
+
+#endif

@@ -1,0 +1,16 @@
+/* s1-forward built without CUDA: the device path refuses with a message (s1_forward_cuda.h). */
+#include <string.h>
+
+#include "s1_forward_cuda.h"
+
+int s1_forward_cuda_device(const char *device) {
+  return strncmp(device, "cuda", 4) == 0 ? 0 : -1;
+}
+
+int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg,
+                    int device, const struct s1_forward_job *job, float *ret_hidden,
+                    float *ret_logits, struct cm_diag *diag) {
+  (void)dir, (void)cfg, (void)job, (void)ret_hidden, (void)ret_logits;
+  return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                     "device cuda:%d: this s1-forward was built without CUDA", device);
+}

@@ -1,0 +1,176 @@
+/* Microbenchmark of the attention, Gated DeltaNet and conv kernels at the 4B and 27B shapes for
+ * 128, 1,024 and 3,400 tokens (one fresh sequence): CUDA events around each launch, 5 warm-ups,
+ * median of 25, random inputs (never zeros). Prints per-launch time, the FLOP and byte counts of
+ * the work and the achieved rates, then the per-model totals (layers × time). Not a test. */
+#include <cuda_runtime.h>
+
+#include "cuda_attention.h"
+#include "cuda_conv1d.h"
+#include "cuda_gdn.h"
+#include "gpu_twin.h"
+
+#define WARM 5
+#define REPS 25
+
+static int cmpf(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+typedef int (*launch_fn)(void *ctx);
+
+static float time_ms(launch_fn f, void *ctx) {
+  cudaEvent_t e0, e1;
+  TW_CUDA(cudaEventCreate(&e0));
+  TW_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < WARM; i++)
+    TW_OK(f(ctx));
+  float t[REPS];
+  for (int i = 0; i < REPS; i++) {
+    TW_CUDA(cudaEventRecord(e0, 0));
+    TW_OK(f(ctx));
+    TW_CUDA(cudaEventRecord(e1, 0));
+    TW_CUDA(cudaEventSynchronize(e1));
+    TW_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
+  }
+  qsort(t, REPS, sizeof(float), cmpf);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  return t[REPS / 2];
+}
+
+static void *dev_random_f32(size_t n, float sd) {
+  float *h = malloc(n * 4);
+  for (size_t i = 0; i < n; i++)
+    h[i] = tw_normal(sd);
+  void *d = tw_dmalloc(n * 4);
+  TW_CUDA(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+static void *dev_random_bf16(size_t n, float sd) {
+  uint16_t *h = malloc(n * 2);
+  for (size_t i = 0; i < n; i++)
+    h[i] = tw_f2bf(tw_normal(sd));
+  void *d = tw_dmalloc(n * 2);
+  TW_CUDA(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+
+struct attn_ctx {
+  void *q, *g, *k, *v, *o;
+  struct exc_attn_seq seq;
+  int hq, hkv;
+};
+static int attn_run(void *c) {
+  struct attn_ctx *a = c;
+  return exc_attention_gated(0, a->q, a->g, a->o, &a->seq, 1, a->hq, a->hkv, 256, 1.0f / 16.0f);
+}
+struct gdn_ctx {
+  float *qkv, *beta, *g, *out, *state, *b, *a, *alog, *dt;
+  void *scratch;
+  size_t ld, n;
+  struct ex_gdn_dims d;
+  struct exc_gdn_seq seq;
+};
+static int gdn_run(void *c) {
+  struct gdn_ctx *x = c;
+  return exc_gdn_chunked(0, x->qkv, x->ld, x->beta, x->g, x->out, &x->seq, 1, &x->d, x->scratch);
+}
+static int prep_run(void *c) {
+  struct gdn_ctx *x = c;
+  return exc_gdn_prepare(0, x->qkv, x->ld, x->b, x->a, x->d.n_v_heads, x->alog, x->dt, x->beta,
+                         x->g, x->n, &x->d);
+}
+struct conv_ctx {
+  float *x, *w, *y, *win, *wout;
+  struct exc_conv_seq seq;
+  size_t c;
+};
+static int conv_run(void *c) {
+  struct conv_ctx *x = c;
+  return exc_causal_conv1d_silu(0, x->x, x->w, x->y, &x->seq, 1, x->c, 4);
+}
+
+int main(void) {
+  tw_require_gpu();
+  tw_seed("bench_cuda_kernels");
+  struct model {
+    const char *name;
+    int hq, hkv, n_attn;
+    struct ex_gdn_dims d;
+    int n_gdn;
+  } models[] = {{"4B", 16, 4, 8, {16, 32, 128, 128}, 24}, {"27B", 24, 4, 16, {16, 48, 128, 128}, 48}};
+  const int toks[] = {128, 1024, 3400};
+  printf("%-5s %-6s %-14s %10s %10s %10s %12s\n", "model", "T", "kernel", "ms/launch", "TFLOP/s",
+         "GB/s", "ms/model");
+  for (int mi = 0; mi < 2; mi++) {
+    struct model *m = &models[mi];
+    for (int ti = 0; ti < 3; ti++) {
+      int T = toks[ti];
+      double model_ms = 0;
+      /* attention */
+      struct attn_ctx a;
+      size_t nq = (size_t)T * m->hq * 256, nk = (size_t)T * m->hkv * 256;
+      a.q = dev_random_bf16(nq, 1.0f), a.g = dev_random_bf16(nq, 2.0f);
+      a.k = dev_random_bf16(nk, 1.0f), a.v = dev_random_bf16(nk, 1.0f), a.o = tw_dmalloc(nq * 2);
+      a.seq = (struct exc_attn_seq){0, T, 0, 0, NULL, NULL, a.k, a.v};
+      a.hq = m->hq, a.hkv = m->hkv;
+      float t = time_ms(attn_run, &a);
+      double fl = 4.0 * m->hq * 256.0 * ((double)T * (T + 1) / 2.0);
+      double by = 3.0 * nq * 2 + 2.0 * nk * 2;
+      printf("%-5s %-6d %-14s %10.4f %10.2f %10.1f %12.3f\n", m->name, T, "attention", t,
+             fl / t / 1e9, by / t / 1e6, t * m->n_attn);
+      model_ms += t * m->n_attn;
+      cudaFree(a.q), cudaFree(a.g), cudaFree(a.k), cudaFree(a.v), cudaFree(a.o);
+      /* conv */
+      struct conv_ctx c;
+      c.c = 2 * m->d.n_k_heads * m->d.dk + m->d.n_v_heads * m->d.dv;
+      c.x = dev_random_f32((size_t)T * c.c, 1.0f), c.w = dev_random_f32(c.c * 4, 0.3f);
+      c.y = tw_dmalloc((size_t)T * c.c * 4), c.win = dev_random_f32(3 * c.c, 1.0f);
+      c.wout = tw_dmalloc(3 * c.c * 4);
+      c.seq = (struct exc_conv_seq){0, T, c.win, c.wout};
+      t = time_ms(conv_run, &c);
+      by = 2.0 * T * c.c * 4;
+      printf("%-5s %-6d %-14s %10.4f %10s %10.1f %12.3f\n", m->name, T, "conv1d+silu", t, "-",
+             by / t / 1e6, t * m->n_gdn);
+      model_ms += t * m->n_gdn;
+      /* GDN prepare (in place on a copy that is re-normalised each time: harmless) */
+      struct gdn_ctx g;
+      g.d = m->d;
+      g.n = (size_t)T;
+      g.ld = c.c;
+      g.qkv = dev_random_f32((size_t)T * g.ld, 1.0f);
+      g.b = dev_random_f32((size_t)T * m->d.n_v_heads, 2.0f);
+      g.a = dev_random_f32((size_t)T * m->d.n_v_heads, 3.0f);
+      g.alog = dev_random_f32(m->d.n_v_heads, 1.0f), g.dt = dev_random_f32(m->d.n_v_heads, 1.0f);
+      g.beta = tw_dmalloc((size_t)T * m->d.n_v_heads * 4), g.g = tw_dmalloc((size_t)T * m->d.n_v_heads * 4);
+      t = time_ms(prep_run, &g);
+      by = 2.0 * T * 2 * m->d.n_k_heads * m->d.dk * 4 + 4.0 * T * m->d.n_v_heads * 4;
+      printf("%-5s %-6d %-14s %10.4f %10s %10.1f %12.3f\n", m->name, T, "gdn_prepare", t, "-",
+             by / t / 1e6, t * m->n_gdn);
+      model_ms += t * m->n_gdn;
+      /* GDN chunked on the prepared rows */
+      g.out = tw_dmalloc((size_t)T * m->d.n_v_heads * m->d.dv * 4);
+      g.state = dev_random_f32(m->d.n_v_heads * m->d.dk * m->d.dv, 0.5f);
+      g.scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
+      g.seq = (struct exc_gdn_seq){0, T, g.state, NULL};
+      t = time_ms(gdn_run, &g);
+      double nch = (T + 63) / 64, hv = m->d.n_v_heads, dk = 128, dv = 128;
+      /* useful FLOPs per chunk and head: KKᵀ, QKᵀ (2·64·64·dk each), solves (64·63·(dk+dv)),
+       * W·S and Q·S (2·2·64·dk·dv), state update (2·64·dk·dv), A·V' (64·65·dv) */
+      fl = nch * hv * (4.0 * 64 * 64 * dk + 64.0 * 63 * (dk + dv) + 6.0 * 64 * dk * dv + 64.0 * 65 * dv);
+      by = (double)T * (2 * m->d.n_k_heads * dk + hv * dv + 2 * hv) * 4 + (double)T * hv * dv * 4 +
+           2.0 * hv * dk * dv * 4;
+      printf("%-5s %-6d %-14s %10.4f %10.2f %10.1f %12.3f\n", m->name, T, "gdn_chunked", t,
+             fl / t / 1e9, by / t / 1e6, t * m->n_gdn);
+      model_ms += t * m->n_gdn;
+      printf("%-5s %-6d %-14s %10s %10s %10s %12.3f\n", m->name, T, "sum(model)", "", "", "",
+             model_ms);
+      cudaFree(c.x), cudaFree(c.w), cudaFree(c.y), cudaFree(c.win), cudaFree(c.wout);
+      cudaFree(g.qkv), cudaFree(g.b), cudaFree(g.a), cudaFree(g.alog), cudaFree(g.dt);
+      cudaFree(g.beta), cudaFree(g.g), cudaFree(g.out), cudaFree(g.state), cudaFree(g.scratch);
+    }
+  }
+  return 0;
+}
