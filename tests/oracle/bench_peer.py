@@ -16,8 +16,8 @@ Two subcommands:
           events around each forward, median/min/max over N after W excluded warm-ups. Prints one
           JSON line per case and writes them all (plus load time, peak memory, device) to FILE.
   s1      --forward S1_FORWARD --model DIR --inputs DIR --shape S [--repeats N] --raw FILE
-          runs `s1-forward --device cuda:0 --repeat N` on every single_*.json input (rows inputs
-          need a multi-sequence s1-forward and are reported as not run), reads its timing (median,
+          runs `s1-forward --device cuda:0 --repeat N` on every single_*.json input and
+          `bench_rows` (--rows-tool, tests/bench) on every rows_*.json input, reads the timing (median,
           min, max ms; process-to-ready; peak device memory) and appends JSON lines to FILE.
   table   --raw FILE   one table per shape: case, s1 ms, peer ms, ratio, target
           max(peer / 5, 1.5 x floor) with the floor of spec/benchmark.md, pass / miss.
@@ -239,25 +239,37 @@ def cmd_s1(a):
         path = os.path.join(a.inputs, name)
         with open(path) as f:
             inp = json.load(f)
-        if "rows" in inp:
-            rows.append({"side": "s1", "shape": a.shape, "case": case, "error": "not run: "
-                         "s1-forward runs one sequence (rows need the multi-sequence runner)"})
-            continue
         outp = os.path.join(a.work, f"s1_{a.shape}_{case}.json")
-        cmd = [a.forward, "--model", a.model, "--device", a.device, "--input", path,
-               "--output", outp, "--repeat", str(a.repeats)] + a.extra
+        if "rows" in inp:
+            if not a.rows_tool:
+                rows.append({"side": "s1", "shape": a.shape, "case": case, "error": "not run: "
+                             "no --rows-tool (s1-forward runs one sequence)"})
+                continue
+            cmd = [a.rows_tool, "--model", a.model, "--device", a.device, "--input", path,
+                   "--repeat", str(a.repeats)]
+            size = (len(inp["rows"]), len(inp["rows"][0]))
+        else:
+            cmd = [a.forward, "--model", a.model, "--device", a.device, "--input", path,
+                   "--output", outp, "--repeat", str(a.repeats)] + a.extra
+            size = (1, len(inp["tokens"]))
         t = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.monotonic() - t
         log = r.stdout + r.stderr
-        rec = {"side": "s1", "shape": a.shape, "case": case, "tokens": len(inp["tokens"]),
-               "batch": 1, "process_wall_s": wall, "cmd": " ".join(cmd)}
+        rec = {"side": "s1", "shape": a.shape, "case": case, "tokens": size[1],
+               "batch": size[0], "process_wall_s": wall, "cmd": " ".join(cmd)}
         if r.returncode != 0:
             rec["error"] = f"exit {r.returncode}: {log.strip()[-1500:]}"
         else:
-            with open(outp) as f:
-                o = json.load(f)
-            t = parse_s1(log, o)
+            o = {}
+            if "rows" not in inp:
+                with open(outp) as f:
+                    o = json.load(f)
+            else:
+                for line in r.stdout.splitlines():
+                    if line.startswith("{") and "top5_row0" in line:
+                        o = {"logits_top": [{"ids": json.loads(line)["top5_row0"]}]}
+            t = parse_s1(log, {k: v for k, v in o.items() if k != "logits_top"})
             if not t:
                 rec["error"] = "no timing found in the output: " + log.strip()[-1500:]
             else:
@@ -321,7 +333,7 @@ def cmd_table(a):
                 res = "MISS"
                 status = 1
             top = ""
-            if s.get("top5_last") and p.get("top5_last") and p.get("batch", 1) == 1:
+            if s.get("top5_last") and p.get("top5_last"):  # rows: row 0 on both sides
                 top = "same" if set(s["top5_last"]) == set(p["top5_last"]) else "DIFFER"
             f = lambda v: f"{v:9.2f}" if v is not None else f"{'-':>9}"
             ratio = f"{pm / sm:8.2f}" if pm and sm else f"{'-':>8}"
@@ -367,6 +379,7 @@ def main():
     ps.add_argument("--device", default="cuda:0")
     ps.add_argument("--work", default=tempfile.gettempdir())
     ps.add_argument("--raw", required=True)
+    ps.add_argument("--rows-tool", help="tests/bench/bench_rows (rows inputs)")
     ps.add_argument("extra", nargs="*", help="more s1-forward arguments (after --)")
     pb = sub.add_parser("table")
     pb.add_argument("--raw", required=True)
