@@ -230,8 +230,10 @@ def parse_s1(stdout, out_json):
 
 
 def cmd_s1(a):
+    """s1-forward per single input (one process each); bench_rows once for the rows inputs (and the
+    single ones too with --singles-via-rows-tool: one model load for every case, for 27B)."""
     import subprocess
-    rows = []
+    recs, batch = [], []
     for name in sorted(os.listdir(a.inputs)):
         if not name.endswith(".json"):
             continue
@@ -239,50 +241,68 @@ def cmd_s1(a):
         path = os.path.join(a.inputs, name)
         with open(path) as f:
             inp = json.load(f)
-        outp = os.path.join(a.work, f"s1_{a.shape}_{case}.json")
-        if "rows" in inp:
+        size = (len(inp["rows"]), len(inp["rows"][0])) if "rows" in inp else (1, len(inp["tokens"]))
+        rec = {"side": "s1", "shape": a.shape, "case": case, "tokens": size[1], "batch": size[0]}
+        if "rows" in inp or a.singles_via_rows_tool:
             if not a.rows_tool:
-                rows.append({"side": "s1", "shape": a.shape, "case": case, "error": "not run: "
-                             "no --rows-tool (s1-forward runs one sequence)"})
-                continue
-            cmd = [a.rows_tool, "--model", a.model, "--device", a.device, "--input", path,
-                   "--repeat", str(a.repeats)]
-            size = (len(inp["rows"]), len(inp["rows"][0]))
-        else:
-            cmd = [a.forward, "--model", a.model, "--device", a.device, "--input", path,
-                   "--output", outp, "--repeat", str(a.repeats)] + a.extra
-            size = (1, len(inp["tokens"]))
+                rec["error"] = "not run: no --rows-tool (s1-forward runs one sequence)"
+                recs.append(rec)
+            else:
+                batch.append((path, rec))
+            continue
+        outp = os.path.join(a.work, f"s1_{a.shape}_{case}.json")
+        cmd = [a.forward, "--model", a.model, "--device", a.device, "--input", path,
+               "--output", outp, "--repeat", str(a.repeats)] + a.extra
         t = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.monotonic() - t
+        rec.update(process_wall_s=time.monotonic() - t, cmd=" ".join(cmd))
         log = r.stdout + r.stderr
-        rec = {"side": "s1", "shape": a.shape, "case": case, "tokens": size[1],
-               "batch": size[0], "process_wall_s": wall, "cmd": " ".join(cmd)}
         if r.returncode != 0:
             rec["error"] = f"exit {r.returncode}: {log.strip()[-1500:]}"
         else:
-            o = {}
-            if "rows" not in inp:
-                with open(outp) as f:
-                    o = json.load(f)
-            else:
-                for line in r.stdout.splitlines():
-                    if line.startswith("{") and "top5_row0" in line:
-                        o = {"logits_top": [{"ids": json.loads(line)["top5_row0"]}]}
-            t = parse_s1(log, {k: v for k, v in o.items() if k != "logits_top"})
-            if not t:
+            with open(outp) as f:
+                o = json.load(f)
+            tm = parse_s1(log, {k: v for k, v in o.items() if k != "logits_top"})
+            if not tm:
                 rec["error"] = "no timing found in the output: " + log.strip()[-1500:]
             else:
-                rec.update(t)
+                rec.update(tm)
             try:
                 rec["top5_last"] = [int(x) for x in o["logits_top"][-1]["ids"][:5]]
             except (KeyError, IndexError, TypeError):
                 pass
         print(json.dumps({k: v for k, v in rec.items() if k not in ("ms_all", "cmd")}),
               flush=True)
-        rows.append(rec)
+        recs.append(rec)
+    if batch:
+        cmd = [a.rows_tool, "--model", a.model, "--device", a.device, "--repeat", str(a.repeats)]
+        for path, _ in batch:
+            cmd += ["--input", path]
+        t = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t
+        lines = {}
+        for line in r.stdout.splitlines():
+            if line.startswith("{"):
+                try:
+                    o = json.loads(line)
+                    lines[o.get("input")] = o
+                except ValueError:
+                    pass
+        for path, rec in batch:
+            rec.update(process_wall_s=wall, cmd=" ".join(cmd), tool="bench_rows")
+            o = lines.get(path)
+            if o is None:
+                rec["error"] = (f"exit {r.returncode}, no line for this input: "
+                                + (r.stdout + r.stderr).strip()[-1500:])
+            else:
+                rec.update(find_timing(o) or {})
+                rec["top5_last"] = o.get("top5_row0")
+            print(json.dumps({k: v for k, v in rec.items() if k not in ("ms_all", "cmd")}),
+                  flush=True)
+            recs.append(rec)
     with open(a.raw, "a") as f:
-        for r in rows:
+        for r in recs:
             f.write(json.dumps(r) + "\n")
 
 
@@ -380,6 +400,8 @@ def main():
     ps.add_argument("--work", default=tempfile.gettempdir())
     ps.add_argument("--raw", required=True)
     ps.add_argument("--rows-tool", help="tests/bench/bench_rows (rows inputs)")
+    ps.add_argument("--singles-via-rows-tool", action="store_true",
+                    help="time the single sequences with the rows tool too (one model load)")
     ps.add_argument("extra", nargs="*", help="more s1-forward arguments (after --)")
     pb = sub.add_parser("table")
     pb.add_argument("--raw", required=True)
