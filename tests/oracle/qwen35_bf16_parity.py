@@ -10,9 +10,12 @@ Checks, on seeded random prompts (ids below 151643, ordinary Qwen3 BPE tokens):
   - continuation: s1-forward with prefix_len equals its own one-pass forward within bf16 rounding
     (||cont - full|| / ||full|| <= 2^-7 per row);
   - with --image (a model with the vision tower): one prompt with a random 8x8-patch image, fed as
-    pixel rows to both sides.
+    pixel rows to both sides;
+  - with --fp32-context: transformers fp32 on the same prompts, reporting how far s1 and the bf16
+    oracle each are from it (the scale of bf16 rounding on that model; reported, not judged).
 Usage: qwen35_bf16_parity.py --model DIR --forward S1_FORWARD --work DIR [--prompts N]
-                             [--max-len N] [--image] [--device cuda:0] [--out FILE.json]
+                             [--max-len N] [--image] [--fp32-context] [--device cuda:0]
+                             [--out FILE.json]
 Exit status 0 only when every check passes; 1 otherwise (a machine without a GPU fails here too).
 Leaves out: LoRA adapters, padding-row logits beyond the top 20 s1-forward prints.
 """
@@ -73,13 +76,13 @@ def model_folder(path, tmp):
     return tmp, m
 
 
-def hf_load(path):
+def hf_load(path, dtype="bfloat16"):
     import torch
     from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
     with tempfile.TemporaryDirectory() as tmp:
         folder, man = model_folder(path, tmp)
         model, info = mq.Qwen3_5ForConditionalGeneration.from_pretrained(
-            folder, dtype=torch.bfloat16, attn_implementation="sdpa", device_map="cuda",
+            folder, dtype=getattr(torch, dtype), attn_implementation="sdpa", device_map="cuda",
             output_loading_info=True)
     model.eval()
     missing = list(info.get("missing_keys", []))
@@ -103,7 +106,7 @@ def hf_run(model, cap, case, pixels):
     kw = dict(input_ids=torch.tensor([ids], device="cuda"), use_cache=False)
     if pixels is not None:
         img = model.config.image_token_id
-        kw.update(pixel_values=torch.from_numpy(pixels).to("cuda", torch.bfloat16),
+        kw.update(pixel_values=torch.from_numpy(pixels).to("cuda", model.dtype),
                   image_grid_thw=torch.tensor([case["images"][0]["grid_thw"]], device="cuda"),
                   mm_token_type_ids=torch.tensor([[1 if t == img else 0 for t in ids]],
                                                  device="cuda"))
@@ -133,6 +136,8 @@ def main():
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--seed", type=int, default=8008)
     ap.add_argument("--out")
+    ap.add_argument("--fp32-context", action="store_true",
+                    help="also run transformers in fp32 and report both bf16 forwards' distance")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     rng = np.random.default_rng(a.seed)
@@ -185,13 +190,30 @@ def main():
         n_top_ok += top_ok
         r = {"case": c["name"], "n": len(c.get("hf_ids", c["tokens"])), "readout": pos,
              "hidden_rel": errs, "top5_s1": s1_top5, "top5_hf": top5, "top5_hf_logits": top5v,
-             "top5_set_equal": top_ok, "top5_order_equal": s1_top5 == top5}
+             "top5_set_equal": top_ok, "top5_order_equal": s1_top5 == top5,
+             "_hf_hidden": (hid, None, None)}
         results.append(r)
         if max(errs) > HIDDEN_TOL or not all(np.isfinite(errs)):
             fails.append(f"{c['name']}: hidden rel {max(errs):.3e} > {HIDDEN_TOL}")
         print(f"{c['name']:>16}: hidden rel max {max(errs):.3e}  top5 set {'=' if top_ok else '!='}"
               f" order {'=' if r['top5_order_equal'] else '!='}  s1 {s1_top5} hf {top5}",
               flush=True)
+    if a.fp32_context:
+        # the bf16 oracle's own distance from its fp32 forward, for scale (not a pass criterion)
+        import torch
+        del model
+        torch.cuda.empty_cache()
+        model32, cap32 = hf_load(a.model, "float32")
+        for c, r in zip(cases, results):
+            hid32, _, _ = hf_run(model32, cap32, c, pixels if c["name"] == "image" else None)
+            hidbf, _, _ = r.pop("_hf_hidden")
+            o = s1[c["name"]]
+            r["hf_bf16_vs_fp32_rel"] = [rel(hidbf[p], hid32[p]) for p in o["readout"]]
+            r["s1_vs_fp32_rel"] = [rel(h, hid32[p]) for h, p in zip(o["hidden"], o["readout"])]
+            print(f"{c['name']:>16}: vs transformers fp32: s1 {max(r['s1_vs_fp32_rel']):.3e}, "
+                  f"transformers bf16 {max(r['hf_bf16_vs_fp32_rel']):.3e}", flush=True)
+    for r in results:
+        r.pop("_hf_hidden", None)
     rate = n_top_ok / len(cases)
     if rate < TOP5_RATE:
         fails.append(f"top-5 identical on {n_top_ok}/{len(cases)} prompts < {TOP5_RATE:.0%}")
