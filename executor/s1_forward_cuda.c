@@ -2,6 +2,7 @@
  * one-pass or prefix + continuation forward, and the --repeat timing of the whole one-pass prefill
  * to the last position's logits with CUDA events on the engine's stream (first run excluded). */
 #include <errno.h>
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,8 @@
 
 #include "exc_bf16.h"
 
+#include "cuda_check.h"
+#include "cuda_vision.h"
 #include "exc_qwen35.h"
 #include "s1_forward_cuda.h"
 
@@ -130,5 +133,51 @@ out:
   exc_qwen35_state_release(e, st);
   exc_qwen35_state_release(e, cont);
   exc_qwen35_free(e);
+  return r;
+}
+
+int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const float *pixels,
+                           int64_t n_patches, const int32_t *grid_thw, int n_images,
+                           float *ret_embeds, struct cm_diag *diag) {
+  json_object *vc = NULL;
+  if (!dir->vision)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: the model directory has no vision tower "
+                       "(exported without vision weights)", dir->path);
+  if (!json_object_object_get_ex(dir->config, "vision_config", &vc))
+    return cm_diag_set(diag, -CM_EMISSING, "%s: config has no vision_config", dir->path);
+  struct ex_vision_config cfg;
+  struct ex_vision *host = NULL;
+  struct exc_gemm *gemm = NULL;
+  struct exc_vision *v = NULL;
+  float *d_out = NULL;
+  int64_t n_merged = 0;
+  int segs = 0, r;
+  for (int i = 0; i < n_images; i++)
+    segs += grid_thw[3 * i];
+  if ((r = ex_vision_config_parse(vc, &cfg, diag)) ||
+      (r = ex_vision_new(&cfg, dir->weights, NULL, &host, diag)) ||
+      (r = ex_vision_count(host, grid_thw, n_images, NULL, &n_merged, diag)))
+    goto out;
+  if ((r = EXC_CUDA(cudaSetDevice(device))) || (r = exc_gemm_new(32u << 20, &gemm))) {
+    cm_diag_set(diag, r, "cuda:%d: device or cuBLASLt handle unavailable", device);
+    goto out;
+  }
+  if ((r = exc_vision_new(&cfg, host, n_patches, segs, gemm, &v, diag)))
+    goto out;
+  ex_vision_free(host);
+  host = NULL;
+  size_t n_out = (size_t)n_merged * (size_t)cfg.out_hidden_size;
+  if ((r = EXC_CUDA(cudaMalloc((void **)&d_out, n_out * sizeof(float)))) ||
+      (r = exc_vision_forward(v, 0, pixels, n_patches, grid_thw, n_images, d_out, diag)) ||
+      (r = EXC_CUDA(cudaMemcpy(ret_embeds, d_out, n_out * sizeof(float),
+                               cudaMemcpyDeviceToHost)))) {
+    cm_diag_set(diag, r, "cuda:%d: the vision tower failed (see stderr)", device);
+    goto out;
+  }
+out:
+  cudaFree(d_out);
+  exc_vision_free(v);
+  exc_gemm_free(gemm);
+  ex_vision_free(host);
   return r;
 }

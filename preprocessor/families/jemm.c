@@ -358,6 +358,13 @@ static int compile_images(const struct pp_jemm_model *m, json_object *body,
                                    &m->image_limits, &r->images[i], diag);
     if (!rc)
       r->n_images++;
+    else if (diag && diag->msg) { /* name the field, as every other refusal does */
+      char *detail = diag->msg;
+      int code = diag->code;
+      *diag = (struct cm_diag){0};
+      cm_diag_set(diag, code, "images[%zu]: %s", i, detail);
+      free(detail);
+    }
   }
   return rc;
 }

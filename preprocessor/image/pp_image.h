@@ -81,10 +81,12 @@ int pp_image_b64_decode(const char *text, size_t n_text, uint32_t index,
                         const struct pp_image_limits *lim, uint8_t **ret_bytes, size_t *ret_n,
                         struct cm_diag *diag);
 
-/* Decodes PNG, JPEG or WebP bytes (format sniffed from magic bytes, then that loader only) into
- * the RGB that Pillow's `Image.open(...).convert("RGB")` returns: alpha dropped, palette expanded,
- * grey replicated, 16-bit grey clipped to 255, other 16-bit images reduced to their high byte,
- * CMYK by Pillow's formula, EXIF orientation not applied, the first frame of an animation.
+/* Decodes PNG, JPEG or WebP bytes (format sniffed from magic bytes, then that decoder only:
+ * libjpeg-turbo for JPEG, libvips for PNG and WebP) into the RGB that Pillow's
+ * `Image.open(...).convert("RGB")` returns: alpha dropped, palette expanded, grey replicated,
+ * 16-bit grey clipped to 255, other 16-bit images reduced to their high byte, CMYK JPEGs inverted
+ * (Adobe) then Pillow's formula, EXIF orientation not applied, the first frame of an animation; a
+ * truncated JPEG, even one lacking only its EOI marker, is refused as Pillow refuses it.
  * Limits (bytes, side, pixels, aspect) are checked from the header, before pixels are decoded.
  * Ownership: ret_rgb->data is malloc'd; free with pp_rgb_fini. Written only on success.
  * Returns: 0; -CM_EFORMAT "image {i} could not be decoded" (truncated, corrupt, empty) or
@@ -113,6 +115,11 @@ int pp_smart_resize(uint32_t height, uint32_t width, uint32_t factor, uint64_t m
  * bit-exact on every CPU capability. */
 int pp_image_resample(const struct pp_rgb *src, uint32_t out_width, uint32_t out_height,
                       struct pp_rgb *ret_dst);
+
+/* pp_image_resample with the portable loops only. pp_image_resample runs AVX2 loops instead when
+ * the CPU has AVX2 (same integer sums, same bytes); tests compare the two on many sizes. */
+int pp_image_resample_generic(const struct pp_rgb *src, uint32_t out_width, uint32_t out_height,
+                              struct pp_rgb *ret_dst);
 
 /* Normalises (v - 127.5) / 127.5 in fp32 and patchifies an RGB image whose sides are multiples
  * of 32 into rows of 1536 values: rows in 2x2 merge-block order, columns (channel, temporal copy,

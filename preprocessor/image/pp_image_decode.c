@@ -1,15 +1,22 @@
-/* Decodes PNG, JPEG and WebP with libvips into the 8-bit RGB that Pillow's convert("RGB") gives.
- * The format is sniffed from the magic bytes and only that loader runs (untrusted loaders are
- * blocked as well); limits are checked on the header, before pixels are decoded. The pixel
- * conversions are done here, from the loader's raw bands, because libvips' colour pipeline
- * (ICC, scaling 16-bit grey) is not what Pillow does. */
+/* Decodes PNG, JPEG and WebP into the 8-bit RGB that Pillow's convert("RGB") gives. The format is
+ * sniffed from the magic bytes and only that decoder runs (libvips' untrusted loaders are blocked
+ * as well); limits are checked on the header, before pixels are decoded. JPEG goes straight
+ * through libjpeg-turbo (the library under both libvips and Pillow, with Pillow's settings: the
+ * defaults, ISLOW DCT and fancy upsampling) into the RGB buffer; PNG and WebP go through libvips,
+ * whose raw bands are converted here because its colour pipeline (ICC, scaling 16-bit grey) is
+ * not what Pillow does. */
 #include "pp_image.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vips/vips.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
 
 enum fmt { FMT_UNKNOWN, FMT_PNG, FMT_JPEG, FMT_WEBP, FMT_OTHER };
 
@@ -85,9 +92,6 @@ static int load_header(enum fmt f, const uint8_t *bytes, size_t n, VipsImage **r
   case FMT_PNG:
     return vips_pngload_buffer(buf, n, ret, "fail_on", VIPS_FAIL_ON_ERROR, "access",
                                VIPS_ACCESS_SEQUENTIAL, NULL);
-  case FMT_JPEG:
-    return vips_jpegload_buffer(buf, n, ret, "fail_on", VIPS_FAIL_ON_ERROR, "access",
-                                VIPS_ACCESS_SEQUENTIAL, NULL);
   case FMT_WEBP:
     return vips_webpload_buffer(buf, n, ret, "fail_on", VIPS_FAIL_ON_ERROR, "access",
                                 VIPS_ACCESS_SEQUENTIAL, NULL);
@@ -98,12 +102,6 @@ static int load_header(enum fmt f, const uint8_t *bytes, size_t n, VipsImage **r
 
 static uint8_t clip255(unsigned v) {
   return v > 255 ? 255 : (uint8_t)v;
-}
-
-/* Pillow's MULDIV255: round(a * b / 255) with its integer trick. */
-static int muldiv255(int a, int b) {
-  int t = a * b + 128;
-  return ((t >> 8) + t) >> 8;
 }
 
 /* Raw loader bands -> RGB, Pillow's rules. `grey16_clip`: a 16-bit PNG of colour type 0, which
@@ -126,22 +124,138 @@ static void to_rgb(const VipsImage *im, const void *raw, bool grey16_clip, uint8
     return;
   }
   const uint8_t *s = raw;
-  bool cmyk = bands == 4 && im->Type == VIPS_INTERPRETATION_CMYK;
   for (size_t i = 0; i < n_px; i++, s += bands, rgb += 3) {
     if (bands <= 2) {
       rgb[0] = rgb[1] = rgb[2] = s[0];
-    } else if (cmyk) {
-      int nk = 255 - s[3];
-      for (int c = 0; c < 3; c++) {
-        int v = nk - muldiv255(s[c], nk);
-        rgb[c] = (uint8_t)(v < 0 ? 0 : v);
-      }
     } else {
       rgb[0] = s[0];
       rgb[1] = s[1];
       rgb[2] = s[2];
     }
   }
+}
+
+/* The header checks shared by both decoders, in the order the messages are documented. */
+static int check_size(uint32_t w, uint32_t h, uint32_t index, const struct pp_image_limits *lim,
+                      struct cm_diag *diag) {
+  if (w == 0 || h == 0)
+    return cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
+  if (w > lim->max_side || h > lim->max_side)
+    return cm_diag_set(diag, -CM_ELIMIT, "image %u is %ux%u, a side exceeds %u pixels", index, w, h,
+                       lim->max_side);
+  if ((uint64_t)w * h > lim->max_src_pixels)
+    return cm_diag_set(diag, -CM_ELIMIT, "image %u exceeds %llu pixels", index,
+                       (unsigned long long)lim->max_src_pixels);
+  uint32_t lo = w < h ? w : h, hi = w < h ? h : w;
+  if ((double)hi / (double)lo > (double)lim->max_aspect)
+    return cm_diag_set(diag, -CM_ELIMIT, "image %u is %ux%u, aspect ratio above %u", index, w, h,
+                       lim->max_aspect);
+  return 0;
+}
+
+/* libjpeg reports errors through error_exit (which must not return) and warnings through
+ * emit_message; both end the decode here except warnings other than a premature end of data:
+ * Pillow ignores libjpeg's warnings but refuses a truncated file ("image file is truncated"),
+ * even one that lacks only its EOI marker. */
+struct jpeg_fail {
+  struct jpeg_error_mgr pub; /* libjpeg's error manager; first, so the pointers convert */
+  jmp_buf jmp;               /* where decode_jpeg resumes on failure */
+};
+
+static void jpeg_fail_exit(j_common_ptr cinfo) {
+  longjmp(((struct jpeg_fail *)cinfo->err)->jmp, 1);
+}
+
+static void jpeg_fail_message(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+    longjmp(((struct jpeg_fail *)cinfo->err)->jmp, 1);
+}
+
+static void jpeg_quiet(j_common_ptr cinfo) {
+  (void)cinfo;
+}
+
+/* Pillow's MULDIV255: round(a * b / 255) with its integer trick. */
+static int muldiv255(int a, int b) {
+  int t = a * b + 128;
+  return ((t >> 8) + t) >> 8;
+}
+
+/* One row of libjpeg's CMYK output to RGB as Pillow does it: its "CMYK;I" unpacker inverts every
+ * byte (Adobe's convention, assumed for every CMYK JPEG), then convert("RGB") runs cmyk2rgb. */
+static void cmyk_row_to_rgb(const uint8_t *s, uint32_t w, uint8_t *rgb) {
+  for (uint32_t x = 0; x < w; x++, s += 4, rgb += 3) {
+    int nk = s[3]; /* 255 - (255 - k) */
+    for (int c = 0; c < 3; c++) {
+      int v = nk - muldiv255(255 - s[c], nk);
+      rgb[c] = (uint8_t)(v < 0 ? 0 : v);
+    }
+  }
+}
+
+/* A JPEG straight to RGB with libjpeg-turbo, as Pillow's JpegImagePlugin + convert("RGB"): 8-bit
+ * samples only; 1 component is grey (libjpeg's grey -> RGB replicates it, as convert does), 3 are
+ * YCbCr or RGB, 4 are CMYK or YCCK (libjpeg gives CMYK); other counts are refused. */
+static int decode_jpeg(const uint8_t *bytes, size_t n_bytes, uint32_t index,
+                       const struct pp_image_limits *lim, struct pp_rgb *ret_rgb,
+                       struct cm_diag *diag) {
+  struct jpeg_decompress_struct cinfo;
+  struct jpeg_fail fail;
+  uint8_t *volatile rgb = NULL, *volatile cmyk = NULL;
+  volatile int rc = 0;
+  cinfo.err = jpeg_std_error(&fail.pub);
+  fail.pub.error_exit = jpeg_fail_exit;
+  fail.pub.emit_message = jpeg_fail_message;
+  fail.pub.output_message = jpeg_quiet;
+  jpeg_create_decompress(&cinfo);
+  if (setjmp(fail.jmp)) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
+    goto done;
+  }
+  jpeg_mem_src(&cinfo, bytes, (unsigned long)n_bytes);
+  jpeg_read_header(&cinfo, TRUE);
+  int comps = cinfo.num_components;
+  if (cinfo.data_precision != 8 || (comps != 1 && comps != 3 && comps != 4)) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
+    goto done;
+  }
+  uint32_t w = cinfo.image_width, h = cinfo.image_height;
+  rc = check_size(w, h, index, lim, diag);
+  if (rc)
+    goto done;
+  cinfo.out_color_space = comps == 4 ? JCS_CMYK : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  if (cinfo.output_width != w || cinfo.output_height != h ||
+      cinfo.output_components != (comps == 4 ? 4 : 3)) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
+    goto done;
+  }
+  rgb = malloc((size_t)w * h * 3);
+  cmyk = comps == 4 ? malloc((size_t)w * 4) : NULL;
+  if (!rgb || (comps == 4 && !cmyk)) {
+    rc = -ENOMEM;
+    goto done;
+  }
+  while (cinfo.output_scanline < h) {
+    uint8_t *out = rgb + (size_t)cinfo.output_scanline * w * 3;
+    JSAMPROW row = comps == 4 ? cmyk : out;
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+      rc = cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
+      goto done;
+    }
+    if (comps == 4)
+      cmyk_row_to_rgb(cmyk, w, out);
+  }
+  jpeg_finish_decompress(&cinfo);
+  ret_rgb->width = w;
+  ret_rgb->height = h;
+  ret_rgb->data = rgb;
+  rgb = NULL;
+done:
+  jpeg_destroy_decompress(&cinfo);
+  free(rgb);
+  free(cmyk);
+  return rc;
 }
 
 int pp_image_decode(const uint8_t *bytes, size_t n_bytes, uint32_t index,
@@ -158,6 +272,8 @@ int pp_image_decode(const uint8_t *bytes, size_t n_bytes, uint32_t index,
     return cm_diag_set(diag, -CM_EFORMAT, "image %u is not PNG, JPEG or WebP", index);
   if (f == FMT_UNKNOWN)
     return cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
+  if (f == FMT_JPEG)
+    return decode_jpeg(bytes, n_bytes, index, lim, ret_rgb, diag);
   /* PNG IHDR (always the first chunk): bit depth at byte 24, colour type at byte 25. */
   bool grey16_clip = f == FMT_PNG && n_bytes >= 26 && bytes[24] == 16 && bytes[25] == 0;
 
@@ -169,26 +285,9 @@ int pp_image_decode(const uint8_t *bytes, size_t n_bytes, uint32_t index,
     goto fail_vips;
   }
   uint32_t w = (uint32_t)im->Xsize, h = (uint32_t)im->Ysize;
-  if (w == 0 || h == 0) {
-    rc = cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
+  rc = check_size(w, h, index, lim, diag);
+  if (rc)
     goto fail_vips;
-  }
-  if (w > lim->max_side || h > lim->max_side) {
-    rc = cm_diag_set(diag, -CM_ELIMIT, "image %u is %ux%u, a side exceeds %u pixels", index, w, h,
-                     lim->max_side);
-    goto fail_vips;
-  }
-  if ((uint64_t)w * h > lim->max_src_pixels) {
-    rc = cm_diag_set(diag, -CM_ELIMIT, "image %u exceeds %llu pixels", index,
-                     (unsigned long long)lim->max_src_pixels);
-    goto fail_vips;
-  }
-  uint32_t lo = w < h ? w : h, hi = w < h ? h : w;
-  if ((double)hi / (double)lo > (double)lim->max_aspect) {
-    rc = cm_diag_set(diag, -CM_ELIMIT, "image %u is %ux%u, aspect ratio above %u", index, w, h,
-                     lim->max_aspect);
-    goto fail_vips;
-  }
   bool fmt_ok = (im->BandFmt == VIPS_FORMAT_UCHAR || im->BandFmt == VIPS_FORMAT_USHORT) &&
                 im->Bands >= 1 && im->Bands <= 4;
   if (!fmt_ok) {

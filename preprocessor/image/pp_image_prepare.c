@@ -7,6 +7,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Copies one finished row of pixel_values (1536 floats, 6 KiB) out of the cache-resident
+ * buffer. On x86-64 with non-temporal stores: the 14 MB of a 1024x576 image is then written once
+ * instead of first being read into the cache (patchify about 2x faster, measured); `dst` must be
+ * 16-byte aligned, which malloc guarantees there. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+static void row_out(float *dst, const float *buf) {
+  for (uint32_t k = 0; k < PP_IMAGE_ROW; k += 4)
+    _mm_stream_ps(dst + k, _mm_load_ps(buf + k));
+}
+
+static void rows_done(void) {
+  _mm_sfence(); /* order the streamed stores before anything the caller does next */
+}
+#else
+static void row_out(float *dst, const float *buf) {
+  memcpy(dst, buf, sizeof(float) * PP_IMAGE_ROW);
+}
+
+static void rows_done(void) {}
+#endif
+
 void pp_image_fini(struct pp_image *img) {
   if (!img)
     return;
@@ -24,6 +47,8 @@ int pp_image_patchify(const struct pp_rgb *img, float *out) {
   for (int v = 0; v < 256; v++)
     lut[v] = ((float)v - 127.5f) / 127.5f;
   const uint32_t P = PP_IMAGE_PATCH, bh_n = H / PP_IMAGE_FACTOR, bw_n = W / PP_IMAGE_FACTOR;
+  _Alignas(64) float buf[PP_IMAGE_ROW]; /* the row being built, then row_out */
+  bool aligned = ((uintptr_t)out & 15) == 0;
   float *row = out;
   for (uint32_t bh = 0; bh < bh_n; bh++)
     for (uint32_t bw = 0; bw < bw_n; bw++)
@@ -31,7 +56,7 @@ int pp_image_patchify(const struct pp_rgb *img, float *out) {
         for (uint32_t iw = 0; iw < PP_IMAGE_MERGE; iw++, row += PP_IMAGE_ROW) {
           uint32_t y0 = (bh * PP_IMAGE_MERGE + ih) * P, x0 = (bw * PP_IMAGE_MERGE + iw) * P;
           for (uint32_t c = 0; c < 3; c++) {
-            float *dst = row + c * PP_IMAGE_TEMPORAL * P * P;
+            float *dst = buf + c * PP_IMAGE_TEMPORAL * P * P;
             for (uint32_t py = 0; py < P; py++) {
               const uint8_t *s = img->data + ((size_t)(y0 + py) * W + x0) * 3 + c;
               for (uint32_t px = 0; px < P; px++)
@@ -40,7 +65,12 @@ int pp_image_patchify(const struct pp_rgb *img, float *out) {
             /* the temporal copy: a still image is repeated to fill temporal_patch_size = 2 */
             memcpy(dst + P * P, dst, sizeof(float) * P * P);
           }
+          if (aligned)
+            row_out(row, buf);
+          else
+            memcpy(row, buf, sizeof(buf));
         }
+  rows_done();
   return 0;
 }
 

@@ -1,7 +1,9 @@
 /* engine_dir: the CUDA engine on an exported model directory without the image stack (so it runs
  * on the GPU machine from a static build): --check compares it with the float32 CPU forward on
- * seeded text tokens (hidden rows at three positions within relative L2 2e-2, the same top-1 id,
- * a prefix/continuation split against the one pass); --repeat K prints s1-forward's timing JSON.
+ * seeded text tokens at three positions: the relative L2 of each hidden row must stay within
+ * max(2e-2, 1.5 × that of the CPU forward with --bf16-rounding, i.e. what rounding as the bf16
+ * reference does costs on this model), the same top-1 id; and a prefix/continuation split against
+ * the one pass. --repeat K prints s1-forward's timing JSON.
  * Usage: engine_dir --model DIR --tokens N [--check] [--repeat K] */
 #include <math.h>
 #include <stdio.h>
@@ -101,9 +103,16 @@ int main(int argc, char **argv) {
     XT_OK(ex_qwen35_model_load(&cfg, dir->weights, NULL, 0, &m, &d));
     XT_OK(ex_qwen35_state_new(m, &cs));
     float *emb = malloc(nt * h * sizeof(float)), *hid = malloc(nt * h * sizeof(float));
-    float *cl = malloc(v * sizeof(float));
+    float *hb = malloc(nt * h * sizeof(float)), *cl = malloc(v * sizeof(float));
     XT_OK(ex_qwen35_embed(m, tok, nt, emb, &d));
     XT_OK(ex_qwen35_forward(m, cs, emb, NULL, nt, hid, &d));
+    /* the bf16-rounding CPU forward: the error scale a bf16 reference has on this model */
+    struct ex_qwen35_state *cb = NULL;
+    XT_OK(ex_qwen35_state_new(m, &cb));
+    m->round_bf16 = true;
+    XT_OK(ex_qwen35_forward(m, cb, emb, NULL, nt, hb, &d));
+    m->round_bf16 = false;
+    ex_qwen35_state_free(cb);
     for (int i = 0; i < 3; i++) {
       ex_qwen35_logits(m, hid + rows[i] * h, 1, cl);
       int32_t a[5], b[5];
@@ -114,13 +123,17 @@ int main(int argc, char **argv) {
         for (int y = 0; y < 5; y++)
           ov += a[x] == b[y];
       double e2 = xt_rel_l2(gh + (size_t)i * h, hid + rows[i] * h, h);
-      printf("row %5zu: hidden rel L2 %.3e (tol 2e-2), top-1 cpu %d gpu %d, top-5 overlap %d\n",
-             rows[i], e2, a[0], b[0], ov);
-      if (!(e2 <= 2e-2))
+      double eb = xt_rel_l2(hb + rows[i] * h, hid + rows[i] * h, h);
+      double tol = eb * 1.5 > 2e-2 ? eb * 1.5 : 2e-2;
+      printf("row %5zu: hidden rel L2 %.3e (cpu bf16-rounding %.3e, tol %.3e), top-1 cpu %d gpu "
+             "%d, top-5 overlap %d\n",
+             rows[i], e2, eb, tol, a[0], b[0], ov);
+      if (!(e2 <= tol))
         xt_fail("row %zu hidden off the CPU forward", rows[i]);
       if (a[0] != b[0])
         xt_fail("row %zu top-1 differs", rows[i]);
     }
+    free(hb);
     free(emb), free(hid), free(cl), free(gh), free(gl), free(ch);
     ex_qwen35_state_free(cs);
     ex_qwen35_model_free(m);

@@ -19,6 +19,7 @@ for t in test_gemm test_ops test_engine; do
   [ $rc -eq 0 ] || fails=$((fails + 1))
 done
 w=/tmp/s1-tiny
+mkdir -p $w
 ./s1-mkmodel --shape tiny --seed 9 --tokenizer tokenizer.json --out $w/hf >/dev/null &&
   ./s1-export --family qwen3_5 --base $w/hf --out $w/m >/dev/null &&
   ./engine_dir --model $w/m --tokens 300 --check >"$OUT/engine_dir_tiny.log" 2>&1
@@ -27,6 +28,7 @@ echo "engine_dir tiny --check rc=$rc" >>"$summary"
 [ $rc -eq 0 ] || fails=$((fails + 1))
 if [ "$N4B" != "0" ]; then
   w=/tmp/s1-4b
+  mkdir -p $w
   s=$(date +%s)
   timeout "${S1_4B_MAKE_S:-600}" ./s1-mkmodel --shape 4b --seed 1 --tokenizer tokenizer.json \
     --out $w/hf >/dev/null &&

@@ -2,10 +2,12 @@
 s1-frontend; tests/integration/trio.py) with the small random JEMM directory of
 recipe/jemm/make-demo-model: the recipe's example requests answer 200 in the reference's shape,
 usage equals the render oracle's token counts, refusals carry the reference's wording in the one
-error shape (spec/wire.md), and /v1/models describes the family. Stdlib only.
+error shape (spec/wire.md), bad input (spec §8) names the field before the reference's detail, and
+/v1/models describes the family. Stdlib only.
 
 usage: test_jemm_http.py BUILD_ROOT SHARED_DIR RENDER.jsonl
 """
+import base64
 import json
 import os
 import subprocess
@@ -15,6 +17,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import trio  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "oracle"))
+import jemm_render as jr  # noqa: E402  (stdlib only: small PNGs)
 
 KEYS = {"choice": ["type", "choice", "probabilities", "confidence"],
         "noul": ["type", "noul", "probabilities", "confidence"],
@@ -94,7 +99,62 @@ def test(t, render):
         assert s == 400 and json.loads(b)["error"]["type"] == "invalid_json", (why, s, b)
     s, _, b = t.post(json.dumps({"model": "jemm", "questions": {"q": {"type": "noul"}}}))
     assert s == 200, (s, b)
-    print(f"jemm http: {n_ok} answers, {n_err} refusals as the oracle")
+    n_bad = bad_input(t)
+    print(f"jemm http: {n_ok} answers, {n_err} refusals as the oracle, {n_bad} bad inputs")
+
+
+def bad_input(t):
+    """Bad input per spec/jemm.md §8 in the one error shape of spec/wire.md: status, type, and a
+    message that names the field before the reference's detail. Each is followed by a good request,
+    which must still be answered."""
+    png = jr.b64png(8, 8, url=False)
+    noul = {"q": {"type": "noul"}}
+    gif = base64.b64encode(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;").decode()
+    tool = '{"name":"x","parameters":{"required":[["a"]]}}'
+    cases = [
+        ({"questions": {"q": {"type": None}}}, "questions.q: unsupported question type: None"),
+        ({"questions": {"q": {"type": "generation"}}}, "questions.q: unsupported question type: 'generation'"),
+        ({"questions": {"a": 1}}, "questions.a: question 'a' is not an object"),
+        ({"state": "x"}, "questions: no questions"),
+        ({"questions": {"q": {"criteria": {"a": "x"}}}},
+         "questions.q.criteria: choice question needs a criteria map with at least two options"),
+        ({"questions": {"q": {"criteria": {str(i): "x" for i in range(33)}}}},
+         "questions.q.criteria: UNSUPPORTED: candidate count"),
+        ({"questions": {"q": {"type": "score", "criteria": {"a": 1}}}},
+         "questions.q.criteria: score question needs a list of at least two levels"),
+        ({"questions": {"q": {"type": "score", "criteria": ["x"] * 33}}},
+         "questions.q.criteria: UNSUPPORTED: candidate count"),
+        ({"questions": {f"q{i}": {"type": "noul"} for i in range(65)}}, "questions: 65 questions; 1 to 64"),
+        ({"questions": {"q": {"type": "noul", "instructions": "x " * 8192}}},
+         "questions.q: UNSUPPORTED: input exceeds token budget"),
+        ({"questions": {"q": {"criteria": {"t": {"description": tool, "action": {"tool_name": "x"}}, "u": "y"}}}},
+         "questions.q.criteria: unhashable type: 'list'"),
+        ({"images": ["data:image/png;base64," + png] * 5, "questions": noul},
+         "images: images must be a list of at most 4 base64 strings"),
+        ({"images": "x", "questions": noul}, "images: images must be a list of at most 4 base64 strings"),
+        ({"images": [3], "questions": noul}, "images[0]: image 0 is not a base64 string"),
+        ({"images": [png, "data:image/png," + png], "questions": noul}, "images[1]: image 1 is not a base64 data URL"),
+        ({"images": ["data:image/png;base64,@@@"], "questions": noul}, "images[0]: image 0 could not be decoded"),
+        ({"images": ["data:image/png;base64,\u00e9"], "questions": noul}, "images[0]: image 0 could not be decoded"),
+        ({"images": ["data:image/gif;base64," + gif], "questions": noul}, "images[0]: image 0 is not PNG, JPEG or WebP"),
+        ({"images": [jr.b64png(3073, 1024)], "questions": noul}, "images[0]: image 0 exceeds 3145728 pixels"),
+        ({"images": [jr.b64png(1024, 1024)] * 3, "questions": noul},
+         "questions.q: UNSUPPORTED: input exceeds token budget"),
+        ({"images": [png], "questions": {"q": {"type": "noul", "instructions": "see <|image_pad|>"}}},
+         "questions.q: unexpected image placeholders"),
+        ({"images": ["bad"], "questions": {}}, "images[0]: image 0 could not be decoded"),  # images first (§8.3)
+        ({"model": "other", "questions": noul}, "model: unknown model"),
+    ]
+    for body, want in cases:
+        s, _, b = t.post(json.dumps(body))
+        e = json.loads(b)
+        assert s == 422 and list(e) == ["error"] and e["error"]["type"] == "invalid_request", (want, s, b)
+        assert e["error"]["message"].startswith(want), (e["error"]["message"], want)
+        s, _, b = t.post({"questions": noul})
+        assert s == 200, ("good request after", want, s, b)
+    s, _, b = t.post(json.dumps({"questions": noul}), headers={"Content-Type": "text/plain"})
+    assert s == 415 and json.loads(b)["error"]["type"] == "unsupported_media_type", (s, b)
+    return len(cases) + 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,272 @@
+/* Twin tests of the vision tower's CUDA ops (cuda_vision_ops.h) against their float32 CPU twins
+ * (cpu/vision_*.c) on fresh random inputs: odd row counts, head dims 24/64/72, one and several
+ * segments of different lengths (64-row tile boundaries included). Every output is NaN-poisoned
+ * before the launch, so an unwritten element fails. Tolerances are next to each check: an op that
+ * writes bf16 is held to half a bf16 ulp of the fp32 twin (2^-8 relative) plus fp32 noise; fp32
+ * outputs to 1e-6; attention (bf16 operands, bf16 probabilities) to 1e-2. Suite gpu. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_safetensors.h"
+#include "cuda_vision_ops.h"
+#include "exc_test.h"
+#include "vision_attention.h"
+#include "vision_gelu.h"
+#include "vision_layer_norm.h"
+#include "vision_pos_interp.h"
+#include "vision_rotary.h"
+
+#define BF16_REL 4.0e-3 /* half a bf16 ulp is at most 2^-8 of the value */
+
+static float *hbuf(size_t n) {
+  float *p = malloc(n * sizeof(float) + 1);
+  if (!p) {
+    fprintf(stderr, "FATAL: out of host memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static void test_layer_norm(struct xt_rng *g, int64_t n, int dim) {
+  size_t N = (size_t)n * (size_t)dim;
+  float *x = hbuf(N), *y = hbuf(N), *yb = hbuf((size_t)dim), *w = hbuf((size_t)dim);
+  float *b = hbuf((size_t)dim), *ref = hbuf(N), *got = hbuf(N), *xgot = hbuf(N);
+  xt_fill_normal(g, x, N, 2.0f);
+  for (size_t i = 0; i < N; i++)
+    x[i] += 0.7f;
+  xt_fill_normal(g, y, N, 1.0f);
+  xt_fill_bf16_normal(g, yb, (size_t)dim, 0.3f);
+  xt_fill_normal(g, w, (size_t)dim, 0.5f);
+  for (int i = 0; i < dim; i++) /* 1 + N(0, 0.25), rounded to bf16 as the device holds it */
+    w[i] = cm_bf16_to_f32(cm_f32_to_bf16(w[i] + 1.0f));
+  xt_fill_bf16_normal(g, b, (size_t)dim, 0.2f);
+  float *d_x = xt_dev(N * 4), *d_y = xt_dev(N * 4);
+  void *d_out = xt_dev(N * 2), *d_yb = xt_dev_bf16(yb, (size_t)dim);
+  void *d_w = xt_dev_bf16(w, (size_t)dim), *d_b = xt_dev_bf16(b, (size_t)dim);
+  char what[96];
+
+  /* Without the residual add. */
+  xt_up(d_x, x, N * 4);
+  xt_poison(d_out, N * 2);
+  XT_OK(exc_vision_add_layer_norm(0, d_x, NULL, NULL, d_w, d_b, d_out, n, dim, 1e-6f));
+  XT_CUDA(cudaDeviceSynchronize());
+  xt_down_bf16(got, d_out, N);
+  ex_cpu_layer_norm(x, w, b, ref, (size_t)n, (size_t)dim, 1e-6f);
+  snprintf(what, sizeof what, "layer_norm n %lld dim %d", (long long)n, dim);
+  xt_close(what, got, ref, N, 1e-5, BF16_REL);
+
+  /* With x += y + y_bias first (x written back in fp32). */
+  xt_up(d_x, x, N * 4);
+  xt_up(d_y, y, N * 4);
+  xt_poison(d_out, N * 2);
+  XT_OK(exc_vision_add_layer_norm(0, d_x, d_y, d_yb, d_w, d_b, d_out, n, dim, 1e-6f));
+  XT_CUDA(cudaDeviceSynchronize());
+  xt_down_bf16(got, d_out, N);
+  xt_down(xgot, d_x, N * 4);
+  for (int64_t r = 0; r < n; r++)
+    for (int i = 0; i < dim; i++)
+      x[r * dim + i] += y[r * dim + i] + yb[i];
+  ex_cpu_layer_norm(x, w, b, ref, (size_t)n, (size_t)dim, 1e-6f);
+  snprintf(what, sizeof what, "add_layer_norm x n %lld dim %d", (long long)n, dim);
+  xt_close(what, xgot, x, N, 1e-6, 1e-6);
+  snprintf(what, sizeof what, "add_layer_norm out n %lld dim %d", (long long)n, dim);
+  xt_close(what, got, ref, N, 1e-5, BF16_REL);
+  cudaFree(d_x), cudaFree(d_y), cudaFree(d_out), cudaFree(d_yb), cudaFree(d_w), cudaFree(d_b);
+  free(x), free(y), free(yb), free(w), free(b), free(ref), free(got), free(xgot);
+}
+
+/* Block-order (row, col) of an h×w grid with merge 2, as ex_vision_forward builds them. */
+static void block_positions(int h, int w, int32_t *pos) {
+  int bw = w / 2;
+  for (int k = 0; k < h * w; k++) {
+    int in_col = k % 2, in_row = (k / 2) % 2, blk_col = (k / 4) % bw, blk_row = k / (4 * bw);
+    pos[2 * k] = blk_row * 2 + in_row;
+    pos[2 * k + 1] = blk_col * 2 + in_col;
+  }
+}
+
+static void test_pos_embed(struct xt_rng *g, int h, int w, int side, int dim) {
+  size_t n = (size_t)h * (size_t)w, N = n * (size_t)dim, T = (size_t)side * side * dim;
+  int32_t *pos = malloc(n * 2 * sizeof(int32_t)), *taps = malloc(n * 4 * sizeof(int32_t));
+  float *wts = hbuf(n * 4), *table = hbuf(T), *bias = hbuf((size_t)dim), *x = hbuf(N);
+  float *got = hbuf(N);
+  block_positions(h, w, pos);
+  for (size_t r = 0; r < n; r++)
+    ex_vision_pos_interp_taps(pos[2 * r], pos[2 * r + 1], h, w, side, taps + 4 * r, wts + 4 * r);
+  xt_fill_bf16_normal(g, table, T, 0.5f);
+  xt_fill_bf16_normal(g, bias, (size_t)dim, 0.1f);
+  xt_fill_normal(g, x, N, 1.0f);
+  void *d_table = xt_dev_bf16(table, T), *d_bias = xt_dev_bf16(bias, (size_t)dim);
+  int32_t *d_taps = xt_dev(n * 16);
+  float *d_wts = xt_dev(n * 16), *d_x = xt_dev(N * 4);
+  xt_up(d_taps, taps, n * 16);
+  xt_up(d_wts, wts, n * 16);
+  xt_up(d_x, x, N * 4);
+  XT_OK(exc_vision_pos_embed_add(0, d_table, d_taps, d_wts, d_bias, d_x, (int64_t)n, dim));
+  XT_CUDA(cudaDeviceSynchronize());
+  xt_down(got, d_x, N * 4);
+  for (size_t r = 0; r < n; r++)
+    for (int i = 0; i < dim; i++)
+      x[r * dim + i] += bias[i];
+  ex_cpu_vision_pos_embed_add(table, taps, wts, x, n, (size_t)dim);
+  char what[96];
+  snprintf(what, sizeof what, "pos_embed_add %dx%d side %d dim %d", h, w, side, dim);
+  xt_close(what, got, x, N, 1e-6, 1e-6);
+  cudaFree(d_table), cudaFree(d_bias), cudaFree(d_taps), cudaFree(d_wts), cudaFree(d_x);
+  free(pos), free(taps), free(wts), free(table), free(bias), free(x), free(got);
+}
+
+static void test_rotary(struct xt_rng *g, int64_t n, int heads, int hd) {
+  size_t V = (size_t)heads * hd, W = 3 * V, N = (size_t)n * W, C = (size_t)n * hd;
+  int32_t *pos = malloc((size_t)n * 2 * sizeof(int32_t));
+  for (int64_t r = 0; r < 2 * n; r++)
+    pos[r] = (int32_t)(xt_next(g) % 256);
+  float inv[32], *ct = hbuf(C), *st = hbuf(C), *gc = hbuf(C), *gs = hbuf(C);
+  ex_vision_rotary_inv_freq(hd, 10000.0f, inv);
+  ex_cpu_vision_rotary_tables(pos, (size_t)n, inv, hd, ct, st);
+  int32_t *d_pos = xt_dev((size_t)n * 8);
+  float *d_inv = xt_dev(32 * 4), *d_c = xt_dev(C * 4), *d_s = xt_dev(C * 4);
+  xt_up(d_pos, pos, (size_t)n * 8);
+  xt_up(d_inv, inv, (size_t)hd / 4 * 4);
+  xt_poison(d_c, C * 4);
+  xt_poison(d_s, C * 4);
+  XT_OK(exc_vision_rotary_tables(0, d_pos, n, d_inv, hd, d_c, d_s));
+  XT_CUDA(cudaDeviceSynchronize());
+  xt_down(gc, d_c, C * 4);
+  xt_down(gs, d_s, C * 4);
+  char what[96];
+  snprintf(what, sizeof what, "rotary_tables cos n %lld hd %d", (long long)n, hd);
+  xt_close(what, gc, ct, C, 1e-6, 0.0); /* CUDA cosf/sinf: ≤ 2 ulp of values ≤ 1 */
+  snprintf(what, sizeof what, "rotary_tables sin n %lld hd %d", (long long)n, hd);
+  xt_close(what, gs, st, C, 1e-6, 0.0);
+
+  /* qkv epilogue: bias + rotation of q and k, bf16 out; both sides use the CPU tables. */
+  float *qkv = hbuf(N), *bias = hbuf(W), *got = hbuf(N);
+  xt_fill_normal(g, qkv, N, 1.5f);
+  xt_fill_bf16_normal(g, bias, W, 0.2f);
+  float *d_qkv = xt_dev(N * 4);
+  void *d_bias = xt_dev_bf16(bias, W), *d_out = xt_dev(N * 2);
+  xt_up(d_qkv, qkv, N * 4);
+  xt_up(d_c, ct, C * 4);
+  xt_up(d_s, st, C * 4);
+  xt_poison(d_out, N * 2);
+  XT_OK(exc_vision_qkv_rotary(0, d_qkv, d_bias, d_c, d_s, d_out, n, heads, hd));
+  XT_CUDA(cudaDeviceSynchronize());
+  xt_down_bf16(got, d_out, N);
+  for (int64_t r = 0; r < n; r++)
+    for (size_t i = 0; i < W; i++)
+      qkv[r * W + i] += bias[i];
+  ex_cpu_vision_rotary_apply(qkv, (size_t)n, W, heads, hd, ct, st);
+  ex_cpu_vision_rotary_apply(qkv + V, (size_t)n, W, heads, hd, ct, st);
+  snprintf(what, sizeof what, "qkv_rotary n %lld heads %d hd %d", (long long)n, heads, hd);
+  xt_close(what, got, qkv, N, 1e-6, BF16_REL);
+  cudaFree(d_pos), cudaFree(d_inv), cudaFree(d_c), cudaFree(d_s), cudaFree(d_qkv);
+  cudaFree(d_bias), cudaFree(d_out);
+  free(pos), free(ct), free(st), free(gc), free(gs), free(qkv), free(bias), free(got);
+}
+
+static void test_attention(struct xt_rng *g, int heads, int hd, const int32_t *lens, int n_segs) {
+  int32_t cu[64];
+  cu[0] = 0;
+  for (int s = 0; s < n_segs; s++)
+    cu[s + 1] = cu[s] + lens[s];
+  size_t n = (size_t)cu[n_segs], V = (size_t)heads * hd, N = n * 3 * V;
+  float *qkv = hbuf(N), *ref = hbuf(n * V), *got = hbuf(n * V), *scr = hbuf(n);
+  xt_fill_bf16_normal(g, qkv, N, 1.5f);
+  struct exc_vision_tile tiles[512];
+  int nt = exc_vision_attention_tiles(cu, n_segs, tiles, 512);
+  if (nt < 0) {
+    xt_fail("attention_tiles returned %d", nt);
+    return;
+  }
+  void *d_qkv = xt_dev_bf16(qkv, N), *d_out = xt_dev(n * V * 2);
+  struct exc_vision_tile *d_tiles = xt_dev(sizeof tiles);
+  xt_up(d_tiles, tiles, (size_t)nt * sizeof *tiles);
+  xt_poison(d_out, n * V * 2);
+  float scale = (float)pow((double)hd, -0.5);
+  XT_OK(exc_vision_attention(0, d_qkv, d_tiles, nt, heads, hd, scale, d_out));
+  XT_CUDA(cudaDeviceSynchronize());
+  xt_down_bf16(got, d_out, n * V);
+  ex_cpu_vision_attention(qkv, n, heads, hd, cu, n_segs, scale, ref, scr);
+  char what[128];
+  snprintf(what, sizeof what, "attention heads %d hd %d, %d segments, %zu rows, %d tiles", heads,
+           hd, n_segs, n, nt);
+  /* bf16 q, k, v (exact on both sides); probabilities and output rounded to bf16 on the GPU. */
+  xt_close(what, got, ref, n * V, 1.5e-2, 1e-2);
+  double e = xt_rel_l2(got, ref, n * V);
+  printf("%s: rel L2 %.3g\n", what, e);
+  if (!(e <= 8e-3))
+    xt_fail("%s: rel L2 %.3g > 8e-3", what, e);
+  cudaFree(d_qkv), cudaFree(d_out), cudaFree(d_tiles);
+  free(qkv), free(ref), free(got), free(scr);
+}
+
+static void test_gelu(struct xt_rng *g, int64_t n, int dim, enum ex_gelu_kind kind) {
+  size_t N = (size_t)n * dim;
+  float *x = hbuf(N), *bias = hbuf((size_t)dim), *got = hbuf(N), *ref = hbuf(N);
+  xt_fill_normal(g, x, N, 3.0f);
+  xt_fill_bf16_normal(g, bias, (size_t)dim, 0.5f);
+  float *d_x = xt_dev(N * 4);
+  void *d_bias = xt_dev_bf16(bias, (size_t)dim), *d_out = xt_dev(N * 2);
+  xt_up(d_x, x, N * 4);
+  xt_poison(d_out, N * 2);
+  XT_OK(exc_vision_gelu(0, d_x, d_bias, d_out, n, dim, kind));
+  XT_CUDA(cudaDeviceSynchronize());
+  xt_down_bf16(got, d_out, N);
+  for (int64_t r = 0; r < n; r++)
+    for (int i = 0; i < dim; i++)
+      x[r * dim + i] += bias[i];
+  ex_cpu_gelu(x, ref, N, kind);
+  char what[96];
+  snprintf(what, sizeof what, "gelu %s n %lld dim %d", kind == EX_GELU_TANH ? "tanh" : "erf",
+           (long long)n, dim);
+  xt_close(what, got, ref, N, 1e-6, BF16_REL);
+
+  /* bias add (fp32) and the bf16 cast (exact round to nearest even). */
+  float *d_y = xt_dev(N * 4);
+  xt_up(d_y, x, N * 4); /* x already holds x + bias */
+  XT_OK(exc_vision_add_bias(0, d_y, d_bias, n, dim));
+  XT_OK(exc_vision_to_bf16(0, d_y, d_out, (int64_t)N));
+  XT_CUDA(cudaDeviceSynchronize());
+  xt_down(got, d_y, N * 4);
+  for (int64_t r = 0; r < n; r++)
+    for (int i = 0; i < dim; i++)
+      ref[r * dim + i] = x[r * dim + i] + bias[i];
+  xt_close("add_bias", got, ref, N, 0.0, 0.0);
+  uint16_t *hb = malloc(N * 2), *gb = malloc(N * 2);
+  xt_to_bf16(ref, hb, N);
+  xt_down(gb, d_out, N * 2);
+  if (memcmp(hb, gb, N * 2) != 0)
+    xt_fail("to_bf16: differs from the host round-to-nearest-even cast");
+  cudaFree(d_x), cudaFree(d_bias), cudaFree(d_out), cudaFree(d_y);
+  free(x), free(bias), free(got), free(ref), free(hb), free(gb);
+}
+
+int main(void) {
+  xt_require_gpu();
+  struct xt_rng g;
+  xt_rng_seed(&g, 0x5eed0f15u);
+  test_layer_norm(&g, 37, 48);
+  test_layer_norm(&g, 5, 1152);
+  test_layer_norm(&g, 1, 1024);
+  test_pos_embed(&g, 20, 14, 4, 48);
+  test_pos_embed(&g, 36, 64, 48, 64);
+  test_pos_embed(&g, 2, 2, 48, 72);
+  test_rotary(&g, 37, 2, 24);
+  test_rotary(&g, 100, 16, 64);
+  test_rotary(&g, 1, 16, 72);
+  static const int32_t one[] = {280}, many[] = {4, 96, 130, 64, 65, 200, 128, 129},
+                       mixed[] = {24, 280}, big[] = {2304}, tiny1[] = {1};
+  test_attention(&g, 3, 64, one, 1);
+  test_attention(&g, 2, 72, many, 8);
+  test_attention(&g, 2, 24, mixed, 2);
+  test_attention(&g, 1, 64, tiny1, 1);
+  test_attention(&g, 2, 64, big, 1);
+  test_attention(&g, 1, 128, many, 8);
+  test_gelu(&g, 33, 96, EX_GELU_TANH);
+  test_gelu(&g, 33, 96, EX_GELU_ERF);
+  test_gelu(&g, 7, 4096, EX_GELU_ERF);
+  return xt_finish("vision_ops");
+}
