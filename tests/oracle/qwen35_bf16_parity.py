@@ -37,7 +37,10 @@ BASE_LENGTHS = [1, 2, 17, 63, 64, 65, 127, 129, 200, 333]
 
 
 def prompts(rng, n, max_len):
-    lens = [x for x in BASE_LENGTHS if x <= max_len][:n]
+    base = [x for x in BASE_LENGTHS if x <= max_len]
+    if n < len(base):  # spread over the list, the shortest and the longest kept
+        base = [base[round(i * (len(base) - 1) / max(n - 1, 1))] for i in range(n)]
+    lens = base[:n]
     while len(lens) < n:
         lens.append(int(rng.integers(3, max_len + 1)))
     out = []
