@@ -31,62 +31,24 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
-/* Times job->repeat + 1 fresh one-pass prefills to the last position's logits. */
+/* Times job->repeat fresh one-pass prefills and prints the timing JSON line (README). */
 static int time_prefill(struct exc_qwen35 *e, struct exc_qwen35_state *st,
-                        const struct s1_forward_job *job, const struct ex_qwen35_config *cfg,
-                        double ready_ms, struct cm_diag *diag) {
-  int r = 0;
-  float *ms = calloc((size_t)job->repeat + 1, sizeof(float));
-  float *logits = malloc((size_t)cfg->vocab_size * sizeof(float));
-  cudaEvent_t a = NULL, b = NULL;
-  if (!ms || !logits) {
-    r = -ENOMEM;
-    goto out;
-  }
-  if ((r = EXC_CUDA(cudaEventCreate(&a))) || (r = EXC_CUDA(cudaEventCreate(&b))))
-    goto out;
-  size_t last = job->n - 1;
-  cudaStream_t s = exc_qwen35_stream(e);
-  for (int i = 0; i <= job->repeat; i++) {
-    st->n_tokens = 0;
-    struct exc_qwen35_seq seq = {.state = st, .advance = true, .n = job->n, .pos = job->pos};
-    if ((r = EXC_CUDA(cudaEventRecord(a, s))))
-      goto out;
-    if ((r = exc_qwen35_forward(e, &seq, 1, job->tokens, job->image_rows, job->n_image_rows,
-                                &last, 1, NULL, logits, diag)))
-      goto out;
-    if ((r = EXC_CUDA(cudaEventRecord(b, s))) || (r = EXC_CUDA(cudaEventSynchronize(b))) ||
-        (r = EXC_CUDA(cudaEventElapsedTime(&ms[i], a, b))))
-      goto out;
-  }
-  qsort(ms + 1, (size_t)job->repeat, sizeof(float), cmp_float);
-  int k = job->repeat;
-  double median = k % 2 ? ms[1 + k / 2] : 0.5 * (ms[k / 2] + ms[1 + k / 2]);
-  size_t free_b = 0, total_b = 0;
-  if ((r = EXC_CUDA(cudaMemGetInfo(&free_b, &total_b))))
-    goto out;
+                        const struct s1_forward_job *job, double ready_ms, struct cm_diag *diag) {
+  struct exc_qwen35_timing t;
+  int r = exc_qwen35_time_prefill(e, st, job->tokens, job->pos, job->n, job->image_rows,
+                                  job->n_image_rows, job->repeat, &t, diag);
+  if (r)
+    return r;
   struct exc_qwen35_memory mem;
   exc_qwen35_memory(e, &mem);
   printf("{\"device\": \"cuda\", \"n_tokens\": %zu, \"repeat\": %d, \"first_ms\": %.3f, "
          "\"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"ready_ms\": %.1f, "
          "\"device_used_bytes\": %zu, \"weights_bytes\": %zu, \"arena_bytes\": %zu, "
          "\"pool_bytes\": %zu}\n",
-         job->n, k, ms[0], median, ms[1], ms[k], ready_ms, total_b - free_b, mem.weights_bytes,
-         mem.arena_bytes, mem.pool_bytes);
+         job->n, job->repeat, t.first_ms, t.median_ms, t.min_ms, t.max_ms, ready_ms,
+         t.device_used_bytes, mem.weights_bytes, mem.arena_bytes, mem.pool_bytes);
   fflush(stdout);
-out:
-  if (a)
-    cudaEventDestroy(a);
-  if (b)
-    cudaEventDestroy(b);
-  free(ms);
-  free(logits);
-  return r;
+  return 0;
 }
 
 int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg,
@@ -166,7 +128,7 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
     free(pp), free(pc), free(ra), free(rb), free(ia), free(ib), free(hh), free(ll);
   }
   if (!r && job->repeat > 0)
-    r = time_prefill(e, st, job, cfg, ready_ms, diag);
+    r = time_prefill(e, st, job, ready_ms, diag);
 out:
   exc_qwen35_state_release(e, st);
   exc_qwen35_state_release(e, cont);

@@ -875,3 +875,61 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
 fail:
   return cuda_fail(e, r, diag, what);
 }
+
+/* ---- timing ---- */
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+int exc_qwen35_time_prefill(struct exc_qwen35 *e, struct exc_qwen35_state *st,
+                            const int32_t *tokens, const int32_t *pos, size_t n,
+                            const float *image_rows, size_t n_image_rows, int repeat,
+                            struct exc_qwen35_timing *ret_timing, struct cm_diag *diag) {
+  if (repeat < 1 || !n)
+    return cm_diag_set(diag, -EINVAL, "timing: repeat must be at least 1");
+  int r = 0;
+  float *ms = calloc((size_t)repeat + 1, sizeof(float));
+  float *logits = malloc(e->vocab * sizeof(float));
+  cudaEvent_t a = NULL, b = NULL;
+  if (!ms || !logits) {
+    r = -ENOMEM;
+    goto out;
+  }
+  if ((r = EXC_CUDA(cudaEventCreate(&a))) || (r = EXC_CUDA(cudaEventCreate(&b))))
+    goto out;
+  size_t last = n - 1;
+  for (int i = 0; i <= repeat; i++) {
+    st->n_tokens = 0;
+    struct exc_qwen35_seq seq = {.state = st, .advance = true, .n = n, .pos = pos};
+    if ((r = EXC_CUDA(cudaEventRecord(a, e->stream))))
+      goto out;
+    if ((r = exc_qwen35_forward(e, &seq, 1, tokens, image_rows, n_image_rows, &last, 1, NULL,
+                                logits, diag)))
+      goto out;
+    if ((r = EXC_CUDA(cudaEventRecord(b, e->stream))) || (r = EXC_CUDA(cudaEventSynchronize(b))) ||
+        (r = EXC_CUDA(cudaEventElapsedTime(&ms[i], a, b))))
+      goto out;
+  }
+  qsort(ms + 1, (size_t)repeat, sizeof(float), cmp_float);
+  size_t free_b = 0, total_b = 0;
+  if ((r = EXC_CUDA(cudaMemGetInfo(&free_b, &total_b))))
+    goto out;
+  ret_timing->first_ms = ms[0];
+  ret_timing->median_ms =
+      repeat % 2 ? ms[1 + repeat / 2] : 0.5f * (ms[repeat / 2] + ms[1 + repeat / 2]);
+  ret_timing->min_ms = ms[1];
+  ret_timing->max_ms = ms[repeat];
+  ret_timing->device_used_bytes = total_b - free_b;
+out:
+  if (r == -CM_ECUDA && exc_cuda_sticky())
+    e->sticky = true;
+  if (a)
+    cudaEventDestroy(a);
+  if (b)
+    cudaEventDestroy(b);
+  free(ms);
+  free(logits);
+  return r;
+}

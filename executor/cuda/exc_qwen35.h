@@ -99,6 +99,23 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
                        const size_t *readout,
                        size_t n_read, float *ret_hidden, float *ret_logits, struct cm_diag *diag);
 
+/* Timing of repeated one-pass prefills (milliseconds, CUDA events on the engine's stream). */
+struct exc_qwen35_timing {
+  float first_ms;           /* the first (excluded) run */
+  float median_ms;          /* median of the `repeat` runs after it */
+  float min_ms, max_ms;     /* their extremes */
+  size_t device_used_bytes; /* total − free device memory after the runs */
+};
+
+/* Runs repeat + 1 fresh one-pass prefills of `tokens` into `st` (reset to 0 tokens each time) to
+ * the last position's logits and times each from the first upload to the logits on the host.
+ * Shapes as exc_qwen35_forward; pos [3, n] or NULL. Ownership: `st` is overwritten.
+ * Returns 0, -EINVAL (repeat < 1), -ENOMEM, or exc_qwen35_forward's errors. */
+int exc_qwen35_time_prefill(struct exc_qwen35 *e, struct exc_qwen35_state *st,
+                            const int32_t *tokens, const int32_t *pos, size_t n,
+                            const float *image_rows, size_t n_image_rows, int repeat,
+                            struct exc_qwen35_timing *ret_timing, struct cm_diag *diag);
+
 /* The stream every launch of the engine is enqueued on (for callers' timing events). */
 cudaStream_t exc_qwen35_stream(const struct exc_qwen35 *e);
 

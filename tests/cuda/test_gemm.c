@@ -115,6 +115,8 @@ static void run_shape(struct exc_gemm *g, const struct shape *s, struct xt_rng *
     xt_down(hb, (char *)dbig + r * m * es, m * es);
     if (memcmp(h1, hb, m * es))
       xt_fail("%s: row %zu of n=1 differs from the same row of n=%d", s->name, r, N_BIG);
+    if (m > 100000 && i > 0)
+      continue; /* the LM head's CPU twin costs seconds per row: one row is checked */
     row_f32(d1, m, s->y_dtype, 0, m, got);
     snprintf(what, sizeof(what), "%s n=1 row %zu", s->name, r);
     check_row(what, got, x + r * k, w, y0 ? y0 + r * m : NULL, k, m, s->m_true, s->y_dtype);
@@ -148,10 +150,13 @@ static void run_shape(struct exc_gemm *g, const struct shape *s, struct xt_rng *
       }
     free(tail);
   }
+  if (m > 100000)
+    goto done;
   row_f32(d37, ldy, s->y_dtype, N_MID - 1, m, got);
   snprintf(what, sizeof(what), "%s n=37 row %d", s->name, MID_AT + N_MID - 1);
   check_row(what, got, x + (size_t)(MID_AT + N_MID - 1) * k, w,
             y0 ? y0 + (size_t)(MID_AT + N_MID - 1) * m : NULL, k, m, s->m_true, s->y_dtype);
+done:
   cudaFree(dw);
   cudaFree(dx);
   cudaFree(dy0);

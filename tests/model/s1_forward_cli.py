@@ -147,9 +147,13 @@ def main():
                           "images": [{"pixels": "p.npy", "grid_thw": meta["grid_thw"]}]})
         if rc == 0 or "no vision tower" not in err:
             fails.append(f"pixels on a text-only directory: rc {rc} {err!r}")
+        rc, err, _ = fwd({"tokens": [1]}, ["--device", "tpu"])
+        if rc == 0 or "is not cpu, cuda or cuda:N" not in err:
+            fails.append(f"--device tpu accepted: {err!r}")
+        # cuda:0 runs where a GPU is; elsewhere it must fail with a message naming the device
         rc, err, _ = fwd({"tokens": [1]}, ["--device", "cuda:0"])
-        if rc == 0 or "not available" not in err:
-            fails.append(f"--device cuda:0 accepted: {err!r}")
+        if rc != 0 and "unavailable" not in err and "without CUDA" not in err:
+            fails.append(f"--device cuda:0 without a GPU: rc {rc} {err!r}")
     finally:
         shutil.rmtree(w, ignore_errors=True)
     for f in fails:
