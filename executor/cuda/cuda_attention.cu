@@ -8,19 +8,18 @@
  * reference: out = R(R(o) · R(sigmoid(gate))). Leaves out: dropout, non-causal masks. */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cm_error.h"
 #include "cuda_attention.h"
 #include "cuda_check.h"
 
-#define ATT_BM 64  /* packed query rows per block */
-#define ATT_BN 64  /* keys per tile */
-#define ATT_NT 128 /* 4 warps, 16 rows each */
+#define ATT_BN 64 /* keys per tile; a block has BM/16 warps of 16 packed query rows each */
 
 struct attn_params {
   struct exc_attn_seq seqs[EXC_MAX_SEQS]; /* host copy */
-  int32_t tile_start[EXC_MAX_SEQS + 1];   /* prefix sum of ⌈n_q·G / 64⌉ */
+  int32_t tile_start[EXC_MAX_SEQS + 1];   /* prefix sum of ⌈n_q·G / BM⌉ */
   int32_t n_seqs;
   int32_t n_heads;
   int32_t n_kv;
@@ -76,8 +75,8 @@ __device__ static int find_seq(const struct attn_params &p, int tile) {
   return lo;
 }
 
-template <int D>
-__global__ __launch_bounds__(ATT_NT, 2) static void attn_kernel(
+template <int D, int ATT_BM>
+__global__ __launch_bounds__(ATT_BM * 2, 128 / ATT_BM) static void attn_kernel(
     const __grid_constant__ struct attn_params p, const __nv_bfloat16 *__restrict__ q,
     const __nv_bfloat16 *__restrict__ gate, __nv_bfloat16 *__restrict__ out) {
   constexpr int P = D + 8; /* smem row pitch in elements: 16 bytes of padding, no ldmatrix conflicts */
@@ -98,6 +97,7 @@ __global__ __launch_bounds__(ATT_NT, 2) static void attn_kernel(
   int t_lo = r0 / G;
   int n_keys = sq.n_prefix + t_hi + 1;
   int n_kt = (n_keys + ATT_BN - 1) / ATT_BN;
+  constexpr int ATT_NT = ATT_BM * 2;
   int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
   /* Q tile: packed rows */
@@ -255,21 +255,39 @@ __global__ __launch_bounds__(ATT_NT, 2) static void attn_kernel(
   }
 }
 
-template <int D>
-static int attn_launch(cudaStream_t stream, const struct attn_params &p, int n_kv,
+template <int D, int BM>
+static int attn_launch(cudaStream_t stream, struct attn_params &p, int n_kv,
                        const __nv_bfloat16 *q, const __nv_bfloat16 *gate, __nv_bfloat16 *out) {
-  size_t smem = (size_t)(ATT_BM + 2 * ATT_BN) * (D + 8) * sizeof(__nv_bfloat16);
+  size_t smem = (size_t)(BM + 2 * ATT_BN) * (D + 8) * sizeof(__nv_bfloat16);
   static bool attr_done = false; /* idempotent; a race only repeats the call */
   if (!attr_done) {
-    int rc = EXC_CUDA(cudaFuncSetAttribute(attn_kernel<D>,
+    int rc = EXC_CUDA(cudaFuncSetAttribute(attn_kernel<D, BM>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     if (rc)
       return rc;
     attr_done = true;
   }
-  int tiles = p.tile_start[p.n_seqs];
-  attn_kernel<D><<<dim3((unsigned)tiles, (unsigned)n_kv), ATT_NT, smem, stream>>>(p, q, gate, out);
+  int tiles = 0;
+  for (int i = 0; i < p.n_seqs; i++) {
+    p.tile_start[i] = tiles;
+    tiles += (int)(((int64_t)p.seqs[i].n_q * p.group + BM - 1) / BM);
+  }
+  p.tile_start[p.n_seqs] = tiles;
+  attn_kernel<D, BM><<<dim3((unsigned)tiles, (unsigned)n_kv), BM * 2, smem, stream>>>(p, q, gate,
+                                                                                     out);
   return EXC_CUDA(cudaGetLastError());
+}
+
+/* 128 packed rows per block halve the K/V tile traffic per FLOP (the kernel is bound by L2 →
+ * shared memory at 64); 64 keeps more blocks in flight when there are few rows. */
+template <int D>
+static int attn_dispatch(cudaStream_t stream, struct attn_params &p, int n_kv, int64_t rows,
+                         const __nv_bfloat16 *q, const __nv_bfloat16 *gate, __nv_bfloat16 *out) {
+  const char *force = getenv("S1_ATTN_BM"); /* benchmark override: 64 or 128 */
+  int bm = force ? atoi(force) : (rows / 128 * n_kv >= 264 ? 128 : 64);
+  if (bm == 128)
+    return attn_launch<D, 128>(stream, p, n_kv, q, gate, out);
+  return attn_launch<D, 64>(stream, p, n_kv, q, gate, out);
 }
 
 extern "C" int exc_attention_gated(cudaStream_t stream, const __nv_bfloat16 *q,
@@ -280,17 +298,16 @@ extern "C" int exc_attention_gated(cudaStream_t stream, const __nv_bfloat16 *q,
     return -EINVAL;
   struct attn_params p; /* 13 KB, copied into the launch */
   memset(&p, 0, sizeof p);
-  int group = n_heads / n_kv, tiles = 0;
+  int group = n_heads / n_kv;
+  int64_t rows = 0;
   for (int i = 0; i < n_seqs; i++) {
     const struct exc_attn_seq *sq = &seqs[i];
     if (sq->n_q < 1 || sq->n_prefix < 0 || sq->q_start < 0 || !sq->k_new || !sq->v_new ||
         (sq->n_prefix > 0 && (!sq->k_prefix || !sq->v_prefix)))
       return -EINVAL;
     p.seqs[i] = *sq;
-    p.tile_start[i] = tiles;
-    tiles += (int)(((int64_t)sq->n_q * group + ATT_BM - 1) / ATT_BM);
+    rows += (int64_t)sq->n_q * group;
   }
-  p.tile_start[n_seqs] = tiles;
   p.n_seqs = n_seqs;
   p.n_heads = n_heads;
   p.n_kv = n_kv;
@@ -298,11 +315,11 @@ extern "C" int exc_attention_gated(cudaStream_t stream, const __nv_bfloat16 *q,
   p.scale_log2 = scale * 1.4426950408889634f;
   switch (head_dim) {
   case 64:
-    return attn_launch<64>(stream, p, n_kv, q, gate, out);
+    return attn_dispatch<64>(stream, p, n_kv, rows, q, gate, out);
   case 128:
-    return attn_launch<128>(stream, p, n_kv, q, gate, out);
+    return attn_dispatch<128>(stream, p, n_kv, rows, q, gate, out);
   case 256:
-    return attn_launch<256>(stream, p, n_kv, q, gate, out);
+    return attn_dispatch<256>(stream, p, n_kv, rows, q, gate, out);
   default:
     return -EINVAL;
   }

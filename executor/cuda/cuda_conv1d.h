@@ -23,7 +23,7 @@ struct exc_conv_seq {
 /* y[t,c] = silu(Σ_{j<K} w[c,j] · x[t−(K−1)+j, c]) with rows before the sequence's start taken
  * from its window. Shapes: x, y [total, c] float32 device (y must not alias x); w [c, K] float32.
  * window_out must not alias any window_in of the launch. Ownership: host `seqs` (≤ EXC_MAX_SEQS)
- * copied into the launch; no sync. Returns 0; -EINVAL; -CM_ECUDA.
+ * copied into the launch; no sync. Returns 0; -EINVAL (n_seqs, kernel outside 2..8); -CM_ECUDA.
  * Source: spec/qwen3_5.md §4.2, §4.9; twin ex_cpu_causal_conv1d_silu. */
 int exc_causal_conv1d_silu(cudaStream_t stream, const float *x, const float *w, float *y,
                            const struct exc_conv_seq *seqs, int n_seqs, size_t c, size_t kernel);

@@ -1,8 +1,11 @@
 /* Gated DeltaNet core on CUDA (see cuda_gdn.h), all in float32 SIMT (TF32 tensor cores would cost
- * ~3e-4 relative, over the 1e-4 budget). The chunked rule runs in two launches: the intra-chunk
- * work of every (chunk, value head) in parallel (Γ, L = β(KKᵀ)⊙D, A = (QKᵀ)⊙D, the unit-triangular
- * solves for U and W), then one block per (sequence, value head, column block of the state) walks
- * its chunks in order with its [dk, nc] slice of the state in shared memory. */
+ * ~3e-4 relative, over the 1e-4 budget). The chunked rule runs in three launches:
+ * 1. intra: every (chunk, value head) in parallel: Γ, L = β(KKᵀ)⊙D, A = (QKᵀ)⊙D and the
+ *    unit-triangular solves for U and W (the state-free part);
+ * 2. state: one block per (sequence, value head, column block of the state) walks its chunks in
+ *    order with its [dk, nc] slice of S in shared memory: it keeps S at each chunk start,
+ *    V' = U − W·S and S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V') — the only sequential work;
+ * 3. output: every (chunk, value head, column half) in parallel: O = e^{Γ}⊙(Q·S_c) + A·V'. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -22,17 +25,18 @@ struct gdn_params {
   int32_t n_seqs;                        /* sequences in the launch */
 };
 
-/* Per (chunk, value head) scratch, written by the intra kernel, read by the state kernel. */
+/* Per (chunk, value head) scratch, in this order. */
 template <int DK, int DV> struct gdn_layout {
-  static constexpr size_t w = (size_t)GDN_C * DK; /* W [64, dk] */
-  static constexpr size_t u = (size_t)GDN_C * DV; /* U [64, dv] */
-  static constexpr size_t a = (size_t)GDN_C * GDN_C; /* A = (QKᵀ)⊙D, lower incl. diagonal */
-  static constexpr size_t coef = 3 * GDN_C; /* e^{Γi}, e^{ΓC−Γi}, e^{ΓC} (at [128]) */
-  static constexpr size_t total = w + u + a + coef;
+  static constexpr size_t wt = 0;                         /* Wᵀ [dk, 64] (intra) */
+  static constexpr size_t u = wt + (size_t)DK * GDN_C;    /* U [64, dv] (intra), then V' (state) */
+  static constexpr size_t at = u + (size_t)GDN_C * DV;    /* Aᵀ [64, 64]: at[j·64+i] = A[i][j] */
+  static constexpr size_t coef = at + (size_t)GDN_C * GDN_C; /* e^{Γi}, e^{ΓC−Γi}, e^{ΓC} at [128] */
+  static constexpr size_t hs = coef + 3 * GDN_C;          /* S at the chunk's start [dk, dv] */
+  static constexpr size_t total = hs + (size_t)DK * DV;
 };
 
 static size_t gdn_floats_per_chunk_head(size_t dk, size_t dv) {
-  return (size_t)GDN_C * dk + (size_t)GDN_C * dv + (size_t)GDN_C * GDN_C + 3 * GDN_C;
+  return dk * GDN_C + (size_t)GDN_C * dv + (size_t)GDN_C * GDN_C + 3 * GDN_C + dk * dv;
 }
 
 __device__ static int find_seq(const struct gdn_params &p, int chunk) {
@@ -112,7 +116,7 @@ extern "C" int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, c
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Intra-chunk kernel: block (chunk, value head). Shared: Kᵀ and Qᵀ [dk][64+4], L [64][65]. */
+ * 1. Intra-chunk kernel: block (chunk, value head). Shared: Kᵀ and Qᵀ [dk][64+4], L [64][64+4]. */
 template <int DK, int DV>
 __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
@@ -123,10 +127,11 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
   extern __shared__ float4 smem4[];
   float *kt = (float *)smem4;    /* [DK][TP] */
   float *qt = kt + DK * TP;      /* [DK][TP] */
-  float *lm = qt + DK * TP;      /* [64][65] */
-  float *gam = lm + GDN_C * 65;  /* [64] */
+  float *lm = qt + DK * TP;      /* [64][TP], zero on and above the diagonal */
+  float *gam = lm + GDN_C * TP;  /* [64] */
   float *bet = gam + GDN_C;      /* [64] */
   float *beg = bet + GDN_C;      /* [64] β e^{Γ} */
+  float *graw = beg + GDN_C;     /* [64] g of the chunk (0 past its end) */
 
   int chunk = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   int s = find_seq(p, chunk);
@@ -136,32 +141,39 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
   int kh = h / (hv / hk);
   size_t row0 = (size_t)sq.start + c0;
   float *base = scratch + ((size_t)chunk * hv + h) * LY::total;
-  float *w_out = base, *u_out = base + LY::w, *a_out = u_out + LY::u, *coef = a_out + LY::a;
+  float *wt_out = base + LY::wt, *u_out = base + LY::u, *at_out = base + LY::at;
+  float *coef = base + LY::coef;
 
-  for (int idx = tid; idx < GDN_C * DK; idx += GDN_NT) {
-    int i = idx / DK, a = idx % DK;
-    float kv = 0.0f, qv = 0.0f;
+  /* Kᵀ, Qᵀ: a warp takes 32 consecutive rows of one 4-column group (conflict-free stores) */
+  for (int idx = tid; idx < GDN_C * DK / 4; idx += GDN_NT) {
+    int i = idx % GDN_C, a4 = (idx / GDN_C) * 4;
+    float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), qv = kv;
     if (i < len) {
       const float *r = qkv + (row0 + i) * ld;
-      qv = r[(size_t)kh * DK + a];
-      kv = r[(size_t)(hk + kh) * DK + a];
+      qv = *(const float4 *)(r + (size_t)kh * DK + a4);
+      kv = *(const float4 *)(r + (size_t)(hk + kh) * DK + a4);
     }
-    kt[a * TP + i] = kv;
-    qt[a * TP + i] = qv;
+    kt[(a4 + 0) * TP + i] = kv.x, kt[(a4 + 1) * TP + i] = kv.y;
+    kt[(a4 + 2) * TP + i] = kv.z, kt[(a4 + 3) * TP + i] = kv.w;
+    qt[(a4 + 0) * TP + i] = qv.x, qt[(a4 + 1) * TP + i] = qv.y;
+    qt[(a4 + 2) * TP + i] = qv.z, qt[(a4 + 3) * TP + i] = qv.w;
   }
+  if (tid < GDN_C) {
+    graw[tid] = tid < len ? g[(row0 + tid) * hv + h] : 0.0f;
+    bet[tid] = tid < len ? beta[(row0 + tid) * hv + h] : 0.0f;
+  }
+  __syncthreads();
   if (tid == 0) { /* Γ in token order, as the twin sums it; padded tokens have g = 0, β = 0 */
     float acc = 0.0f;
     for (int i = 0; i < GDN_C; i++) {
-      if (i < len)
-        acc += g[(row0 + i) * hv + h];
+      acc += graw[i];
       gam[i] = acc;
     }
   }
   __syncthreads();
   if (tid < GDN_C) {
     int i = tid;
-    float b = i < len ? beta[(row0 + i) * hv + h] : 0.0f;
-    bet[i] = b;
+    float b = bet[i];
     beg[i] = b * expf(gam[i]);
     float gl = gam[GDN_C - 1];
     coef[i] = expf(gam[i]);
@@ -171,7 +183,7 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
   }
   __syncthreads();
 
-  /* L and A: 4×4 tiles of the 64×64 products, 256 threads */
+  /* L and Aᵀ: 4×4 tiles of the 64×64 products, 256 threads */
   {
     int ti = tid / 16, tj = tid % 16;
     float kk[4][4], qk[4][4];
@@ -196,18 +208,17 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
         }
     }
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-      int i = 4 * ti + r;
-      float4 av;
-      float *avp = (float *)&av;
+    for (int c = 0; c < 4; c++) {
+      int j = 4 * tj + c;
+      float av[4];
 #pragma unroll
-      for (int c = 0; c < 4; c++) {
-        int j = 4 * tj + c;
+      for (int r = 0; r < 4; r++) {
+        int i = 4 * ti + r;
         float d = j <= i ? expf(gam[i] - gam[j]) : 0.0f;
-        lm[i * 65 + j] = j < i ? bet[i] * kk[r][c] * d : 0.0f;
-        avp[c] = j <= i ? qk[r][c] * d : 0.0f;
+        lm[i * TP + j] = j < i ? bet[i] * kk[r][c] * d : 0.0f;
+        av[r] = j <= i ? qk[r][c] * d : 0.0f;
       }
-      *(float4 *)&a_out[i * GDN_C + 4 * tj] = av;
+      *(float4 *)&at_out[j * GDN_C + 4 * ti] = make_float4(av[0], av[1], av[2], av[3]);
     }
   }
   __syncthreads();
@@ -226,12 +237,18 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
       for (int i = 0; i < GDN_C; i++)
         x[i] = beg[i] * kt[a * TP + i];
     }
+    /* j ascending as the twin; the zeros of L at j ≥ i subtract exact zeros */
 #pragma unroll
     for (int i = 1; i < GDN_C; i++) {
       float xi = x[i];
 #pragma unroll
-      for (int j = 0; j < i; j++)
-        xi -= lm[i * 65 + j] * x[j];
+      for (int j4 = 0; j4 < i; j4 += 4) {
+        float4 l = *(const float4 *)&lm[i * TP + j4];
+        xi -= l.x * x[j4];
+        xi -= l.y * x[j4 + 1];
+        xi -= l.z * x[j4 + 2];
+        xi -= l.w * x[j4 + 3];
+      }
       x[i] = xi;
     }
     if (col < DV) {
@@ -239,148 +256,140 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
       for (int i = 0; i < GDN_C; i++)
         u_out[i * DV + col] = x[i];
     } else {
+      float *w = wt_out + (size_t)(col - DV) * GDN_C;
 #pragma unroll
-      for (int i = 0; i < GDN_C; i++)
-        w_out[i * DK + (col - DV)] = x[i];
+      for (int i = 0; i < GDN_C; i += 4)
+        *(float4 *)&w[i] = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
     }
   }
 }
 
 /* ---------------------------------------------------------------------------------------------
- * State kernel: block (column block, value head, sequence) walks the chunks of its sequence.
- * Per chunk: [V'; QS] = [U; 0] − [W; −Q]·S, then S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V') and
- * O = e^{Γ}⊙QS + A·V'. W, Q and U of the next chunk stream in while the update runs. */
+ * 2. State kernel: block (column block of NC, value head, sequence), NC·4 threads. Per chunk:
+ * keep S (its start state) for the output kernel, V' = U − W·S (written over U),
+ * S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V'). Inputs are double-buffered: chunk ci+1 streams in during ci. */
 template <int DK, int DV, int NC> struct gdn_state_smem {
-  static constexpr int KP = DK + 4, CP = NC + 4, AP = GDN_C + 4;
-  static constexpr int ws = 0, qs = ws + GDN_C * KP, ks = qs + GDN_C * KP, as = ks + GDN_C * KP,
-                       us = as + GDN_C * AP, vp = us + GDN_C * CP, vps = vp + GDN_C * CP,
-                       qss = vps + GDN_C * CP, st = qss + GDN_C * CP, cf = st + DK * CP,
-                       total = cf + 3 * GDN_C + 4;
+  static constexpr int WP = GDN_C + 4, KP = DK + 4, CP = NC + 4, CFP = 3 * GDN_C + 4;
+  static constexpr int wt = 0, us = wt + 2 * DK * WP, ks = us + 2 * GDN_C * CP,
+                       cf = ks + 2 * GDN_C * KP, st = cf + 2 * CFP, vps = st + DK * CP,
+                       total = vps + GDN_C * CP;
 };
 
 template <int DK, int DV, int NC>
-__global__ __launch_bounds__(GDN_NT) static void gdn_state_kernel(
+__global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
-    const float *__restrict__ scratch, float *__restrict__ out, int hk, int hv) {
+    float *__restrict__ scratch, int hk, int hv) {
   using LY = gdn_layout<DK, DV>;
   using SM = gdn_state_smem<DK, DV, NC>;
-  constexpr int KP = SM::KP, CP = SM::CP, AP = SM::AP;
+  constexpr int NT = NC * 4, WP = SM::WP, KP = SM::KP, CP = SM::CP, CFP = SM::CFP;
   extern __shared__ float4 smem4[];
   float *sm = (float *)smem4;
-  float *ws = sm + SM::ws, *qs = sm + SM::qs, *ks = sm + SM::ks, *as = sm + SM::as;
-  float *us = sm + SM::us, *vp = sm + SM::vp, *vps = sm + SM::vps, *qss = sm + SM::qss;
-  float *st = sm + SM::st, *cf = sm + SM::cf;
+  float *wt0 = sm + SM::wt, *us0 = sm + SM::us, *ks0 = sm + SM::ks, *cf0 = sm + SM::cf;
+  float *st = sm + SM::st, *vps = sm + SM::vps;
 
   int cb = blockIdx.x * NC, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
   const struct exc_gdn_seq sq = p.seqs[s];
   int kh = h / (hv / hk);
   int n_chunks = p.chunk_start[s + 1] - p.chunk_start[s];
+  auto chunk_base = [&](int ci) {
+    return scratch + ((size_t)(p.chunk_start[s] + ci) * hv + h) * LY::total;
+  };
 
-  for (int idx = tid; idx < DK * NC; idx += GDN_NT) {
+  for (int idx = tid; idx < DK * NC; idx += NT) {
     int a = idx / NC, c = idx % NC;
     st[a * CP + c] = sq.state_in ? sq.state_in[((size_t)h * DK + a) * DV + cb + c] : 0.0f;
   }
-
-  /* loads of chunk ci: part 1 (W, Q, U) and part 2 (K, A, coefficients) */
-  auto load_part1 = [&](int ci) {
-    const float *base = scratch + ((size_t)(p.chunk_start[s] + ci) * hv + h) * LY::total;
-    int len = min(GDN_C, sq.n - ci * GDN_C);
-    size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
-    for (int idx = tid; idx < GDN_C * DK / 4; idx += GDN_NT) {
-      int i = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
-      cp_async16(&ws[i * KP + a4], base + i * DK + a4);
-      if (i < len)
-        cp_async16(&qs[i * KP + a4], qkv + (row0 + i) * ld + (size_t)kh * DK + a4);
-      else
-        *(float4 *)&qs[i * KP + a4] = make_float4(0.f, 0.f, 0.f, 0.f);
+  auto load_wu = [&](int ci) {
+    const float *base = chunk_base(ci);
+    float *wt = wt0 + (ci & 1) * DK * WP, *us = us0 + (ci & 1) * GDN_C * CP;
+    for (int idx = tid; idx < DK * GDN_C / 4; idx += NT) {
+      int a = idx / (GDN_C / 4), i4 = (idx % (GDN_C / 4)) * 4;
+      cp_async16(&wt[a * WP + i4], base + LY::wt + a * GDN_C + i4);
     }
-    for (int idx = tid; idx < GDN_C * NC / 4; idx += GDN_NT) {
+    for (int idx = tid; idx < GDN_C * NC / 4; idx += NT) {
       int i = idx / (NC / 4), c4 = (idx % (NC / 4)) * 4;
-      cp_async16(&us[i * CP + c4], base + LY::w + i * DV + cb + c4);
+      cp_async16(&us[i * CP + c4], base + LY::u + i * DV + cb + c4);
     }
-    cp_async_commit();
   };
-  auto load_part2 = [&](int ci) {
-    const float *base = scratch + ((size_t)(p.chunk_start[s] + ci) * hv + h) * LY::total;
+  auto load_k = [&](int ci) {
+    const float *base = chunk_base(ci);
+    float *ks = ks0 + (ci & 1) * GDN_C * KP, *cf = cf0 + (ci & 1) * CFP;
     int len = min(GDN_C, sq.n - ci * GDN_C);
     size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
-    for (int idx = tid; idx < GDN_C * DK / 4; idx += GDN_NT) {
+    for (int idx = tid; idx < GDN_C * DK / 4; idx += NT) {
       int i = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
       if (i < len)
         cp_async16(&ks[i * KP + a4], qkv + (row0 + i) * ld + (size_t)(hk + kh) * DK + a4);
       else
         *(float4 *)&ks[i * KP + a4] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    for (int idx = tid; idx < GDN_C * GDN_C / 4; idx += GDN_NT) {
-      int i = idx / (GDN_C / 4), j4 = (idx % (GDN_C / 4)) * 4;
-      cp_async16(&as[i * AP + j4], base + LY::w + LY::u + i * GDN_C + j4);
-    }
-    for (int idx = tid; idx < 3 * GDN_C / 4; idx += GDN_NT)
-      cp_async16(&cf[idx * 4], base + LY::w + LY::u + LY::a + idx * 4);
-    cp_async_commit();
+    for (int idx = tid; idx < 3 * GDN_C / 4; idx += NT)
+      cp_async16(&cf[idx * 4], base + LY::coef + idx * 4);
   };
 
   if (n_chunks > 0) {
-    load_part1(0);
-    load_part2(0);
+    load_wu(0);
+    load_k(0);
+    cp_async_commit();
   }
   for (int ci = 0; ci < n_chunks; ci++) {
-    int len = min(GDN_C, sq.n - ci * GDN_C);
+    float *base = chunk_base(ci);
+    const float *ks = ks0 + (ci & 1) * GDN_C * KP, *cf = cf0 + (ci & 1) * CFP;
+    const float *wt = wt0 + (ci & 1) * DK * WP, *us = us0 + (ci & 1) * GDN_C * CP;
     cp_async_wait_all();
     __syncthreads();
-    /* [W; Q]·S: 128 rows × NC columns, 4×4 tiles */
-    for (int tile = tid; tile < (2 * GDN_C / 4) * (NC / 4); tile += GDN_NT) {
-      int rb = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
-      const float *m = rb < GDN_C ? ws + rb * KP : qs + (rb - GDN_C) * KP;
+    if (ci + 1 < n_chunks) { /* all of chunk ci+1 streams in during this one */
+      load_wu(ci + 1);
+      load_k(ci + 1);
+      cp_async_commit();
+    }
+    /* V' = U − W·S: 64 × NC, 4×4 tiles */
+    for (int tile = tid; tile < (GDN_C / 4) * (NC / 4); tile += NT) {
+      int i4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
       float acc[4][4];
 #pragma unroll
       for (int r = 0; r < 4; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++)
           acc[r][c] = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
       for (int a = 0; a < DK; a++) {
+        float4 wv = *(const float4 *)&wt[a * WP + i4];
         float4 sv = *(const float4 *)&st[a * CP + c4];
-        float svv[4] = {sv.x, sv.y, sv.z, sv.w};
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          float mv = m[r * KP + a];
-#pragma unroll
-          for (int c = 0; c < 4; c++)
-            acc[r][c] += mv * svv[c];
-        }
-      }
-      if (rb < GDN_C) {
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          int i = rb + r;
-          float e = cf[GDN_C + i];
-#pragma unroll
-          for (int c = 0; c < 4; c++) {
-            float v = us[i * CP + c4 + c] - acc[r][c];
-            vp[i * CP + c4 + c] = v;
-            vps[i * CP + c4 + c] = e * v;
-          }
-        }
-      } else {
+        float wvv[4] = {wv.x, wv.y, wv.z, wv.w}, svv[4] = {sv.x, sv.y, sv.z, sv.w};
 #pragma unroll
         for (int r = 0; r < 4; r++)
 #pragma unroll
           for (int c = 0; c < 4; c++)
-            qss[(rb - GDN_C + r) * CP + c4 + c] = acc[r][c];
+            acc[r][c] += wvv[r] * svv[c];
       }
-    }
-    __syncthreads();
-    if (ci + 1 < n_chunks)
-      load_part1(ci + 1); /* W, Q, U are free now */
-    /* S ← e^{ΓC} S + Kᵀ (e^{ΓC−Γ} ⊙ V'): DK × NC, 4×4 tiles */
-    float el = cf[2 * GDN_C];
-    for (int tile = tid; tile < (DK / 4) * (NC / 4); tile += GDN_NT) {
-      int a4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
-      float acc[4][4];
 #pragma unroll
       for (int r = 0; r < 4; r++) {
-        float4 sv = *(const float4 *)&st[(a4 + r) * CP + c4];
+        int i = i4 + r;
+        float e = cf[GDN_C + i];
+        float v[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          v[c] = us[i * CP + c4 + c] - acc[r][c];
+          vps[i * CP + c4 + c] = e * v[c];
+        }
+        *(float4 *)&base[LY::u + i * DV + cb + c4] = make_float4(v[0], v[1], v[2], v[3]);
+      }
+    }
+    /* keep S at the chunk's start for the output kernel */
+    for (int idx = tid; idx < DK * NC / 4; idx += NT) {
+      int a = idx / (NC / 4), c4 = (idx % (NC / 4)) * 4;
+      *(float4 *)&base[LY::hs + a * DV + cb + c4] = *(const float4 *)&st[a * CP + c4];
+    }
+    __syncthreads();
+    /* S ← e^{ΓC} S + Kᵀ (e^{ΓC−Γ} ⊙ V'): DK × NC, 8×4 tiles */
+    float el = cf[2 * GDN_C];
+    for (int tile = tid; tile < (DK / 8) * (NC / 4); tile += NT) {
+      int a8 = (tile / (NC / 4)) * 8, c4 = (tile % (NC / 4)) * 4;
+      float acc[8][4];
+#pragma unroll
+      for (int r = 0; r < 8; r++) {
+        float4 sv = *(const float4 *)&st[(a8 + r) * CP + c4];
         acc[r][0] = el * sv.x;
         acc[r][1] = el * sv.y;
         acc[r][2] = el * sv.z;
@@ -388,59 +397,129 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_state_kernel(
       }
 #pragma unroll 4
       for (int i = 0; i < GDN_C; i++) {
-        float4 kv = *(const float4 *)&ks[i * KP + a4];
+        float4 k0 = *(const float4 *)&ks[i * KP + a8];
+        float4 k1 = *(const float4 *)&ks[i * KP + a8 + 4];
         float4 vv = *(const float4 *)&vps[i * CP + c4];
-        float kvv[4] = {kv.x, kv.y, kv.z, kv.w}, vvv[4] = {vv.x, vv.y, vv.z, vv.w};
+        float kvv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+        float vvv[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < 8; r++)
 #pragma unroll
           for (int c = 0; c < 4; c++)
             acc[r][c] += kvv[r] * vvv[c];
       }
 #pragma unroll
-      for (int r = 0; r < 4; r++)
-        *(float4 *)&st[(a4 + r) * CP + c4] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+      for (int r = 0; r < 8; r++)
+        *(float4 *)&st[(a8 + r) * CP + c4] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     }
-    /* O = e^{Γ} ⊙ QS + A·V': 64 × NC, 2×4 tiles */
-    for (int tile = tid; tile < (GDN_C / 2) * (NC / 4); tile += GDN_NT) {
-      int ib = (tile / (NC / 4)) * 2, c4 = (tile % (NC / 4)) * 4;
-      float acc[2][4];
-#pragma unroll
-      for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-          acc[r][c] = cf[ib + r] * qss[(ib + r) * CP + c4 + c];
-      int jmax = ib + 2;
-      for (int j = 0; j < jmax; j++) {
-        float4 vv = *(const float4 *)&vp[j * CP + c4];
-        float vvv[4] = {vv.x, vv.y, vv.z, vv.w};
-        float a0 = as[ib * AP + j], a1 = as[(ib + 1) * AP + j];
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-          acc[0][c] += a0 * vvv[c];
-          acc[1][c] += a1 * vvv[c];
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        int i = ib + r;
-        if (i < len) {
-          float *o = out + (((size_t)sq.start + (size_t)ci * GDN_C + i) * hv + h) * DV + cb + c4;
-#pragma unroll
-          for (int c = 0; c < 4; c++)
-            o[c] = acc[r][c];
-        }
-      }
-    }
-    __syncthreads();
-    if (ci + 1 < n_chunks)
-      load_part2(ci + 1);
   }
   if (sq.state_out) {
     __syncthreads();
-    for (int idx = tid; idx < DK * NC; idx += GDN_NT) {
+    for (int idx = tid; idx < DK * NC; idx += NT) {
       int a = idx / NC, c = idx % NC;
       sq.state_out[((size_t)h * DK + a) * DV + cb + c] = st[a * CP + c];
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * 3. Output kernel: block (chunk, value head, column block of OC), 256 threads, 4×4 tiles:
+ * O = e^{Γ} ⊙ (Q·S_c) + A·V'. Qᵀ is transposed on the way into shared memory. */
+template <int DK, int OC> struct gdn_out_smem {
+  static constexpr int TP = GDN_C + 4, CP = OC + 4;
+  static constexpr int qt = 0, sc = qt + DK * TP, at = sc + DK * CP, vp = at + GDN_C * TP,
+                       eg = vp + GDN_C * CP, total = eg + GDN_C;
+};
+
+template <int DK, int DV, int OC>
+__global__ __launch_bounds__(GDN_NT) static void gdn_out_kernel(
+    const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
+    const float *__restrict__ scratch, float *__restrict__ out, int hk, int hv) {
+  using LY = gdn_layout<DK, DV>;
+  using SM = gdn_out_smem<DK, OC>;
+  constexpr int TP = SM::TP, CP = SM::CP;
+  extern __shared__ float4 smem4[];
+  float *sm = (float *)smem4;
+  float *qt = sm + SM::qt, *sc = sm + SM::sc, *at = sm + SM::at, *vp = sm + SM::vp;
+  float *eg = sm + SM::eg;
+  int chunk = blockIdx.x, h = blockIdx.y, cb = blockIdx.z * OC, tid = threadIdx.x;
+  int s = find_seq(p, chunk);
+  const struct exc_gdn_seq sq = p.seqs[s];
+  int c0 = (chunk - p.chunk_start[s]) * GDN_C;
+  int len = min(GDN_C, sq.n - c0);
+  int kh = h / (hv / hk);
+  size_t row0 = (size_t)sq.start + c0;
+  const float *base = scratch + ((size_t)chunk * hv + h) * LY::total;
+
+  for (int idx = tid; idx < DK * OC / 4; idx += GDN_NT) {
+    int a = idx / (OC / 4), c4 = (idx % (OC / 4)) * 4;
+    cp_async16(&sc[a * CP + c4], base + LY::hs + a * DV + cb + c4);
+  }
+  for (int idx = tid; idx < GDN_C * GDN_C / 4; idx += GDN_NT) {
+    int j = idx / (GDN_C / 4), i4 = (idx % (GDN_C / 4)) * 4;
+    cp_async16(&at[j * TP + i4], base + LY::at + j * GDN_C + i4);
+  }
+  for (int idx = tid; idx < GDN_C * OC / 4; idx += GDN_NT) {
+    int j = idx / (OC / 4), c4 = (idx % (OC / 4)) * 4;
+    cp_async16(&vp[j * CP + c4], base + LY::u + j * DV + cb + c4);
+  }
+  for (int idx = tid; idx < GDN_C / 4; idx += GDN_NT)
+    cp_async16(&eg[idx * 4], base + LY::coef + idx * 4);
+  cp_async_commit();
+  /* Qᵀ: a warp takes 32 consecutive rows of one 4-column group, so the transposed stores are
+   * conflict-free */
+  for (int idx = tid; idx < GDN_C * DK / 4; idx += GDN_NT) {
+    int i = idx % GDN_C, a4 = (idx / GDN_C) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (i < len)
+      v = *(const float4 *)(qkv + (row0 + i) * ld + (size_t)kh * DK + a4);
+    qt[(a4 + 0) * TP + i] = v.x;
+    qt[(a4 + 1) * TP + i] = v.y;
+    qt[(a4 + 2) * TP + i] = v.z;
+    qt[(a4 + 3) * TP + i] = v.w;
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  for (int tile = tid; tile < (GDN_C / 4) * (OC / 4); tile += GDN_NT) {
+    int i4 = (tile / (OC / 4)) * 4, c4 = (tile % (OC / 4)) * 4;
+    float acc[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+      for (int c = 0; c < 4; c++)
+        acc[r][c] = 0.0f;
+#pragma unroll 8
+    for (int a = 0; a < DK; a++) {
+      float4 qv = *(const float4 *)&qt[a * TP + i4];
+      float4 sv = *(const float4 *)&sc[a * CP + c4];
+      float qvv[4] = {qv.x, qv.y, qv.z, qv.w}, svv[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          acc[r][c] += qvv[r] * svv[c];
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+      for (int c = 0; c < 4; c++)
+        acc[r][c] *= eg[i4 + r];
+    for (int j = 0; j < i4 + 4; j++) {
+      float4 av = *(const float4 *)&at[j * TP + i4];
+      float4 vv = *(const float4 *)&vp[j * CP + c4];
+      float avv[4] = {av.x, av.y, av.z, av.w}, vvv[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          acc[r][c] += avv[r] * vvv[c];
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      int i = i4 + r;
+      if (i < len)
+        *(float4 *)(out + ((row0 + i) * hv + h) * DV + cb + c4) =
+            make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     }
   }
 }
@@ -451,35 +530,58 @@ size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
   return chunks * dims->n_v_heads * gdn_floats_per_chunk_head(dims->dk, dims->dv) * sizeof(float);
 }
 
-template <int DK, int DV, int NC>
+static int gdn_sm_count(void) {
+  static int n_sm = 0; /* the device's; one device per process */
+  if (n_sm == 0) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      v = 132;
+    n_sm = v;
+  }
+  return n_sm;
+}
+
+template <typename K> static int gdn_set_smem(K kernel, size_t bytes) {
+  return EXC_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)bytes));
+}
+
+/* NCS: state column block for few blocks (one per SM), NCL: for many; OC: output column block */
+template <int DK, int DV, int NCS, int NCL, int OC>
 static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total_chunks,
                       const float *qkv, size_t ld, const float *beta, const float *g, float *out,
                       int hk, int hv, void *scratch) {
   constexpr int TP = GDN_C + 4;
-  size_t intra_smem = ((size_t)2 * DK * TP + GDN_C * 65 + 3 * GDN_C) * sizeof(float);
-  size_t state_smem = (size_t)gdn_state_smem<DK, DV, NC>::total * sizeof(float);
-  static bool attr_done = false; /* per instantiation; both calls are idempotent */
+  size_t intra_smem = ((size_t)2 * DK * TP + GDN_C * TP + 4 * GDN_C) * sizeof(float);
+  size_t smem_s = (size_t)gdn_state_smem<DK, DV, NCS>::total * sizeof(float);
+  size_t smem_l = (size_t)gdn_state_smem<DK, DV, NCL>::total * sizeof(float);
+  size_t out_smem = (size_t)gdn_out_smem<DK, OC>::total * sizeof(float);
+  static bool attr_done = false; /* per instantiation; the calls are idempotent */
   int rc = 0;
   if (!attr_done) {
-    rc = EXC_CUDA(cudaFuncSetAttribute(gdn_intra_kernel<DK, DV>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)intra_smem));
-    if (!rc)
-      rc = EXC_CUDA(cudaFuncSetAttribute(gdn_state_kernel<DK, DV, NC>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)state_smem));
-    if (rc)
+    if ((rc = gdn_set_smem(gdn_intra_kernel<DK, DV>, intra_smem)) ||
+        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS>, smem_s)) ||
+        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL>, smem_l)) ||
+        (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC>, out_smem)))
       return rc;
     attr_done = true;
   }
   gdn_intra_kernel<DK, DV><<<dim3((unsigned)total_chunks, (unsigned)hv), GDN_NT, intra_smem,
                              stream>>>(p, qkv, ld, beta, g, (float *)scratch, hk, hv);
-  rc = EXC_CUDA(cudaGetLastError());
-  if (rc)
+  if ((rc = EXC_CUDA(cudaGetLastError())))
     return rc;
-  gdn_state_kernel<DK, DV, NC><<<dim3(DV / NC, (unsigned)hv, (unsigned)p.n_seqs), GDN_NT,
-                                 state_smem, stream>>>(p, qkv, ld, (const float *)scratch, out,
-                                                       hk, hv);
+  if ((long)hv * (DV / NCS) * p.n_seqs <= gdn_sm_count())
+    gdn_state_kernel<DK, DV, NCS><<<dim3(DV / NCS, (unsigned)hv, (unsigned)p.n_seqs), NCS * 4,
+                                    smem_s, stream>>>(p, qkv, ld, (float *)scratch, hk, hv);
+  else
+    gdn_state_kernel<DK, DV, NCL><<<dim3(DV / NCL, (unsigned)hv, (unsigned)p.n_seqs), NCL * 4,
+                                    smem_l, stream>>>(p, qkv, ld, (float *)scratch, hk, hv);
+  if ((rc = EXC_CUDA(cudaGetLastError())))
+    return rc;
+  gdn_out_kernel<DK, DV, OC><<<dim3((unsigned)total_chunks, (unsigned)hv, DV / OC), GDN_NT,
+                               out_smem, stream>>>(p, qkv, ld, (const float *)scratch, out, hk,
+                                                   hv);
   return EXC_CUDA(cudaGetLastError());
 }
 
@@ -490,28 +592,28 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
   if (n_seqs < 1 || n_seqs > EXC_MAX_SEQS || !dims || dims->n_k_heads == 0 ||
       dims->n_v_heads % dims->n_k_heads != 0)
     return -EINVAL;
-  /* 16-byte copies of q/k rows: the row pitch and base must keep float4 alignment */
-  if (ld_qkv % 4 != 0 || ((uintptr_t)qkv & 15) != 0 || ((uintptr_t)scratch & 15) != 0)
+  /* 16-byte copies of q/k rows: the row pitch and bases must keep float4 alignment */
+  if (ld_qkv % 4 != 0 || ((uintptr_t)qkv & 15) != 0 || ((uintptr_t)scratch & 15) != 0 ||
+      ((uintptr_t)out & 15) != 0)
     return -EINVAL;
   struct gdn_params p; /* 7.2 KB, copied into the launch */
-  struct gdn_params *pp = &p;
-  memset(pp, 0, sizeof *pp);
+  memset(&p, 0, sizeof p);
   int total_chunks = 0;
   for (int i = 0; i < n_seqs; i++) {
     if (seqs[i].n < 1 || seqs[i].start < 0)
       return -EINVAL;
-    pp->seqs[i] = seqs[i];
-    pp->chunk_start[i] = total_chunks;
+    p.seqs[i] = seqs[i];
+    p.chunk_start[i] = total_chunks;
     total_chunks += (seqs[i].n + GDN_C - 1) / GDN_C;
   }
-  pp->chunk_start[n_seqs] = total_chunks;
-  pp->n_seqs = n_seqs;
+  p.chunk_start[n_seqs] = total_chunks;
+  p.n_seqs = n_seqs;
   int hk = (int)dims->n_k_heads, hv = (int)dims->n_v_heads;
   if (dims->dk == 128 && dims->dv == 128)
-    return gdn_launch<128, 128, 32>(stream, *pp, total_chunks, qkv, ld_qkv, beta, g, out, hk, hv,
-                                    scratch);
+    return gdn_launch<128, 128, 32, 64, 64>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out,
+                                            hk, hv, scratch);
   if (dims->dk == 16 && dims->dv == 24)
-    return gdn_launch<16, 24, 24>(stream, *pp, total_chunks, qkv, ld_qkv, beta, g, out, hk, hv,
-                                  scratch);
+    return gdn_launch<16, 24, 24, 24, 24>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,
+                                          hv, scratch);
   return -EINVAL;
 }

@@ -37,7 +37,8 @@ int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, const float 
  * Shapes: qkv [total, ld_qkv] prepared (see exc_gdn_prepare); beta, g [total, Hv];
  *         out [total, Hv, dv] float32; scratch of exc_gdn_chunked_scratch_bytes bytes.
  * Ownership: device buffers; host `seqs` (≤ EXC_MAX_SEQS) copied into the launch; no sync.
- * Returns 0; -EINVAL (n_seqs, sizes); -CM_ECUDA. Source: spec/qwen3_5.md §4.6; twins
+ * Returns 0; -EINVAL (n_seqs, sizes, dk/dv other than 128/128 or 16/24, ld_qkv not a multiple
+ * of 4, qkv/out/scratch not 16-byte aligned); -CM_ECUDA. Source: spec/qwen3_5.md §4.6; twins
  * ex_cpu_gdn_chunked (and ex_cpu_gdn_recurrent up to float32 rounding). */
 int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_qkv, const float *beta,
                     const float *g, float *out, const struct exc_gdn_seq *seqs, int n_seqs,

@@ -386,8 +386,8 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   if (!rc && (rc = ex_pt_read_file(p_ord, &ord, &d)))
     ex_export_fail("%s: %s", p_ord, d.msg ? d.msg : "unreadable");
   if (!rc && (rc = ex_pt_read_file(p_emb, &emb, &d)))
-    ex_export_fail("%s: %s (the shared reader takes a state dict holding the [2, hidden] tensor)", p_emb,
-         d.msg ? d.msg : "unreadable");
+    ex_export_fail("%s: %s (expected a torch.save'd [2, hidden] tensor, or a state dict holding one)",
+         p_emb, d.msg ? d.msg : "unreadable");
   if (!rc && (emb.n_tensors != 1 || emb.tensors[0].n_dims != 2 || emb.tensors[0].shape[0] != 2))
     rc = ex_export_fail("%s: must hold one tensor of shape [2, hidden]", p_emb);
   json_object *v = NULL;

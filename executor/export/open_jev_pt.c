@@ -610,8 +610,25 @@ int ex_pt_read(const uint8_t *bytes, size_t n_bytes, struct ex_pt_state *ret_sta
   rc = run_pickle(&m, &root);
   if (rc)
     goto out;
+  if (root->kind == V_TENSOR) { /* torch.save(tensor): one tensor, named "" */
+    st.tensors = calloc(1, sizeof *st.tensors);
+    if (!st.tensors || !(root->t->name = strdup(""))) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    if ((rc = fill_tensor(root, e, ne, pkl->name, pl, diag)))
+      goto out;
+    st.tensors[0] = *root->t; /* moves name and data */
+    root->t->name = NULL;
+    root->t->data = NULL;
+    st.n_tensors = 1;
+    *ret_state = st;
+    st.tensors = NULL;
+    st.n_tensors = 0;
+    goto out;
+  }
   if (root->kind != V_DICT) {
-    rc = cm_diag_set(diag, -CM_EFORMAT, "data.pkl: the top object is not a dict");
+    rc = cm_diag_set(diag, -CM_EFORMAT, "data.pkl: the top object is neither a dict nor a tensor");
     goto out;
   }
   size_t nt = root->n / 2;

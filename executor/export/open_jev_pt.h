@@ -32,10 +32,11 @@ struct ex_pt_state {
   size_t n_tensors;             /* tensors */
 };
 
-/* Reads a torch.save'd state dict from memory.
+/* Reads a torch.save'd state dict, or a single torch.save'd tensor (then one tensor named ""; the
+ * release format of OmniJev's new_tok_emb.pt, spec/omnijev.md §11.3), from memory.
  * Shapes: bytes[n_bytes] is the whole file.
  * Ownership: fills *ret_state (heap; ex_pt_state_fini). Written only on success.
- * Returns: 0; -CM_EFORMAT (not a zip, bad offsets, pickle not a dict of tensors, storage too
+ * Returns: 0; -CM_EFORMAT (not a zip, bad offsets, pickle neither a tensor nor a dict of tensors, storage too
  * short, a non-contiguous stride); -CM_EUNSUPPORTED (compressed or zip64 entry, a storage type
  * other than Float/Half/BFloat16, an unknown opcode or global); -CM_ELIMIT (a limit above);
  * -ENOMEM. diag names the entry, key or opcode offset.

@@ -12,7 +12,8 @@
 
 #include "pp_pyjson.h"
 
-static const char PROMPT_HEAD[] = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>";
+static const char PROMPT_USER[] = "<|im_start|>user\n";
+static const char STILL_HEAD[] = "<|vision_start|><|image_pad|><|vision_end|>";
 static const char PROMPT_GEN[] = "<|im_end|>\n<|im_start|>assistant\n<think>\n";
 static const char OPT[] = "<|opt|>", OPT_END[] = "<|/opt|>";
 /* Text that would read as option or image markers (spec §2.5): refused in every user string. */
@@ -228,7 +229,13 @@ static int region_text(json_object *region, const char *what, char **ret, struct
   if (!json_object_is_type(region, json_type_object))
     return cm_diag_set(diag, -CM_EREQUEST, "%s.region must be an object {\"box\": [x1, y1, x2, y2]}",
                        what);
-  int rc = allow_only(region, allowed, 1, what, diag);
+  size_t n_sub = strlen(what) + sizeof ".region";
+  char *sub = malloc(n_sub);
+  if (!sub)
+    return -ENOMEM;
+  snprintf(sub, n_sub, "%s.region", what);
+  int rc = allow_only(region, allowed, 1, sub, diag);
+  free(sub);
   if (rc)
     return rc;
   if (!json_object_object_get_ex(region, "box", &box) || !json_object_is_type(box, json_type_array) ||
@@ -400,9 +407,10 @@ static int score_levels(struct pp_omnijev_question *q, json_object *levels, cons
   return 0;
 }
 
-/* Parses question `id` into q (keys, texts, type) and renders its prompt. */
-static int parse_question(const char *id, json_object *qo, struct pp_omnijev_question *q,
-                          struct cm_diag *diag) {
+/* Parses question `id` into q (keys, texts, type) and renders its prompt; `head` is the user
+ * content before the instructions (the image placeholder, or the video's text and frames). */
+static int parse_question(const char *id, json_object *qo, const char *head,
+                          struct pp_omnijev_question *q, struct cm_diag *diag) {
   static const char *const allow_noul[] = {"type", "instructions", "region"};
   static const char *const allow_choice[] = {"type", "instructions", "options", "criteria"};
   static const char *const allow_score[] = {"type", "instructions", "levels", "criteria"};
@@ -479,7 +487,9 @@ static int parse_question(const char *id, json_object *qo, struct pp_omnijev_que
         return cm_diag_set(diag, -CM_EREQUEST, "%s: duplicate key \"%s\"", what, q->keys[i]);
   /* the prompt (spec §3.1) */
   struct pp_buf b = {0};
-  rc = pp_buf_puts(&b, PROMPT_HEAD);
+  rc = pp_buf_puts(&b, PROMPT_USER);
+  if (!rc)
+    rc = pp_buf_puts(&b, head);
   if (!rc)
     rc = pp_buf_put(&b, is, rstrip_len(is, ni));
   if (!rc)
@@ -502,9 +512,9 @@ static int parse_question(const char *id, json_object *qo, struct pp_omnijev_que
 /* ---- compile -------------------------------------------------------------------------------- */
 
 static int check_top(json_object *body, json_object **ret_url, json_object **ret_questions,
-                     struct cm_diag *diag) {
+                     json_object **ret_video, struct cm_diag *diag) {
   static const char *const allow_top[] = {"model", "state", "questions"};
-  static const char *const allow_state[] = {"images"};
+  static const char *const allow_state[] = {"images", "video"};
   json_object *state = NULL, *images = NULL, *qs = NULL;
   if (!json_object_is_type(body, json_type_object))
     return cm_diag_set(diag, -CM_EREQUEST, "request must be a JSON object");
@@ -513,8 +523,10 @@ static int check_top(json_object *body, json_object **ret_url, json_object **ret
     return rc;
   if (!json_object_object_get_ex(body, "state", &state) || !json_object_is_type(state, json_type_object))
     return cm_diag_set(diag, -CM_EREQUEST, "state must be an object with \"images\"");
-  if ((rc = allow_only(state, allow_state, 1, "state", diag)))
+  if ((rc = allow_only(state, allow_state, 2, "state", diag)))
     return rc;
+  *ret_video = NULL;
+  json_object_object_get_ex(state, "video", ret_video);
   if (!json_object_object_get_ex(state, "images", &images) ||
       !json_object_is_type(images, json_type_array) || json_object_array_length(images) != 1)
     return cm_diag_set(diag, -CM_EREQUEST, "state.images must hold exactly one image");
@@ -543,35 +555,173 @@ static int check_top(json_object *body, json_object **ret_url, json_object **ret
   return 0;
 }
 
-/* Tokenizes prompt q into S_q (seq, reset first) with its single <|image_pad|> expanded to
- * n_image copies, and checks the per-question token limit. */
+/* ---- the video form (spec §2.3, §3.6, §10.6) ---------------------------------------------- */
+
+/* What state.video says: the mosaic's layout and the frames' text. */
+struct video_form {
+  uint32_t n_frames; /* K frames, 1 .. PP_OMNIJEV_MAX_FRAMES */
+  uint32_t cols;     /* mosaic columns; frame k at column k mod cols, row k div cols */
+  uint32_t tile;     /* frame side in the mosaic, pixels */
+};
+
+/* True when v is a JSON integer in [lo, hi]; writes it to *ret. */
+static bool int_in(json_object *v, int64_t lo, int64_t hi, int64_t *ret) {
+  if (!json_object_is_type(v, json_type_int))
+    return false;
+  errno = 0;
+  int64_t x = json_object_get_int64(v);
+  if (errno || x < lo || x > hi)
+    return false;
+  *ret = x;
+  return true;
+}
+
+/* Checks state.video and renders the user content before the instructions (records.video_content
+ * through the chat template): "A video of {D} seconds; {K} frames sampled uniformly in order.",
+ * then per frame "t={timestamps[k]}s:" and the image placeholder. D is duration with zero
+ * decimals, correctly rounded from the binary value, ties to even (Python's format, like printf).
+ * Ownership: *ret_head malloc'd. Returns 0; -CM_EREQUEST naming the field; -ENOMEM. */
+static int video_head(json_object *video, struct video_form *ret_form, char **ret_head,
+                      struct cm_diag *diag) {
+  static const char *const allowed[] = {"n_frames", "cols", "tile", "timestamps", "duration"};
+  json_object *v = NULL, *ts = NULL;
+  int64_t n = 0, cols = 0, tile = 0;
+  if (!json_object_is_type(video, json_type_object))
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video must be an object {n_frames, cols, tile, "
+                       "timestamps, duration}");
+  int rc = allow_only(video, allowed, 5, "state.video", diag);
+  if (rc)
+    return rc;
+  if (!json_object_object_get_ex(video, "n_frames", &v) || !int_in(v, 1, PP_OMNIJEV_MAX_FRAMES, &n))
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.n_frames must be an integer from 1 to %d",
+                       PP_OMNIJEV_MAX_FRAMES);
+  if (!json_object_object_get_ex(video, "cols", &v) || !int_in(v, 1, n, &cols))
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.cols must be an integer from 1 to n_frames");
+  if (!json_object_object_get_ex(video, "tile", &v) || !int_in(v, 32, PP_OMNIJEV_MAX_TILE, &tile))
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.tile must be an integer from 32 to %d",
+                       PP_OMNIJEV_MAX_TILE);
+  if (!json_object_object_get_ex(video, "timestamps", &ts) ||
+      !json_object_is_type(ts, json_type_array) || json_object_array_length(ts) != (size_t)n)
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.timestamps must be an array of n_frames "
+                       "integers");
+  if (!json_object_object_get_ex(video, "duration", &v) ||
+      !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)) ||
+      !(json_object_get_double(v) >= 1.0 && json_object_get_double(v) <= 1e9))
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.duration must be a number of seconds from "
+                       "1 to 1e9");
+  double duration = json_object_get_double(v);
+  struct pp_buf b = {0};
+  char num[64];
+  snprintf(num, sizeof num, "%.0f", duration);
+  rc = pp_buf_puts(&b, "A video of ");
+  if (!rc)
+    rc = pp_buf_puts(&b, num);
+  snprintf(num, sizeof num, " seconds; %d frames sampled uniformly in order.", (int)n);
+  if (!rc)
+    rc = pp_buf_puts(&b, num);
+  for (int64_t k = 0; !rc && k < n; k++) {
+    int64_t t = 0;
+    if (!int_in(json_object_array_get_idx(ts, (size_t)k), 0, 1000000000, &t)) {
+      rc = cm_diag_set(diag, -CM_EREQUEST, "state.video.timestamps[%d] must be an integer from 0 "
+                       "to 1e9", (int)k);
+      break;
+    }
+    snprintf(num, sizeof num, "t=%lds:", (long)t);
+    rc = pp_buf_puts(&b, num);
+    if (!rc)
+      rc = pp_buf_puts(&b, STILL_HEAD);
+  }
+  if (rc) {
+    pp_buf_fini(&b);
+    return rc;
+  }
+  *ret_form = (struct video_form){(uint32_t)n, (uint32_t)cols, (uint32_t)tile};
+  *ret_head = b.bytes;
+  return 0;
+}
+
+/* The video's frames: tile k of the decoded mosaic, each prepared as its own image. A mosaic
+ * smaller than its layout is refused (Pillow's crop would pad with black). */
+static int video_frames(const struct pp_omnijev_model *m, const struct pp_rgb *mosaic,
+                        const struct video_form *f, struct pp_image *ret_images,
+                        struct cm_diag *diag) {
+  uint32_t rows = (f->n_frames + f->cols - 1) / f->cols;
+  if ((uint64_t)f->cols * f->tile > mosaic->width || (uint64_t)rows * f->tile > mosaic->height)
+    return cm_diag_set(diag, -CM_EREQUEST, "state.images[0]: a %ux%u mosaic cannot hold %u frames "
+                       "of %u px in %u columns", mosaic->width, mosaic->height, f->n_frames,
+                       f->tile, f->cols);
+  struct pp_rgb frame = {f->tile, f->tile, malloc((size_t)f->tile * f->tile * 3)};
+  if (!frame.data)
+    return -ENOMEM;
+  int rc = 0;
+  for (uint32_t k = 0; !rc && k < f->n_frames; k++) {
+    size_t x0 = (size_t)(k % f->cols) * f->tile, y0 = (size_t)(k / f->cols) * f->tile;
+    for (uint32_t y = 0; y < f->tile; y++)
+      memcpy(frame.data + (size_t)y * f->tile * 3,
+             mosaic->data + ((y0 + y) * mosaic->width + x0) * 3, (size_t)f->tile * 3);
+    rc = pp_image_prepare_rgb(&frame, k, &m->image_lim, &ret_images[k], diag);
+  }
+  pp_rgb_fini(&frame);
+  return rc;
+}
+
+/* Prepares state.images[0]: the still, or (video != NULL) the mosaic's frames. */
+static int prepare_images(const struct pp_omnijev_model *m, json_object *url,
+                          const struct video_form *video, struct pp_omnijev_request *r,
+                          struct cm_diag *diag) {
+  const char *u = json_object_get_string(url);
+  size_t nu = (size_t)json_object_get_string_len(url);
+  if (!(r->images = calloc(video ? video->n_frames : 1, sizeof *r->images)))
+    return -ENOMEM;
+  r->n_images = video ? video->n_frames : 1;
+  if (!video)
+    return pp_image_prepare_data_url(u, nu, 0, &m->image_lim, &r->images[0], diag);
+  uint8_t *bytes = NULL;
+  size_t n_bytes = 0;
+  struct pp_rgb mosaic = {0};
+  int rc = pp_image_b64_decode(u, nu, 0, &m->image_lim, &bytes, &n_bytes, diag);
+  if (!rc)
+    rc = pp_image_decode(bytes, n_bytes, 0, &m->image_lim, &mosaic, diag);
+  free(bytes);
+  if (!rc)
+    rc = video_frames(m, &mosaic, video, r->images, diag);
+  pp_rgb_fini(&mosaic);
+  return rc;
+}
+
+/* Tokenizes prompt q into S_q (seq, reset first) with its k-th <|image_pad|> expanded to
+ * images[k].n_tokens copies, and checks the per-question token limit. */
 static int encode_question(const struct pp_omnijev_model *m, const struct pp_omnijev_question *q,
-                           uint32_t n_image, struct pp_tok_ids *seq, struct cm_diag *diag) {
+                           const struct pp_image *images, size_t n_images, struct pp_tok_ids *seq,
+                           struct cm_diag *diag) {
   struct pp_tok_ids ids = {0};
   int rc = pp_tok_encode(m->tok, q->prompt, strlen(q->prompt), &ids, diag);
   if (rc)
     goto out;
-  size_t pads = 0;
+  size_t pads = 0, n = ids.n;
   for (size_t i = 0; i < ids.n; i++)
-    pads += ids.ids[i] == m->ids.image_pad;
-  if (pads != 1) {
+    if (ids.ids[i] == m->ids.image_pad && pads < n_images)
+      n += images[pads++].n_tokens - 1;
+  if (pads != n_images) {
     rc = cm_diag_set(diag, -CM_EINTERNAL, "prompt of %s has %zu image placeholders", q->id, pads);
     goto out;
   }
-  if (ids.n - 1 + n_image > PP_OMNIJEV_MAX_QUESTION_TOKENS) {
-    rc = cm_diag_set(diag, -CM_ELIMIT, "questions.%s: %zu tokens, more than %d", q->id,
-                     ids.n - 1 + n_image, PP_OMNIJEV_MAX_QUESTION_TOKENS);
+  if (n > PP_OMNIJEV_MAX_QUESTION_TOKENS) {
+    rc = cm_diag_set(diag, -CM_ELIMIT, "questions.%s: %zu tokens, more than %d", q->id, n,
+                     PP_OMNIJEV_MAX_QUESTION_TOKENS);
     goto out;
   }
   seq->n = 0;
-  if ((rc = pp_tok_ids_reserve(seq, ids.n - 1 + n_image)))
+  if ((rc = pp_tok_ids_reserve(seq, n)))
     goto out;
+  pads = 0;
   for (size_t i = 0; i < ids.n; i++) {
     if (ids.ids[i] == m->ids.image_pad)
-      for (uint32_t k = 0; k < n_image; k++)
+      for (uint32_t k = 0; k < images[pads].n_tokens; k++)
         seq->ids[seq->n++] = m->ids.image_pad;
     else
       seq->ids[seq->n++] = ids.ids[i];
+    pads += ids.ids[i] == m->ids.image_pad;
   }
 out:
   pp_tok_ids_fini(&ids);
@@ -580,13 +730,19 @@ out:
 
 int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
                        struct pp_omnijev_request **ret_req, struct cm_diag *diag) {
-  json_object *url = NULL, *qs = NULL;
-  int rc = check_top(body, &url, &qs, diag);
+  json_object *url = NULL, *qs = NULL, *video = NULL;
+  int rc = check_top(body, &url, &qs, &video, diag);
   if (rc)
     return rc;
+  struct video_form vf = {0};
+  char *head = NULL;
+  if (video && (rc = video_head(video, &vf, &head, diag)))
+    return rc;
   struct pp_omnijev_request *r = calloc(1, sizeof *r);
-  if (!r)
+  if (!r) {
+    free(head);
     return -ENOMEM;
+  }
   r->body = json_object_get(body);
   size_t nq = (size_t)json_object_object_length(qs);
   struct pp_tok_ids *seqs = calloc(nq, sizeof *seqs);
@@ -598,7 +754,7 @@ int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
   size_t n_rows = 0;
   json_object_object_foreach(qs, id, qo) {
     struct pp_omnijev_question *q = &r->questions[r->n_questions++];
-    if ((rc = parse_question(id, qo, q, diag)))
+    if ((rc = parse_question(id, qo, head ? head : STILL_HEAD, q, diag)))
       goto out;
     n_rows += q->n_options ? q->n_options : 1;
     if (n_rows > PP_OMNIJEV_MAX_ROWS) {
@@ -607,18 +763,21 @@ int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
     }
   }
   /* the image, after every cheap check */
-  if ((rc = pp_image_prepare_data_url(json_object_get_string(url),
-                                      (size_t)json_object_get_string_len(url), 0,
-                                      &model->image_lim, &r->image, diag))) {
-    rc = rc == -ENOMEM ? rc : cm_diag_set(diag, rc, "state.images[0]: %s",
-                                          diag->msg ? diag->msg : cm_strerror(rc));
+  if ((rc = prepare_images(model, url, video ? &vf : NULL, r, diag))) {
+    if (rc != -ENOMEM && diag) { /* the image module's message, prefixed with the field */
+      char *inner = diag->msg;
+      diag->msg = NULL;
+      diag->code = 0;
+      cm_diag_set(diag, rc, "state.images[0]: %s", inner ? inner : cm_strerror(rc));
+      free(inner);
+    }
     goto out;
   }
   /* S_q, L (spec §4.3) */
   size_t L0 = SIZE_MAX, cut = SIZE_MAX;
   for (size_t i = 0; i < nq; i++) {
     struct pp_omnijev_question *q = &r->questions[i];
-    if ((rc = encode_question(model, q, r->image.n_tokens, &seqs[i], diag)))
+    if ((rc = encode_question(model, q, r->images, r->n_images, &seqs[i], diag)))
       goto out;
     q->n_seq = seqs[i].n;
     size_t lcp = 0;
@@ -647,9 +806,12 @@ int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
     goto out;
   }
   memcpy(r->prefix_ids, seqs[0].ids, L * sizeof *r->prefix_ids);
-  struct pp_grid grid = {r->image.grid_thw[0], r->image.grid_thw[1], r->image.grid_thw[2]};
-  if ((rc = pp_mrope_positions(r->prefix_ids, L, model->ids.image_pad, &grid, 1, 0, r->prefix_pos,
-                               &r->p0, diag)))
+  struct pp_grid grids[PP_OMNIJEV_MAX_FRAMES];
+  for (size_t k = 0; k < r->n_images; k++)
+    grids[k] = (struct pp_grid){r->images[k].grid_thw[0], r->images[k].grid_thw[1],
+                                r->images[k].grid_thw[2]};
+  if ((rc = pp_mrope_positions(r->prefix_ids, L, model->ids.image_pad, grids, r->n_images, 0,
+                               r->prefix_pos, &r->p0, diag)))
     goto out;
   /* rows (spec §4.4): head_q + S_q[opens[k] .. closes[k]] */
   size_t text_tokens = 0;
@@ -724,6 +886,7 @@ out:
   for (size_t i = 0; seqs && i < nq; i++)
     pp_tok_ids_fini(&seqs[i]);
   free(seqs);
+  free(head);
   if (rc) {
     pp_omnijev_request_free(r);
     return rc;
@@ -746,7 +909,9 @@ void pp_omnijev_request_free(struct pp_omnijev_request *req) {
     free(q->prompt);
   }
   free(req->questions);
-  pp_image_fini(&req->image);
+  for (size_t k = 0; req->images && k < req->n_images; k++)
+    pp_image_fini(&req->images[k]);
+  free(req->images);
   free(req->prefix_ids);
   free(req->prefix_pos);
   free(req->row_ids);

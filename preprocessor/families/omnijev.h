@@ -2,7 +2,8 @@
  * of noul / choice / score questions) into the shared prefix and one row per (question, option),
  * with the exact prompts, marker offsets, positions and usage; and finish the per-question head
  * outputs into the reference's answers (calibration, float32 storage points, ties, Jev confidence,
- * rounding). Pure code: no sockets. Leaves out multi-image panels and the video form (refused). */
+ * rounding). Also the video form (spec §2.3, §3.6: a mosaic cut into frames, one image each, with
+ * timestamp text). Pure code: no sockets. Leaves out multi-image panels and state.text (refused). */
 #ifndef S1_PP_OMNIJEV_H
 #define S1_PP_OMNIJEV_H
 
@@ -31,6 +32,8 @@
 #define PP_OMNIJEV_MIN_PIXELS 65536          /* smart_resize min_pixels (processor config) */
 #define PP_OMNIJEV_OPTION_CHARS 200          /* rendered option texts are cut to this many code points */
 #define PP_OMNIJEV_FEATS 6                   /* LM features per option */
+#define PP_OMNIJEV_MAX_FRAMES 16             /* frames of the video form (mso/video.py makes 16) */
+#define PP_OMNIJEV_MAX_TILE 1024             /* video tile side, pixels (mso/video.py: 384) */
 
 /* Question types; the values are the heads' type ids τ (spec §8.2). */
 enum pp_omnijev_type {
@@ -81,7 +84,8 @@ struct pp_omnijev_request {
   json_object *body;                      /* parsed request, owned (ids borrow from it) */
   struct pp_omnijev_question *questions;  /* [n_questions], request order */
   size_t n_questions;                     /* questions */
-  struct pp_image image;                  /* the prepared still (pixels, grid) */
+  struct pp_image *images;                /* [n_images] the prepared still, or the video's frames */
+  size_t n_images;                        /* 1, or the video's n_frames */
   int32_t *prefix_ids;                    /* [n_prefix] the shared prefix (from S_0) */
   int32_t *prefix_pos;                    /* [3, n_prefix] mRoPE positions, axis-major (T, H, W) */
   size_t n_prefix;                        /* L */
@@ -100,7 +104,9 @@ int pp_omnijev_model_init(json_object *manifest, const struct pp_tok *tok,
                           struct pp_omnijev_model *ret_model, struct cm_diag *diag);
 
 /* Validates and compiles a parsed request body (spec §2-§5): the contract (allow-lists, types,
- * limits, reserved marker text), the image (decode, smart_resize, patches), option rendering
+ * limits, reserved marker text), the image (decode, smart_resize, patches) or the video form
+ * (state.video {n_frames, cols, tile, timestamps, duration}: frame k is the tile at
+ * (k mod cols, k div cols) of images[0], each prepared as its own image), option rendering
  * (200-code-point cut, region text with half-to-even rounding), the exact prompts, the shared
  * prefix L, one row per option, positions and usage.
  * Ownership: takes a new reference to `body`; *ret_req is heap (pp_omnijev_request_free).

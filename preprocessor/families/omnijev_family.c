@@ -103,7 +103,7 @@ static void ctx_free(void *p) {
 /* Appends the request's image, prefix, rows and per-question readouts to `p`. */
 static int build_program(const struct pp_omnijev_request *r, struct proto_program *p,
                          int32_t *readout_of) {
-  uint32_t img, pre;
+  uint32_t pre;
   bool any = false;
   for (size_t i = 0; i < r->n_questions; i++) {
     readout_of[i] = -1;
@@ -115,11 +115,14 @@ static int build_program(const struct pp_omnijev_request *r, struct proto_progra
     int rc = proto_program_add_row(p, r->prefix_ids, pos, 1, -1, &row);
     return rc ? rc : proto_program_add_readout(p, PROTO_READOUT_HIDDEN, row, 0, NULL, 0, NULL, NULL);
   }
-  int rc = proto_program_add_image(p, r->image.pixel_values, r->image.n_patches,
-                                   r->image.grid_thw, &img);
+  uint32_t img[PP_OMNIJEV_MAX_FRAMES];
+  int rc = 0;
+  for (size_t k = 0; !rc && k < r->n_images; k++)
+    rc = proto_program_add_image(p, r->images[k].pixel_values, r->images[k].n_patches,
+                                 r->images[k].grid_thw, &img[k]);
   if (!rc)
     rc = proto_program_add_prefix(p, r->prefix_ids, r->prefix_pos, (uint32_t)r->n_prefix, -1,
-                                  &img, 1, &pre);
+                                  img, (uint32_t)r->n_images, &pre);
   int32_t *pos = NULL;
   size_t cap = 0;
   for (size_t i = 0; !rc && i < r->n_questions; i++) {

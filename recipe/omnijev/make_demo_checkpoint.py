@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Completes a random OmniJev checkpoint directory next to a PEFT adapter from s1-mkmodel: head.pt
 and ord.pt (the 17 OptionScorer and 8 OrdinalScoreHead tensors of spec/omnijev.md §8.3 / §8.5, at
-the given widths), new_tok_emb.pt ([2, hidden] in a state dict) and head_meta.json with the 4B
-release's published calibration. Standard library only (torch.save format via
+the given widths), new_tok_emb.pt (a bare float32 [2, hidden] tensor, the release form of §11.3)
+and head_meta.json with the 4B release's published calibration. Standard library only (torch.save format via
 recipe/open_jev/write_head_pt.py).
 
 usage: make_demo_checkpoint.py --hidden H [--width 1024] [--ord-width 512] [--seed N] CKPT_DIR
@@ -14,7 +14,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "open_jev"))
-from write_head_pt import write_pt  # noqa: E402
+from write_head_pt import write_pt, write_tensor_pt  # noqa: E402
 
 
 def main():
@@ -40,8 +40,8 @@ def main():
     lin(ord_, "z.0", o, h), lin(ord_, "z.2", 1, o, 3.0), lin(ord_, "cut.0", o, h), lin(ord_, "cut.2", 1, o, 3.0)
     write_pt(os.path.join(a.ckpt, "head.pt"), head, "head")
     write_pt(os.path.join(a.ckpt, "ord.pt"), ord_, "ord")
-    write_pt(os.path.join(a.ckpt, "new_tok_emb.pt"),
-             [("weight", [2, h], [rng.gauss(0, 0.05) for _ in range(2 * h)])], "new_tok_emb")
+    write_tensor_pt(os.path.join(a.ckpt, "new_tok_emb.pt"), [2, h],
+                    [rng.gauss(0, 0.05) for _ in range(2 * h)], "new_tok_emb")
     meta = {"norm": "softmax", "lm_feats": True, "ordinal": True, "branch": True,
             "temperatures": {"noul": 1.1991, "choice": 1.1199, "score": 1.1909},
             "biases": {"noul": 0.05310856608843584}}

@@ -45,6 +45,28 @@ def state_dict_pickle(tensors):
     return bytes(out)
 
 
+def tensor_pickle(shape, numel):
+    """data.pkl bytes of torch.save(tensor): one float32 tensor at the top, storage key "0"."""
+    stride, acc = [], 1
+    for d in reversed(shape):
+        stride.insert(0, acc)
+        acc *= d
+    pid = _tuple([_str("storage"), b"ctorch\nFloatStorage\n", _str("0"), _str("cpu"),
+                  _int(numel)]) + b"Q"
+    args = _tuple([pid, _int(0), _tuple([_int(d) for d in shape]),
+                   _tuple([_int(s) for s in stride]), b"\x89", b"ccollections\nOrderedDict\n)R"])
+    return b"\x80\x02" + b"ctorch._utils\n_rebuild_tensor_v2\n" + args + b"R."
+
+
+def write_tensor_pt(path, shape, values, archive="tensor"):
+    """A bare tensor as torch.save(tensor) writes it (OmniJev's new_tok_emb.pt form)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(f"{archive}/data.pkl", tensor_pickle(shape, len(values)))
+        z.writestr(f"{archive}/byteorder", b"little")
+        z.writestr(f"{archive}/data/0", struct.pack(f"<{len(values)}f", *values))
+        z.writestr(f"{archive}/version", b"3\n")
+
+
 def write_pt(path, tensors, archive="head"):
     """tensors: [(name, shape, [float values])]."""
     meta, data = [], []

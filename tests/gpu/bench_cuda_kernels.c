@@ -116,11 +116,22 @@ int main(void) {
       a.k = dev_random_bf16(nk, 1.0f), a.v = dev_random_bf16(nk, 1.0f), a.o = tw_dmalloc(nq * 2);
       a.seq = (struct exc_attn_seq){0, T, 0, 0, NULL, NULL, a.k, a.v};
       a.hq = m->hq, a.hkv = m->hkv;
-      float t = time_ms(attn_run, &a);
       double fl = 4.0 * m->hq * 256.0 * ((double)T * (T + 1) / 2.0);
       double by = 3.0 * nq * 2 + 2.0 * nk * 2;
-      printf("%-5s %-6d %-14s %10.4f %10.2f %10.1f %12.3f\n", m->name, T, "attention", t,
-             fl / t / 1e9, by / t / 1e6, t * m->n_attn);
+      float t = 0;
+      const char *variants[] = {"64", "128", NULL}; /* S1_ATTN_BM; NULL: the kernel's choice */
+      for (int vi = 0; vi < 3; vi++) {
+        if (variants[vi])
+          setenv("S1_ATTN_BM", variants[vi], 1);
+        else
+          unsetenv("S1_ATTN_BM");
+        t = time_ms(attn_run, &a);
+        char label[32];
+        snprintf(label, sizeof label, "attention%s%s", variants[vi] ? "/bm" : "",
+                 variants[vi] ? variants[vi] : "");
+        printf("%-5s %-6d %-14s %10.4f %10.2f %10.1f %12.3f\n", m->name, T, label, t,
+               fl / t / 1e9, by / t / 1e6, t * m->n_attn);
+      }
       model_ms += t * m->n_attn;
       cudaFree(a.q), cudaFree(a.g), cudaFree(a.k), cudaFree(a.v), cudaFree(a.o);
       /* conv */

@@ -40,8 +40,11 @@ static json_object *get(json_object *o, const char *k) {
 
 static void check_ok(const char *name, const struct pp_omnijev_request *r, json_object *e) {
   json_object *grid = get(e, "grid");
-  CHECK(ints_equal(grid, r->image.grid_thw, 3), "grid %d %d %d", r->image.grid_thw[0],
-        r->image.grid_thw[1], r->image.grid_thw[2]);
+  CHECK(r->n_images == (size_t)json_object_get_int(get(e, "n_images")), "%zu images, want %d",
+        r->n_images, json_object_get_int(get(e, "n_images")));
+  for (size_t k = 0; k < r->n_images; k++)
+    CHECK(ints_equal(grid, r->images[k].grid_thw, 3), "grid %d %d %d", r->images[k].grid_thw[0],
+          r->images[k].grid_thw[1], r->images[k].grid_thw[2]);
   CHECK((size_t)json_object_get_int(get(e, "L")) == r->n_prefix, "L %zu, want %d", r->n_prefix,
         json_object_get_int(get(e, "L")));
   CHECK(ints_equal(get(e, "prefix_ids"), r->prefix_ids, r->n_prefix), "prefix ids differ");
@@ -111,7 +114,9 @@ static void check_program(const char *name, const struct pp_family *fam, const v
               p.readouts[0].kind == PROTO_READOUT_HIDDEN && proto_program_check(&p, &d) == 0,
           "program of a request without options");
   } else if (!rc) {
-    CHECK(p.n_images == 1 && p.n_prefixes == 1 && p.prefixes[0].parent == -1, "program shape");
+    size_t n_img = (size_t)json_object_get_int(get(e, "n_images"));
+    CHECK(p.n_images == n_img && p.n_prefixes == 1 && p.prefixes[0].parent == -1 &&
+              p.prefixes[0].n_images == n_img, "program shape");
     CHECK(proto_program_check(&p, &d) == 0, "program check: %s", d.msg ? d.msg : "");
     int32_t p0 = json_object_get_int(get(e, "p0"));
     CHECK(p.n_readouts == answered, "%u readouts for %zu questions", p.n_readouts, answered);

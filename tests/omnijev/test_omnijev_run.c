@@ -58,9 +58,9 @@ int main(int argc, char **argv) {
    * from the empty state) and its last token as a row */
   uint32_t n_full = 0, full_row[64], full_of[64];
   for (uint32_t i = 0; i < n_family && n_full < 64; i++) {
-    const struct proto_readout *ro = &p.readouts[i];
+    uint32_t ro_row = p.readouts[i].row; /* copied: the adds below may move p.readouts */
     const struct proto_prefix *pre = &p.prefixes[0];
-    const struct proto_row *row = &p.rows[ro->row];
+    const struct proto_row *row = &p.rows[ro_row];
     uint32_t n = pre->n_tokens + row->n_tokens - 1;
     int32_t *ids = malloc(n * 4), *pos = malloc(3 * (size_t)n * 4), lastpos[3];
     for (int a = 0; a < 3; a++) {
@@ -71,14 +71,22 @@ int main(int argc, char **argv) {
     }
     memcpy(ids, pre->ids, pre->n_tokens * 4);
     memcpy(ids + pre->n_tokens, row->ids, (row->n_tokens - 1) * 4);
-    uint32_t pi, ri, img;
-    if (proto_program_add_image(&p, p.images[0].pixels, p.images[0].n_patches,
-                                p.images[0].grid_thw, &img) || /* an image feeds one prefix */
-        proto_program_add_prefix(&p, ids, pos, n, -1, &img, 1, &pi) ||
+    uint32_t pi, ri, img[16], n_img = p.prefixes[0].n_images;
+    /* the request prefix's images again (an image feeds one prefix); copies first: adding an
+     * image may move p.images and p.prefixes */
+    for (uint32_t k = 0; k < n_img && k < 16; k++) {
+      const struct proto_image *src = &p.images[p.prefixes[0].images[k]];
+      int32_t grid[3] = {src->grid_thw[0], src->grid_thw[1], src->grid_thw[2]};
+      const float *pixels = src->pixels;
+      uint32_t n_patches = src->n_patches;
+      if (proto_program_add_image(&p, pixels, n_patches, grid, &img[k]))
+        return die("full forward image", NULL);
+    }
+    if (n_img > 16 || proto_program_add_prefix(&p, ids, pos, n, -1, img, n_img, &pi) ||
         proto_program_add_row(&p, row->ids + row->n_tokens - 1, lastpos, 1, (int32_t)pi, &ri) ||
         proto_program_add_readout(&p, PROTO_READOUT_HIDDEN, ri, 0, NULL, 0, NULL, NULL))
       return die("full forward program", NULL);
-    full_row[n_full] = ro->row;
+    full_row[n_full] = ro_row;
     full_of[n_full++] = p.n_readouts - 1;
     free(ids), free(pos);
   }

@@ -119,8 +119,19 @@ def rstrip_py(s):
     return s[:n]
 
 
-def prompt_of(q, texts):
-    return ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>" +
+STILL = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def video_head(video):
+    """records.video_content through the template (spec §3.6): the intro text, then per frame
+    "t={ts}s:" and an image item; duration with zero decimals (Python's correctly rounded format)."""
+    head = "A video of %s seconds; %d frames sampled uniformly in order." % (
+        format(video["duration"], ".0f"), video["n_frames"])
+    return head + "".join("t=%ss:" % str(t) + STILL for t in video["timestamps"])
+
+
+def prompt_of(q, texts, head=STILL):
+    return ("<|im_start|>user\n" + head +
             rstrip_py(q["instructions"]) + "<|im_end|>\n<|im_start|>assistant\n<think>\n" +
             "".join(OPT + t + OPT_END for t in texts))
 
@@ -148,12 +159,15 @@ def mrope_prefix(ids, pad, grid):
 def compile_request(tok, req, size):
     opt, opt_end = tok.token_to_id(OPT), tok.token_to_id(OPT_END)
     pad = tok.token_to_id("<|image_pad|>")
-    grid = smart_resize(size[1], size[0])
+    video = req["state"].get("video")
+    # a video's frames are tile x tile crops of the mosaic, each its own image (spec §2.3)
+    grid = smart_resize(video["tile"], video["tile"]) if video else smart_resize(size[1], size[0])
     n_image = grid[1] * grid[2] // 4
+    head = video_head(video) if video else STILL
     qs = []
     for qid, q in req["questions"].items():
         keys, texts = options_of(q)
-        prompt = prompt_of(q, texts)
+        prompt = prompt_of(q, texts, head)
         ids = []
         for t in tok.encode(prompt, add_special_tokens=False).ids:
             ids.extend([pad] * n_image if t == pad else [t])
@@ -187,7 +201,7 @@ def compile_request(tok, req, size):
                 rows.append(head + s[o:c + 1])
         q["n_rows"] = len(rows) - q["first_row"]
         usage += sum(len(r) for r in rows[q["first_row"]:])
-    return dict(grid=grid, L=L, prefix_ids=prefix, prefix_pos=pos, p0=p0, rows=rows,
+    return dict(grid=grid, n_images=video["n_frames"] if video else 1, L=L, prefix_ids=prefix, prefix_pos=pos, p0=p0, rows=rows,
                 input_tokens=usage,
                 questions=[{k: q[k] for k in ("id", "type", "keys", "texts", "prompt", "first_row",
                                               "n_rows", "open_offset")} | {"n_seq": len(q["seq"])}
@@ -340,6 +354,32 @@ def cases():
     return ok, bad
 
 
+def video_cases():
+    """The video form (spec §2.3, §3.6): mso/video.py's 16 frames in 4 columns, and a small one."""
+    d = 12.5
+    v16 = {"n_frames": 16, "cols": 4, "tile": 64, "duration": d,
+           "timestamps": [int(round((i + 0.5) / 16 * d)) for i in range(16)]}
+    v3 = {"n_frames": 3, "cols": 2, "tile": 96, "duration": 2.5, "timestamps": [0, 1, 2]}
+    qs = {"moving": {"type": "noul", "instructions": "Something moves between the frames."},
+          "what": {"type": "choice", "instructions": "What happens in the video?",
+                   "options": [{"text": "a page loads"}, {"text": "nothing"}, {"abstain": True}]},
+          "pace": {"type": "score", "instructions": "How fast is it?", "levels": ["slow", "fast"]}}
+    return [("video_16_frames", (256, 256), v16, qs),
+            ("video_3_frames", (200, 200), v3, {"q": {"type": "noul", "instructions": "A dialog opens."}})]
+
+
+def video_bad():
+    ok = {"n_frames": 2, "cols": 2, "tile": 32, "duration": 1, "timestamps": [0, 1]}
+    return [
+        ("video_17_frames", (64, 48), dict(ok, n_frames=17), "state.video.n_frames"),
+        ("video_float_timestamp", (64, 48), dict(ok, timestamps=[0, 1.5]), "state.video.timestamps[1]"),
+        ("video_short_timestamps", (64, 48), dict(ok, timestamps=[0]), "state.video.timestamps"),
+        ("video_duration_below_1", (64, 48), dict(ok, duration=0.5), "state.video.duration"),
+        ("video_unknown_field", (64, 48), dict(ok, fps=2), "state.video: unknown field \"fps\""),
+        ("video_mosaic_too_small", (48, 48), ok, "cannot hold 2 frames"),
+    ]
+
+
 def main():
     if sys.argv[1] == "tokenizer":
         build_tokenizer(sys.argv[2], sys.argv[3])
@@ -355,6 +395,13 @@ def main():
         req = {"model": "omnijev", "state": {"images": [data_url(*size)]}, "questions": qs}
         lines.append(json.dumps({"name": name, "request": req, "size": list(size),
                                  "expect": compile_request(tok, req, size)}, ensure_ascii=False))
+    for name, size, video, qs in video_cases():
+        req = {"state": {"images": [data_url(*size)], "video": video}, "questions": qs}
+        lines.append(json.dumps({"name": name, "request": req, "size": list(size),
+                                 "expect": compile_request(tok, req, size)}, ensure_ascii=False))
+    for name, size, video, msg in video_bad():
+        req = {"state": {"images": [data_url(*size)], "video": video}, "questions": {"q": Q1}}
+        lines.append(json.dumps({"name": name, "request": req, "error": msg}, ensure_ascii=False))
     for name, qs, msg in bad:
         req = {"state": {"images": [data_url(64, 48)]}, "questions": qs}
         lines.append(json.dumps({"name": name, "request": req, "error": msg}, ensure_ascii=False))

@@ -1,0 +1,448 @@
+"""OmniJev end to end against the GPU oracle (tests/oracle/omnijev_e2e.py, fixtures in
+tests/fixtures/omnijev/e2e): the tiny random checkpoint is rebuilt here (s1-mkmodel with the
+oracle's arguments, SHA-256 checked, plus the committed torch-written heads and bare-tensor
+new_tok_emb.pt) and exported with s1-export --family omnijev. Parts:
+
+  http      the trio (CPU executor) answers every oracle request over HTTP: identical decisions,
+            valid flags, keys and order, usage exactly; probabilities, abstain, confidence and
+            noul within 1e-4.
+  invariance  reordered questions, reversed Choice options (keys made explicit) and a dropped
+            question give the same answers per key within 1e-4 (decisions equal up to ties, where
+            the first key in the new order wins) and the usage the formula L + Σ rows predicts.
+  bad       HTTP-level refusals of spec/omnijev.md §12 and §2.5: status, error type, the field
+            or limit named in the message; a correct request still answers after them.
+  features  in process (test_omnijev_run: family compile, CPU executor, finish): μ within 1e-5
+            and the six LM features within 1e-5 of the oracle's (relative for values above one),
+            per question; every question's first row equals a full forward of prefix + row.
+  video     the video form (16 frames of a mosaic): rows equal full forwards of the 16-image
+            prefix + row in process, and HTTP answers what the in-process run answers (no GPU
+            oracle numbers for video).
+
+Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]  (RUNNER: features, video)
+"""
+import base64
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import trio  # noqa: E402
+
+FIX = os.path.join(HERE, "..", "fixtures", "omnijev", "e2e")
+TOL_ANSWER = 1e-4 + 1e-9   # probabilities are rounded to 4 places on both sides
+TOL_FEATS = 1e-5
+MODEL = "tinnel123/OmniJev"
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def fixture():
+    with open(os.path.join(FIX, "e2e.json"), encoding="utf-8") as f:
+        fix = json.load(f)
+    assert "error" not in fix and "errors" not in fix, "the oracle run failed: %s" % fix.get("log")
+    with open(os.path.join(FIX, fix["image"]), "rb") as f:
+        url = "data:image/png;base64," + base64.b64encode(f.read()).decode()
+    assert sha256(os.path.join(FIX, fix["image"])) == fix["image_sha256"]
+    return fix, url
+
+
+def make_model(build, tok35, work, fix):
+    """s1-mkmodel with the oracle's arguments (hashes checked) + the committed package -> export."""
+    base, ckpt, out = (os.path.join(work, n) for n in ("base", "ckpt", "model"))
+    a = fix["mkmodel_args"]
+    trio.run([os.path.join(build, "executor/mkmodel/s1-mkmodel"), *a[:6], "--tokenizer", tok35,
+              "--out", base, "--adapter-out", ckpt, *a[6:]])
+    for name, want in fix["sha256"].items():
+        if name.endswith("adapter_config.json"):
+            continue  # names the base's path
+        got = sha256(os.path.join(work, name))
+        assert got == want, "s1-mkmodel output drifted: %s is %s, the oracle used %s" % (name, got, want)
+    for f in os.listdir(os.path.join(FIX, "package")):
+        shutil.copy(os.path.join(FIX, "package", f), ckpt)
+    trio.run([os.path.join(build, "executor/export/s1-export"), "--family", "omnijev", "--base", base,
+              "--checkpoint", ckpt, "--out", out])
+    return out
+
+
+def body_of(req, url):
+    return json.loads(req["body"].replace("@IMAGE@", url))
+
+
+def compare_answer(where, got, want, fails, by_key=False):
+    """got, want: one answer object. Decisions and flags exact; numbers within TOL_ANSWER."""
+    for k in ("latency_s", "latency_total_s"):
+        if not (isinstance(got.get(k), (int, float)) and got[k] >= 0):
+            fails.append("%s: %s missing or negative" % (where, k))
+    keys = [k for k in got if not k.startswith("latency")]
+    if keys != list(want):
+        fails.append("%s: fields %s, want %s" % (where, keys, list(want)))
+        return
+    for k, w in want.items():
+        g = got[k]
+        if k == "probabilities":
+            if (sorted(g) if by_key else list(g)) != (sorted(w) if by_key else list(w)):
+                fails.append("%s: probability keys %s, want %s" % (where, list(g), list(w)))
+                continue
+            for key in w:
+                if abs(g[key] - w[key]) > TOL_ANSWER:
+                    fails.append("%s: P(%s) %.4f, want %.4f" % (where, key, g[key], w[key]))
+        elif isinstance(w, bool) or w is None or isinstance(w, str):
+            if g != w and not (by_key and k in ("choice", "score")):
+                fails.append("%s: %s %r, want %r" % (where, k, g, w))
+        elif abs(g - w) > TOL_ANSWER:
+            fails.append("%s: %s %.4f, want %.4f" % (where, k, g, w))
+
+
+def post_ok(t, body, where, fails):
+    s, h, b = t.post(body)
+    if s != 200:
+        fails.append("%s: HTTP %d %s" % (where, s, b[:300]))
+        return None
+    a = json.loads(b)
+    if a.get("model") != MODEL:
+        fails.append("%s: model %r" % (where, a.get("model")))
+    return a
+
+
+def part_http(t, fix, url, fails):
+    worst = 0.0
+    for req in fix["requests"]:
+        a = post_ok(t, body_of(req, url), req["name"], fails)
+        if a is None:
+            continue
+        if a["usage"] != req["usage"]:
+            fails.append("%s: usage %s, want %s" % (req["name"], a["usage"], req["usage"]))
+        if list(a["answers"]) != list(req["answers"]):
+            fails.append("%s: answer ids %s" % (req["name"], list(a["answers"])))
+            continue
+        for qid, want in req["answers"].items():
+            got = a["answers"][qid]
+            compare_answer("%s.%s" % (req["name"], qid), got, want, fails)
+            for k, w in want.items():
+                if isinstance(w, float) and isinstance(got.get(k), (int, float)):
+                    worst = max(worst, abs(got[k] - w))
+                if k == "probabilities" and isinstance(got.get(k), dict):
+                    worst = max([worst] + [abs(got[k].get(x, 9) - v) for x, v in w.items()])
+    print("http: %d requests, max |answer - oracle| = %.3g" % (len(fix["requests"]), worst))
+
+
+def permuted(body, oracle_q):
+    """Questions reversed; Choice options reversed with their keys made explicit; criteria maps
+    reversed; Score levels kept (the ordinal head is not permutation-invariant)."""
+    keys = {q["id"]: q["keys"] for q in oracle_q}
+    out = dict(body)
+    qs = {}
+    for qid in reversed(list(body["questions"])):
+        q = json.loads(json.dumps(body["questions"][qid]))
+        if q["type"] == "choice" and "options" in q:
+            kept = [e for e in q["options"] if not e.get("abstain")]
+            for e, k in zip(kept, keys[qid]):
+                e["key"] = k
+            q["options"] = list(reversed(q["options"]))
+        elif q["type"] == "choice" and "criteria" in q:
+            q["criteria"] = dict(reversed(list(q["criteria"].items())))
+        qs[qid] = q
+    out["questions"] = qs
+    return out
+
+
+def check_decision(where, got, fails):
+    p = got.get("probabilities") or {}
+    if not p:
+        return
+    k = "choice" if "choice" in got else "score"
+    best = max(p.values())
+    first = next(key for key, v in p.items() if v == best)
+    # the winner holds the largest (rounded) probability; among exact ties the first in order
+    if abs(p[got[k]] - best) > TOL_ANSWER or (list(p.values()).count(best) > 1 and got[k] != first):
+        fails.append("%s: decision %r, probabilities %s" % (where, got[k], p))
+
+
+def part_invariance(t, fix, url, fails):
+    n = 0
+    for req in fix["requests"]:
+        body = permuted(body_of(req, url), req["questions"])
+        a = post_ok(t, body, req["name"] + "/permuted", fails)
+        if a is None:
+            continue
+        n += 1
+        if a["usage"] != req["usage"]:
+            fails.append("%s/permuted: usage %s, want %s" % (req["name"], a["usage"], req["usage"]))
+        if list(a["answers"]) != list(body["questions"]):
+            fails.append("%s/permuted: answer order %s" % (req["name"], list(a["answers"])))
+        for qid, want in req["answers"].items():
+            got = a["answers"].get(qid, {})
+            where = "%s/permuted.%s" % (req["name"], qid)
+            compare_answer(where, got, want, fails, by_key=True)
+            check_decision(where, got, fails)
+            if "probabilities" in want and got.get("probabilities"):
+                order = list(got["probabilities"])
+                want_order = list(want["probabilities"])
+                if body["questions"][qid]["type"] == "choice" and order != list(reversed(want_order)):
+                    fails.append("%s: option order %s" % (where, order))
+            if want.get("choice") and got.get("choice") != want["choice"]:
+                p = want["probabilities"]
+                if p[got.get("choice")] != p[want["choice"]]:  # only a tie may move the winner
+                    fails.append("%s: choice %r, want %r" % (where, got.get("choice"), want["choice"]))
+    # dropping a question: the others unchanged, usage = L + the remaining rows (L unchanged here)
+    req = next(r for r in fix["requests"] if r["name"] == "twelve")
+    body = body_of(req, url)
+    drop = list(body["questions"])[0]
+    del body["questions"][drop]
+    q0 = next(q for q in req["questions"] if q["id"] == drop)
+    rows = req["rows"]
+    want_tokens = req["input_tokens"] - sum(len(r) for r in rows[q0["first_row"]:q0["first_row"] + q0["n_rows"]])
+    a = post_ok(t, body, "twelve/dropped", fails)
+    if a is not None:
+        n += 1
+        if a["usage"]["input_tokens"] != want_tokens:
+            fails.append("twelve/dropped: input_tokens %d, want %d" % (a["usage"]["input_tokens"], want_tokens))
+        for qid in body["questions"]:
+            compare_answer("twelve/dropped.%s" % qid, a["answers"][qid], req["answers"][qid], fails)
+    print("invariance: %d permuted / reduced requests" % n)
+
+
+def bad_cases(url):
+    def rq(qs, **top):
+        b = {"state": {"images": [url]}, "questions": qs}
+        b.update(top)
+        return b
+    noul = {"type": "noul", "instructions": "A page is shown."}
+    png1 = "data:image/png;base64," + base64.b64encode(tiny_png(5000, 10)).decode()
+    png2 = "data:image/png;base64," + base64.b64encode(tiny_png(2, 500)).decode()
+    return [
+        # (name, body, status, type, words the message must hold)
+        ("bad model", rq({"q": noul}, model="gpt"), 422, "invalid_request", ["model"]),
+        ("no state", {"questions": {"q": noul}}, 422, "invalid_request", ["state"]),
+        ("two images", {"state": {"images": [url, url]}, "questions": {"q": noul}}, 422, "invalid_request", ["exactly one image"]),
+        ("no image", {"state": {"images": []}, "questions": {"q": noul}}, 422, "invalid_request", ["state.images"]),
+        ("state.text", {"state": {"images": [url], "text": "task"}, "questions": {"q": noul}}, 422, "invalid_request", ["text"]),
+        ("video without cols", {"state": {"images": [url], "video": {"n_frames": 16}}, "questions": {"q": noul}}, 422, "invalid_request", ["state.video.cols"]),
+        ("video mosaic too small", {"state": {"images": [url], "video": {"n_frames": 16, "cols": 4, "tile": 384, "duration": 9.7, "timestamps": list(range(16))}}, "questions": {"q": noul}}, 422, "invalid_request", ["state.images[0]", "cannot hold 16 frames"]),
+        ("http url", rq({"q": noul}, state={"images": ["http://x/a.png"]}), 422, "invalid_request", ["state.images[0]"]),
+        ("gif url", rq({"q": noul}, state={"images": ["data:image/gif;base64,R0lGODlhAQABAAAAACw="]}), 422, "invalid_request", ["state.images[0]"]),
+        ("bad base64", rq({"q": noul}, state={"images": ["data:image/png;base64,@@@@"]}), 422, "invalid_request", ["state.images[0]"]),
+        ("not an image", rq({"q": noul}, state={"images": ["data:image/png;base64," + base64.b64encode(b"hello world").decode()]}), 422, "invalid_request", ["state.images[0]"]),
+        ("side over 4096", rq({"q": noul}, state={"images": [png1]}), 422, "invalid_request", ["state.images[0]"]),
+        ("aspect over 200", rq({"q": noul}, state={"images": [png2]}), 422, "invalid_request", ["state.images[0]"]),
+        ("empty questions", rq({}), 422, "invalid_request", ["questions"]),
+        ("65 questions", rq({"q%d" % i: noul for i in range(65)}), 422, "invalid_request", ["64 questions"]),
+        ("id over 256", rq({"x" * 257: noul}), 422, "invalid_request", ["256"]),
+        ("unknown type", rq({"q": {"type": "rank", "instructions": "a"}}), 422, "invalid_request", ["questions.q.type"]),
+        ("missing instructions", rq({"q": {"type": "noul"}}), 422, "invalid_request", ["instructions"]),
+        ("instructions number", rq({"q": {"type": "noul", "instructions": 5}}), 422, "invalid_request", ["questions.q.instructions"]),
+        ("text over 8192", rq({"q": {"type": "noul", "instructions": "y" * 8193}}), 422, "invalid_request", ["8192"]),
+        ("marker in instructions", rq({"q": {"type": "noul", "instructions": "a <|opt|> b"}}), 422, "invalid_request", ["questions.q.instructions"]),
+        ("marker in option", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "<|/opt|>"}]}}), 422, "invalid_request", ["questions.q.options[0].text"]),
+        ("image pad in level", rq({"q": {"type": "score", "instructions": "a", "levels": ["<|image_pad|>"]}}), 422, "invalid_request", ["questions.q.levels[0]"]),
+        ("noul criteria", rq({"q": {"type": "noul", "instructions": "a", "criteria": {"x": None}}}), 422, "invalid_request", ["criteria"]),
+        ("unknown question field", rq({"q": {"type": "noul", "instructions": "a", "hint": 1}}), 422, "invalid_request", ["hint"]),
+        ("options and criteria", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x"}], "criteria": {"x": None}}}), 422, "invalid_request", ["exactly one of"]),
+        ("levels and criteria", rq({"q": {"type": "score", "instructions": "a", "levels": ["x"], "criteria": {"x": None}}}), 422, "invalid_request", ["questions.q"]),
+        ("unknown option field", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x", "color": "red"}]}}), 422, "invalid_request", ["color"]),
+        ("abstain not boolean", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x", "abstain": 1}]}}), 422, "invalid_request", ["abstain must be a boolean"]),
+        ("duplicate keys", rq({"q": {"type": "choice", "instructions": "a", "options": [{"key": "x"}, {"key": "x"}]}}), 422, "invalid_request", ["duplicate key"]),
+        ("256 options", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": str(i)} for i in range(256)]}}), 422, "invalid_request", ["255 options"]),
+        ("1200 rows", rq({"q%d" % i: {"type": "choice", "instructions": "a", "options": [{"text": str(j)} for j in range(200)]} for i in range(6)}), 422, "invalid_request", ["1024"]),
+        ("numeric level", rq({"q": {"type": "score", "instructions": "a", "levels": [1, 2]}}), 422, "invalid_request", ["questions.q.levels[0]"]),
+        ("score no levels", rq({"q": {"type": "score", "instructions": "a", "levels": []}}), 422, "invalid_request", ["no levels"]),
+        ("box of 3", rq({"q": {"type": "noul", "instructions": "a", "region": {"box": [1, 2, 3]}}}), 422, "invalid_request", ["4 numbers"]),
+        ("box of strings", rq({"q": {"type": "noul", "instructions": "a", "region": {"box": ["1", 2, 3, 4]}}}), 422, "invalid_request", ["region"]),
+        ("region without box", rq({"q": {"type": "noul", "instructions": "a", "region": {"xy": [1, 2]}}}), 422, "invalid_request", ["region"]),
+    ]
+
+
+def tiny_png(w, h):
+    import zlib
+    raw = zlib.compress((b"\x00" + b"\x80" * (3 * w)) * h)
+
+    def chunk(k, d):
+        return struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", raw) + chunk(b"IEND", b""))
+
+
+def part_bad(t, fix, url, fails):
+    good = body_of(fix["requests"][0], url)
+    for name, body, status, typ, words in bad_cases(url):
+        s, _, b = t.post(body)
+        try:
+            err = json.loads(b)["error"]
+        except (ValueError, KeyError, TypeError):
+            fails.append("%s: HTTP %d, body %r" % (name, s, b[:200]))
+            continue
+        if s != status or err.get("type") != typ or not all(w in err.get("message", "") for w in words):
+            fails.append("%s: HTTP %d %s, want %d %s naming %s" % (name, s, err, status, typ, words))
+    for name, raw, status, typ in [("not json", b"{", 400, "invalid_json"),
+                                   ("NaN", b'{"state":{"images":[]},"questions":NaN}', 400, "invalid_json")]:
+        s, _, b = t.post(raw)
+        if s != status or json.loads(b)["error"]["type"] != typ:
+            fails.append("%s: HTTP %d %s" % (name, s, b[:200]))
+    s, _, b = t.post(body_of(fix["requests"][0], url), headers={"Content-Type": "text/plain"})
+    if s != 415:
+        fails.append("text/plain: HTTP %d" % s)
+    a = post_ok(t, good, "good after bad", fails)
+    want = fix["requests"][0]["answers"]
+    if a is not None and list(a["answers"]) != list(want):
+        fails.append("good after bad: answer ids %s" % list(a["answers"]))
+    elif a is not None:
+        for qid in want:
+            compare_answer("good after bad.%s" % qid, a["answers"][qid], want[qid], fails)
+    print("bad input: %d cases" % (len(bad_cases(url)) + 3))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        assert v["dtype"] == "F32"
+        out[k] = list(struct.unpack("<%df" % ((b - a) // 4), data[a:b]))
+    return out
+
+
+def part_features(runner, model, work, fix, url, fails):
+    worst_mu = worst_f = worst_rel = 0.0
+    for req in fix["requests"]:
+        d = os.path.join(work, req["name"])
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "request.json"), "w", encoding="utf-8") as f:
+            json.dump(body_of(req, url), f, ensure_ascii=False)
+        r = subprocess.run([runner, model, os.path.join(d, "request.json"), d], capture_output=True, text=True)
+        if r.returncode != 0:
+            fails.append("%s: test_omnijev_run failed: %s%s" % (req["name"], r.stdout, r.stderr))
+            continue
+        out = read_safetensors(os.path.join(d, "run.safetensors"))
+        got = []  # one output per question with options, in question order
+        while "q%d.meta" % len(got) in out:
+            i = len(got)
+            typ, k, _ = (int(x) for x in out["q%d.meta" % i])
+            got.append((typ, k, out["q%d.out" % i]))
+        qs = [q for q in req["questions"] if q["keys"]]
+        if len(got) != len(qs):
+            fails.append("%s: %d executor outputs, want %d" % (req["name"], len(got), len(qs)))
+            continue
+        for q, (typ, k, vals) in zip(qs, got):
+            where = "%s.%s" % (req["name"], q["id"])
+            if typ != {"noul": 0, "choice": 1, "score": 2}[q["type"]]:
+                fails.append("%s: type id %d" % (where, typ))
+            if k != len(q["keys"]):
+                fails.append("%s: %d outputs, want %d" % (where, k, len(q["keys"])))
+                continue
+            dm = max(abs(a - b) for a, b in zip(vals[:k], q["mu"]))
+            worst_mu = max(worst_mu, dm)
+            if dm > TOL_FEATS:
+                fails.append("%s: mu differs by %.3g" % (where, dm))
+            if q["type"] != "score":
+                # absolute below one, relative above (a float32 sum S of magnitude > 128 has
+                # ulps of 1.5e-5, and S/10 and dist inherit them)
+                feats = [x for row in q["feats"] for x in row]
+                df = max(abs(a - b) for a, b in zip(vals[k:], feats))
+                dr = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(vals[k:], feats))
+                worst_f, worst_rel = max(worst_f, df), max(worst_rel, dr)
+                if len(vals) != k * 7 or dr > TOL_FEATS:
+                    fails.append("%s: features differ by %.3g (relative above one %.3g)" % (where, df, dr))
+    print("features: max |mu - oracle| = %.3g; features: max |diff| = %.3g, max |diff|/max(1, |oracle|)"
+          " = %.3g" % (worst_mu, worst_f, worst_rel))
+
+
+def video_request(tile=128, cols=4, n=16, duration=9.7):
+    """The video form (spec §2.3): a cols x rows mosaic of tile-px frames of distinct colours, as
+    mso/video.py lays it out, with its timestamps int(round((i + 0.5) / n * duration))."""
+    import zlib
+    rows_n = (n + cols - 1) // cols
+    w, h = cols * tile, rows_n * tile
+    rows = []
+    for y in range(h):
+        r = bytearray(b"\x00")
+        for c in range(cols):
+            k = (y // tile) * cols + c
+            r += bytes(((k * 16) % 256, (255 - k * 12) % 256, y * 255 // h)) * tile
+        rows.append(bytes(r))
+
+    def chunk(k, d):
+        return struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d))
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+           chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b""))
+    return {"state": {"images": ["data:image/png;base64," + base64.b64encode(png).decode()],
+                      "video": {"n_frames": n, "cols": cols, "tile": tile, "duration": duration,
+                                "timestamps": [int(round((i + 0.5) / n * duration)) for i in range(n)]}},
+            "questions": {"moving": {"type": "noul", "instructions": "Something moves."},
+                          "what": {"type": "choice", "instructions": "What happens?",
+                                   "options": [{"text": "a page loads"}, {"text": "nothing"}]},
+                          "pace": {"type": "score", "instructions": "How fast is it?",
+                                   "levels": ["slow", "fast"]}}}
+
+
+def part_video(t, runner, model, work, fails):
+    """No transformers numbers for video (one GPU call in the budget): the 16-image prefix's rows
+    must equal full forwards (test_omnijev_run), and HTTP must answer what the in-process run
+    answers, with the usage of L + rows."""
+    body = video_request()
+    path = os.path.join(work, "video.json")
+    with open(path, "w") as f:
+        json.dump(body, f)
+    d = os.path.join(work, "video")
+    os.makedirs(d, exist_ok=True)
+    r = subprocess.run([runner, model, path, d], capture_output=True, text=True)
+    if r.returncode != 0:
+        fails.append("video in process: %s%s" % (r.stdout, r.stderr))
+        return
+    print(r.stdout.strip())
+    with open(os.path.join(d, "response.json")) as f:
+        want = json.load(f)
+    a = post_ok(t, body, "video", fails)
+    if a is None:
+        return
+    if a["usage"] != want["usage"] or a["usage"]["input_tokens"] <= 16 * 64:
+        fails.append("video: usage %s, in process %s" % (a["usage"], want["usage"]))
+    for qid, w in want["answers"].items():
+        compare_answer("video.%s" % qid, a["answers"].get(qid, {}),
+                       {k: v for k, v in w.items() if not k.startswith("latency")}, fails)
+    print("video: 16 frames, %d input tokens, HTTP = in process" % a["usage"]["input_tokens"])
+
+
+def main():
+    part, build, shared, tok35 = sys.argv[1:5]
+    fix, url = fixture()
+    work = tempfile.mkdtemp(prefix="s1-omni-", dir="/tmp")
+    fails = []
+    t = None
+    try:
+        model = make_model(build, tok35, work, fix)
+        if part == "features":
+            part_features(sys.argv[5], model, work, fix, url, fails)
+        else:
+            t = trio.Trio(build, shared)
+            t.model = model
+            t.start_all()
+            if part == "video":
+                part_video(t, sys.argv[5], model, work, fails)
+            else:
+                {"http": part_http, "invariance": part_invariance, "bad": part_bad}[part](t, fix, url, fails)
+    finally:
+        if t is not None:
+            t.stop(failed=bool(fails))
+        shutil.rmtree(work, ignore_errors=True)
+    for f in fails[:60]:
+        print("FAIL", f)
+    print("%s: %s (%d failures)" % (part, "PASS" if not fails else "FAIL", len(fails)))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Whole-model parity of the bf16 CUDA engine: `s1-forward --device cuda:0` against transformers 5.17
+Qwen3_5ForConditionalGeneration in bf16 with sdpa attention on the same GPU (spec/qwen3_5.md §9,
+issue 8). Runs on the GPU machine; the model directory comes from s1-mkmodel + s1-export.
+
+Checks, on seeded random prompts (ids below 151643, ordinary Qwen3 BPE tokens):
+  - final-norm hidden rows at the readout positions: ||s1 - hf|| / ||hf|| <= 2e-2 per row;
+  - the top-5 logit ids at the last position identical (as a set; the order is reported) on at
+    least 95 % of prompts;
+  - continuation: s1-forward with prefix_len equals its own one-pass forward within bf16 rounding
+    (||cont - full|| / ||full|| <= 2^-7 per row);
+  - with --image (a model with the vision tower): one prompt with a random 8x8-patch image, fed as
+    pixel rows to both sides;
+  - with --fp32-context: transformers fp32 on the same prompts, reporting how far s1 and the bf16
+    oracle each are from it (the scale of bf16 rounding on that model; reported, not judged).
+Usage: qwen35_bf16_parity.py --model DIR --forward S1_FORWARD --work DIR [--prompts N]
+                             [--max-len N] [--image] [--fp32-context] [--device cuda:0]
+                             [--out FILE.json]
+Exit status 0 only when every check passes; 1 otherwise (a machine without a GPU fails here too).
+Leaves out: LoRA adapters, padding-row logits beyond the top 20 s1-forward prints.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HIDDEN_TOL = 2e-2
+TOP5_RATE = 0.95
+CONT_TOL = 2.0 ** -7
+MAX_ID = 151643
+BASE_LENGTHS = [1, 2, 17, 63, 64, 65, 127, 129, 200, 333]
+
+
+def prompts(rng, n, max_len):
+    base = [x for x in BASE_LENGTHS if x <= max_len]
+    if n < len(base):  # spread over the list, the shortest and the longest kept
+        base = [base[round(i * (len(base) - 1) / max(n - 1, 1))] for i in range(n)]
+    lens = base[:n]
+    while len(lens) < n:
+        lens.append(int(rng.integers(3, max_len + 1)))
+    out = []
+    for i, t in enumerate(lens):
+        ids = [int(x) for x in rng.integers(0, MAX_ID, size=t)]
+        ro = sorted({0, t // 2, t - 1})
+        out.append({"name": f"p{i:02d}_len{t}", "tokens": ids, "readout": ro})
+    return out
+
+
+def run_s1(forward, model, device, work, case):
+    inp = os.path.join(work, case["name"] + ".in.json")
+    outp = os.path.join(work, case["name"] + ".s1.json")
+    body = {"tokens": case["tokens"], "readout": case["readout"]}
+    for k in ("images", "prefix_len"):
+        if k in case:
+            body[k] = case[k]
+    with open(inp, "w") as f:
+        json.dump(body, f)
+    cmd = [forward, "--model", model, "--device", device, "--input", inp, "--output", outp]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()[-2000:]}")
+    with open(outp) as f:
+        return json.load(f)
+
+
+def model_folder(path, tmp):
+    man = os.path.join(path, "s1-model.json")
+    with open(man) as f:
+        m = json.load(f)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(m["config"], f)
+    os.symlink(os.path.abspath(os.path.join(path, "weights.safetensors")),
+               os.path.join(tmp, "model.safetensors"))
+    return tmp, m
+
+
+def hf_load(path, dtype="bfloat16"):
+    import torch
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, man = model_folder(path, tmp)
+        model, info = mq.Qwen3_5ForConditionalGeneration.from_pretrained(
+            folder, dtype=getattr(torch, dtype), attn_implementation="sdpa", device_map="cuda",
+            output_loading_info=True)
+    model.eval()
+    missing = list(info.get("missing_keys", []))
+    if not man.get("vision"):
+        missing = [k for k in missing if "visual" not in k]
+    if missing or info.get("unexpected_keys") or info.get("mismatched_keys"):
+        raise RuntimeError(f"loading problems: missing {missing[:5]} unexpected "
+                           f"{list(info.get('unexpected_keys', []))[:5]}")
+    norm = None
+    for n, mod in model.named_modules():
+        if n.endswith("language_model.norm"):
+            norm = mod
+    cap = {}
+    norm.register_forward_hook(lambda m, i, o: cap.__setitem__("h", o.detach()))
+    return model, cap
+
+
+def hf_run(model, cap, case, pixels):
+    import torch
+    ids = case["hf_ids"] if "hf_ids" in case else case["tokens"]
+    kw = dict(input_ids=torch.tensor([ids], device="cuda"), use_cache=False)
+    if pixels is not None:
+        img = model.config.image_token_id
+        kw.update(pixel_values=torch.from_numpy(pixels).to("cuda", model.dtype),
+                  image_grid_thw=torch.tensor([case["images"][0]["grid_thw"]], device="cuda"),
+                  mm_token_type_ids=torch.tensor([[1 if t == img else 0 for t in ids]],
+                                                 device="cuda"))
+    with torch.no_grad():
+        out = model(**kw)
+    hid = cap["h"][0].float().cpu().numpy()
+    last = out.logits[0, -1].float()
+    top = torch.topk(last, 5)
+    return hid, [int(i) for i in top.indices.tolist()], [float(v) for v in top.values.tolist()]
+
+
+def rel(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    d = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / d) if d > 0 else float("inf")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--forward", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--prompts", type=int, default=20)
+    ap.add_argument("--max-len", type=int, default=400)
+    ap.add_argument("--image", action="store_true")
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--seed", type=int, default=8008)
+    ap.add_argument("--out")
+    ap.add_argument("--fp32-context", action="store_true",
+                    help="also run transformers in fp32 and report both bf16 forwards' distance")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    rng = np.random.default_rng(a.seed)
+    t0 = time.monotonic()
+    cases = prompts(rng, a.prompts, a.max_len)
+    # continuation: the same tokens as a one-pass prompt, split off the chunk grid and on it
+    conts = []
+    base = max(cases, key=lambda c: len(c["tokens"]))
+    t = len(base["tokens"])
+    splits = [x for x in (77, 64) if x + 2 < t]
+    base["readout"] = sorted(set(base["readout"]) | {x for s in splits for x in (s, s + 1)})
+    for split in splits:
+        conts.append({"name": f"{base['name']}_prefix{split}", "tokens": base["tokens"],
+                      "readout": [p for p in base["readout"] if p >= split],
+                      "prefix_len": split, "full": base["name"]})
+    pixels = None
+    if a.image:
+        with open(os.path.join(a.model, "s1-model.json")) as f:
+            cfg = json.load(f)["config"]
+        grid = [1, 8, 8]
+        n_img = grid[1] * grid[2] // 4
+        pixels = ((rng.integers(0, 256, size=(grid[1] * grid[2], 1536)) - 128) / 128.0)
+        pixels = pixels.astype(np.float32)
+        np.save(os.path.join(a.work, "image_pixels.npy"), pixels)
+        img, vs, ve = cfg["image_token_id"], cfg["vision_start_token_id"], cfg["vision_end_token_id"]
+        pre = [int(x) for x in rng.integers(0, MAX_ID, size=9)]
+        post = [int(x) for x in rng.integers(0, MAX_ID, size=6)]
+        hf_ids = pre + [vs] + [img] * n_img + [ve] + post
+        n = len(hf_ids)
+        cases.append({"name": "image", "tokens": pre + [vs, img, ve] + post, "hf_ids": hf_ids,
+                      "images": [{"pixels": os.path.join(a.work, "image_pixels.npy"),
+                                  "grid_thw": grid}],
+                      "readout": [len(pre) + 1, len(pre) + n_img, n - 1]})
+
+    s1 = {}
+    for c in cases + conts:
+        s1[c["name"]] = run_s1(a.forward, a.model, a.device, a.work, c)
+    t_s1 = time.monotonic() - t0
+
+    model, cap = hf_load(a.model)
+    results, fails = [], []
+    n_top_ok = 0
+    for c in cases:
+        hid, top5, top5v = hf_run(model, cap, c, pixels if c["name"] == "image" else None)
+        o = s1[c["name"]]
+        pos = o["readout"]
+        errs = [rel(h, hid[p]) for h, p in zip(o["hidden"], pos)]
+        s1_top5 = [int(x) for x in o["logits_top"][-1]["ids"][:5]]
+        top_ok = set(s1_top5) == set(top5)
+        n_top_ok += top_ok
+        r = {"case": c["name"], "n": len(c.get("hf_ids", c["tokens"])), "readout": pos,
+             "hidden_rel": errs, "top5_s1": s1_top5, "top5_hf": top5, "top5_hf_logits": top5v,
+             "top5_set_equal": top_ok, "top5_order_equal": s1_top5 == top5,
+             "_hf_hidden": (hid, None, None)}
+        results.append(r)
+        if max(errs) > HIDDEN_TOL or not all(np.isfinite(errs)):
+            fails.append(f"{c['name']}: hidden rel {max(errs):.3e} > {HIDDEN_TOL}")
+        print(f"{c['name']:>16}: hidden rel max {max(errs):.3e}  top5 set {'=' if top_ok else '!='}"
+              f" order {'=' if r['top5_order_equal'] else '!='}  s1 {s1_top5} hf {top5}",
+              flush=True)
+    if a.fp32_context:
+        # the bf16 oracle's own distance from its fp32 forward, for scale (not a pass criterion)
+        import torch
+        del model
+        torch.cuda.empty_cache()
+        model32, cap32 = hf_load(a.model, "float32")
+        for c, r in zip(cases, results):
+            hid32, _, _ = hf_run(model32, cap32, c, pixels if c["name"] == "image" else None)
+            hidbf, _, _ = r.pop("_hf_hidden")
+            o = s1[c["name"]]
+            r["hf_bf16_vs_fp32_rel"] = [rel(hidbf[p], hid32[p]) for p in o["readout"]]
+            r["s1_vs_fp32_rel"] = [rel(h, hid32[p]) for h, p in zip(o["hidden"], o["readout"])]
+            print(f"{c['name']:>16}: vs transformers fp32: s1 {max(r['s1_vs_fp32_rel']):.3e}, "
+                  f"transformers bf16 {max(r['hf_bf16_vs_fp32_rel']):.3e}", flush=True)
+    for r in results:
+        r.pop("_hf_hidden", None)
+    rate = n_top_ok / len(cases)
+    if rate < TOP5_RATE:
+        fails.append(f"top-5 identical on {n_top_ok}/{len(cases)} prompts < {TOP5_RATE:.0%}")
+    for c in conts:
+        full, part = s1[c["full"]], s1[c["name"]]
+        by_pos = dict(zip(full["readout"], full["hidden"]))
+        errs = [rel(h, by_pos[p]) for h, p in zip(part["hidden"], part["readout"])]
+        results.append({"case": c["name"], "continuation_rel": errs})
+        print(f"{c['name']:>16}: continuation vs one pass rel max {max(errs):.3e}", flush=True)
+        if max(errs) > CONT_TOL or not all(np.isfinite(errs)):
+            fails.append(f"{c['name']}: continuation rel {max(errs):.3e} > {CONT_TOL:.3e}")
+    summary = {"model": os.path.abspath(a.model), "prompts": len(cases),
+               "top5_set_equal": n_top_ok, "worst_hidden_rel": max(
+                   max(r["hidden_rel"]) for r in results if "hidden_rel" in r),
+               "s1_seconds": t_s1, "total_seconds": time.monotonic() - t0,
+               "fails": fails, "results": results}
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(summary, f, indent=1)
+    print(f"parity {os.path.basename(a.model.rstrip('/'))}: {len(cases)} prompts, top-5 set equal "
+          f"{n_top_ok}/{len(cases)}, worst hidden rel {summary['worst_hidden_rel']:.3e}: "
+          f"{'PASS' if not fails else 'FAIL: ' + '; '.join(fails)}", flush=True)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
