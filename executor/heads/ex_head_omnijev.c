@@ -291,7 +291,7 @@ static int begin(const void *state, const int32_t *args, uint32_t n_args, void *
   return 0;
 }
 
-static int row(const void *state, const struct ex_qwen35_model *model, void *acc, uint32_t k,
+static int row(const void *state, const struct ex_head_lm *lm, void *acc, uint32_t k,
                int32_t position, const int32_t *ids, uint32_t n, const float *hidden,
                struct cm_diag *diag) {
   const struct ex_omnijev_heads *h = state;
@@ -316,8 +316,7 @@ static int row(const void *state, const struct ex_qwen35_model *model, void *acc
     tg[0] = ids[o + 1];
     for (uint32_t i = 1; i < np; i++)
       tg[i] = ids[o + i];
-    rc = ex_lm_target_logprobs(model->be, model->lm_head, (size_t)model->cfg.vocab_size, H,
-                               hidden + (size_t)(o - 1) * H, tg, np, lp);
+    rc = lm->target_logprobs(lm, o - 1, tg, np, lp, diag);
     if (rc == -EINVAL)
       rc = cm_diag_set(diag, -CM_EPROGRAM, "omnijev readout: option token outside the vocabulary");
   }

@@ -11,7 +11,15 @@
 #include "cm_error.h"
 #include "cm_model_dir.h"
 
-struct ex_qwen35_model;
+/* What a group head may ask of the backbone about the row it is reading: log-probabilities of
+ * target tokens at the row's positions (the engine's bf16-rounded LM-head logits, full-vocabulary
+ * log-softmax; ex_engine.h target_logprobs). Filled by the runner for each row call. */
+struct ex_head_lm {
+  /* lp[i] = log_softmax(logits at row position first + i)[targets[i]], i < n; positions within
+   * the row. Returns 0; -EINVAL (a target outside the vocabulary); another negative code. */
+  int (*target_logprobs)(const struct ex_head_lm *lm, uint32_t first, const int32_t *targets,
+                         size_t n, float *lp, struct cm_diag *diag);
+};
 
 /* A group head: one HEAD readout whose ids carry the head's arguments and which reads several
  * consecutive rows, starting at the readout's row (e.g. one question's options). The runner
@@ -22,9 +30,9 @@ struct ex_head_group {
   /* A fresh accumulator for one readout (freed with free_acc). Returns 0 or -ENOMEM. */
   int (*begin)(const void *state, const int32_t *args, uint32_t n_args, void **ret_acc);
   /* Row k of the group: ids [n], hidden [n, H] its final-norm rows; `position` is the readout's.
-   * `model` gives the LM head. Returns 0; -CM_EPROGRAM (the row does not fit the layout) or
-   * another negative code with diag. */
-  int (*row)(const void *state, const struct ex_qwen35_model *model, void *acc, uint32_t k,
+   * `lm` gives LM-head log-probabilities at the row's positions. Returns 0; -CM_EPROGRAM (the
+   * row does not fit the layout) or another negative code with diag. */
+  int (*row)(const void *state, const struct ex_head_lm *lm, void *acc, uint32_t k,
              int32_t position, const int32_t *ids, uint32_t n, const float *hidden,
              struct cm_diag *diag);
   /* Writes the output [width] after the last row. Returns 0 or a negative code with diag. */

@@ -1,6 +1,7 @@
-/* The program runner (ex_program.h): images through the vision tower, prefixes into snapshots,
- * rows from clones of their snapshot, readouts gathered per row, heads batched per name at the
- * end. No scheduling across programs yet: one program at a time, rows one after another. */
+/* The program runner (ex_program.h) over an engine (ex_engine.h: float32 CPU or bf16 CUDA):
+ * images through the vision tower, prefixes into snapshots, rows continuing their snapshot packed
+ * into launches within the engine's limits, readouts of each launch, heads on the host over the
+ * readout rows, batched per name at the end. One program at a time. */
 #include "ex_program.h"
 
 #include <errno.h>
@@ -9,9 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "ex_engine.h"
 #include "ex_head.h"
-#include "ex_qwen35.h"
-#include "ex_vision.h"
 
 struct loaded_head {
   const struct ex_head_kind *kind; /* registry entry */
@@ -21,8 +21,7 @@ struct loaded_head {
 
 struct ex_runner {
   const struct cm_model_dir *dir;   /* borrowed */
-  struct ex_qwen35_model *model;    /* backbone, owned */
-  struct ex_vision *vision;         /* vision tower or NULL, owned */
+  struct ex_engine *eng;            /* backbone and vision tower on the chosen device, owned */
   struct loaded_head *heads;        /* [n_heads] */
   size_t n_heads;                   /* heads this model provides */
   char *model_id;                   /* health: model id, heap */
@@ -68,33 +67,21 @@ int ex_runner_new(const struct cm_model_dir *dir, const struct ex_runner_options
   if (!x)
     return -ENOMEM;
   x->dir = dir;
-  struct ex_qwen35_config cfg;
-  int r = ex_qwen35_config_parse(dir->config, &cfg, diag);
+  int device = ex_engine_device(opt ? opt->device : NULL);
+  struct ex_engine_options eo = {0};
+  if (opt)
+    eo = opt->engine;
+  eo.round_bf16 = opt && opt->round_bf16;
+  int r;
+  if (device == -2)
+    r = cm_diag_set(diag, -EINVAL, "unknown device \"%s\" (cpu, cuda or cuda:N)", opt->device);
+  else if (device == -1)
+    r = ex_engine_cpu_new(dir, &eo, &x->eng, diag);
+  else
+    r = ex_engine_cuda_new(dir, device, &eo, &x->eng, diag);
   if (r)
     goto fail;
-  float scale = 0.0f;
-  if (dir->adapter) {
-    json_object *sc = NULL;
-    if (!dir->adapter_info || !json_object_object_get_ex(dir->adapter_info, "scale", &sc)) {
-      r = cm_diag_set(diag, -CM_EFORMAT, "%s: manifest adapter has no scale", dir->path);
-      goto fail;
-    }
-    scale = (float)json_object_get_double(sc);
-  }
-  if ((r = ex_qwen35_model_load(&cfg, dir->weights, dir->adapter, scale, &x->model, diag)))
-    goto fail;
-  x->model->round_bf16 = opt && opt->round_bf16;
-  if (dir->vision) {
-    json_object *vc = NULL;
-    struct ex_vision_config vcfg;
-    if (!json_object_object_get_ex(dir->config, "vision_config", &vc)) {
-      r = cm_diag_set(diag, -CM_EMISSING, "%s: config has no vision_config", dir->path);
-      goto fail;
-    }
-    if ((r = ex_vision_config_parse(vc, &vcfg, diag)) ||
-        (r = ex_vision_new(&vcfg, dir->weights, NULL, &x->vision, diag)))
-      goto fail;
-  }
+  const struct ex_qwen35_config cfg = x->eng->cfg;
   const struct ex_head_kind *const *kinds = ex_head_kinds();
   size_t n_kinds = 0;
   while (kinds[n_kinds])
@@ -149,8 +136,8 @@ void ex_runner_free(struct ex_runner *runner) {
   for (size_t i = 0; i < runner->n_heads; i++)
     runner->heads[i].kind->free_state(runner->heads[i].state);
   free(runner->heads);
-  ex_vision_free(runner->vision);
-  ex_qwen35_model_free(runner->model);
+  if (runner->eng)
+    runner->eng->ops->free(runner->eng);
   free(runner->model_id);
   free(runner->revision);
   free(runner);
@@ -175,12 +162,12 @@ static const struct loaded_head *find_head(const struct ex_runner *x, const char
  * heads, positions non-negative. */
 static int check_program(const struct ex_runner *x, const struct proto_program *p,
                          struct cm_diag *diag) {
-  const struct ex_qwen35_config *c = &x->model->cfg;
+  const struct ex_qwen35_config *c = &x->eng->cfg;
   int32_t img = c->image_token_id;
   /* without pixels a literal <|image_pad|> is an ordinary token, as in the reference's text-only
    * forward (spec/jemm.md J13); with images every one must be a slot */
   bool text_only = p->n_images == 0;
-  if (p->n_images && !x->vision)
+  if (p->n_images && !x->eng->has_vision)
     return cm_diag_set(diag, -CM_EPROGRAM, "program has %u images; model has no vision tower",
                        p->n_images);
   for (uint32_t i = 0; i < p->n_prefixes; i++) {
@@ -241,7 +228,7 @@ static const struct ex_head_group *group_of_readout(const struct ex_runner *x,
 /* Output width of a readout. */
 static uint32_t readout_width(const struct ex_runner *x, const struct proto_readout *r) {
   switch (r->kind) {
-  case PROTO_READOUT_HIDDEN: return (uint32_t)x->model->cfg.hidden_size;
+  case PROTO_READOUT_HIDDEN: return (uint32_t)x->eng->cfg.hidden_size;
   case PROTO_READOUT_HEAD: {
     const struct loaded_head *lh = find_head(x, r->head);
     uint32_t rows, width = 0;
@@ -253,58 +240,42 @@ static uint32_t readout_width(const struct ex_runner *x, const struct proto_read
   }
 }
 
-/* Embeds a segment's ids; image slots take the merged vision rows of its images in order. */
-static int embed_segment(const struct ex_runner *x, const int32_t *ids, uint32_t n,
-                         float *const *image_embeds, const struct proto_program *p,
-                         const uint32_t *images, uint32_t n_images, float *out,
-                         struct cm_diag *diag) {
-  int r = ex_qwen35_embed(x->model, ids, n, out, diag);
-  if (r || !n_images)
-    return r;
-  size_t h = (size_t)x->model->cfg.hidden_size;
-  uint32_t im = 0, row = 0;
-  for (uint32_t t = 0; t < n; t++) {
-    if (ids[t] != x->model->cfg.image_token_id)
-      continue;
-    while (row >= p->images[images[im]].n_patches / 4) {
-      im++;
-      row = 0;
-    }
-    memcpy(out + t * h, image_embeds[images[im]] + (size_t)row * h, h * sizeof(float));
-    row++;
-  }
-  return 0;
+/* The engine's answer for a program's own fault (a limit) becomes the program's error. */
+static int program_fault(int r) {
+  return r == -CM_ELIMIT || r == -CM_ESHAPE ? -CM_EPROGRAM : r;
 }
 
-/* Fills one readout's output from the hidden row it points at. */
-static int fill_readout(const struct ex_runner *x, const struct proto_readout *r,
-                        const float *hid, float *logits, float *out) {
-  const struct ex_qwen35_config *c = &x->model->cfg;
-  size_t h = (size_t)c->hidden_size;
-  switch (r->kind) {
-  case PROTO_READOUT_HIDDEN:
-    memcpy(out, hid, h * sizeof(float));
-    return 0;
-  case PROTO_READOUT_LABEL_LOGITS:
-    ex_qwen35_logits(x->model, hid, 1, logits);
-    for (uint32_t j = 0; j < r->n_ids; j++)
-      out[j] = logits[r->ids[j]];
-    return 0;
-  case PROTO_READOUT_TOKEN_LOGPROB: {
-    ex_qwen35_logits(x->model, hid, 1, logits);
-    double mx = -INFINITY, sum = 0.0;
-    for (int v = 0; v < c->vocab_size; v++)
-      mx = logits[v] > mx ? logits[v] : mx;
-    for (int v = 0; v < c->vocab_size; v++)
-      sum += exp((double)logits[v] - mx);
-    double lse = mx + log(sum);
-    for (uint32_t j = 0; j < r->n_ids; j++)
-      out[j] = (float)((double)logits[r->ids[j]] - lse);
-    return 0;
-  }
-  default:
-    return -EINVAL; /* HEAD: batched by the caller */
-  }
+/* The LM access a group head gets for one row: positions of the row map to consecutive readouts
+ * of the launch, starting at read0. */
+struct row_lm {
+  struct ex_head_lm base; /* first */
+  struct ex_engine *eng;
+  size_t read0;
+};
+
+static int row_lm_target_logprobs(const struct ex_head_lm *lm, uint32_t first,
+                                  const int32_t *targets, size_t n, float *lp,
+                                  struct cm_diag *diag) {
+  const struct row_lm *l = (const struct row_lm *)lm;
+  size_t *reads = malloc((n + 1) * sizeof(size_t));
+  if (!reads)
+    return -ENOMEM;
+  for (size_t i = 0; i < n; i++)
+    reads[i] = l->read0 + first + i;
+  int r = l->eng->ops->target_logprobs(l->eng, reads, targets, n, lp, diag);
+  free(reads);
+  return r;
+}
+
+/* Readout rows a program row asks of its launch: every position for a group head's row, else one
+ * per readout that is not a group head's. */
+static size_t row_reads(const struct ex_runner *x, const struct proto_program *p,
+                        const uint32_t *row_start, const uint32_t *by_row,
+                        const int32_t *group_of, uint32_t i) {
+  size_t n = group_of[i] >= 0 ? p->rows[i].n_tokens : 0;
+  for (uint32_t j = row_start[i]; j < row_start[i + 1]; j++)
+    n += group_of_readout(x, &p->readouts[by_row[j]]) == NULL;
+  return n;
 }
 
 int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct proto_result *res,
@@ -317,32 +288,23 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
     return r == -CM_EFORMAT ? -CM_EPROGRAM : r;
   if ((r = check_program(x, p, diag)))
     return r;
-  const struct ex_qwen35_config *c = &x->model->cfg;
-  size_t h = (size_t)c->hidden_size;
+  struct ex_engine *eng = x->eng;
+  const struct ex_engine_limits *lim = &eng->lim;
+  size_t h = (size_t)eng->cfg.hidden_size;
   float **image_embeds = calloc(p->n_images + 1, sizeof(float *));
-  struct ex_qwen35_state **snaps = calloc(p->n_prefixes + 1, sizeof(*snaps));
+  void **snaps = calloc(p->n_prefixes + 1, sizeof(*snaps));
   uint32_t *widths = calloc(p->n_readouts + 1, sizeof(uint32_t));
-  uint32_t *by_row = calloc(p->n_readouts + 1, sizeof(uint32_t));     /* readouts sorted by row */
+  uint32_t *by_row = calloc(p->n_readouts + 1, sizeof(uint32_t)); /* readouts sorted by row */
   uint32_t *row_start = calloc(p->n_rows + 2, sizeof(uint32_t));
-  float *head_in = NULL, *head_out = NULL, *emb = NULL, *hid = NULL;
+  float *head_in = NULL, *head_out = NULL, *prefix_img = NULL, *hid = NULL;
   uint32_t *head_of = NULL;
-  float *logits = malloc((size_t)c->vocab_size * sizeof(float));
-  struct ex_qwen35_state *st = NULL;
+  size_t *reads = NULL, total_reads = 0;
+  struct ex_engine_row *launch = calloc(p->n_rows + 1, sizeof(*launch));
+  uint32_t *launch_row = calloc(p->n_rows + 1, sizeof(uint32_t)); /* program row of each */
   int32_t *group_of = malloc((p->n_rows + 1) * sizeof(int32_t)); /* group readout per row */
   void **group_acc = calloc(p->n_readouts + 1, sizeof(void *));  /* accumulator per readout */
-  if (!image_embeds || !snaps || !widths || !by_row || !row_start || !logits || !group_of ||
-      !group_acc) {
-    r = -ENOMEM;
-    goto out;
-  }
-  size_t max_seg = 1;
-  for (uint32_t i = 0; i < p->n_prefixes; i++)
-    max_seg = p->prefixes[i].n_tokens > max_seg ? p->prefixes[i].n_tokens : max_seg;
-  for (uint32_t i = 0; i < p->n_rows; i++)
-    max_seg = p->rows[i].n_tokens > max_seg ? p->rows[i].n_tokens : max_seg;
-  emb = malloc(max_seg * h * sizeof(float));
-  hid = malloc(max_seg * h * sizeof(float));
-  if (!emb || !hid) {
+  if (!image_embeds || !snaps || !widths || !by_row || !row_start || !launch || !launch_row ||
+      !group_of || !group_acc) {
     r = -ENOMEM;
     goto out;
   }
@@ -366,7 +328,7 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
   }
   if ((r = proto_result_alloc(res, p->n_readouts, widths)))
     goto out;
-  /* group heads: each row belongs to at most one group readout, which reads it after its forward */
+  /* group heads: each row belongs to at most one group readout, which reads it after its launch */
   for (uint32_t i = 0; i < p->n_rows; i++)
     group_of[i] = -1;
   for (uint32_t i = 0; i < p->n_readouts; i++) {
@@ -387,6 +349,17 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
     if ((r = g->begin(find_head(x, ro->head)->state, ro->ids, ro->n_ids, &group_acc[i])))
       goto out;
   }
+  /* every row must fit one launch on its own */
+  for (uint32_t i = 0; i < p->n_rows; i++) {
+    size_t nr = row_reads(x, p, row_start, by_row, group_of, i);
+    if (p->rows[i].n_tokens > lim->max_tokens || nr > lim->max_readouts) {
+      r = cm_diag_set(diag, -CM_EPROGRAM, "rows[%u]: %u tokens and %zu readout rows over the "
+                      "engine's limits (%zu tokens, %zu readouts per launch)", i,
+                      p->rows[i].n_tokens, nr, lim->max_tokens, lim->max_readouts);
+      goto out;
+    }
+    total_reads += nr;
+  }
 
   /* images: one tower call per image (no image attends to another either way) */
   int64_t t1 = mono_us();
@@ -396,73 +369,131 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
       r = -ENOMEM;
       goto out;
     }
-    r = ex_vision_forward(x->vision, im->pixels, im->n_patches, im->grid_thw, 1, image_embeds[i],
-                          diag);
+    r = eng->ops->vision(eng, im->pixels, im->n_patches, im->grid_thw, image_embeds[i], diag);
     if (r) {
-      r = r == -CM_ELIMIT || r == -CM_ESHAPE ? -CM_EPROGRAM : r;
+      r = program_fault(r);
       goto out;
     }
   }
-  /* prefixes: each continues a clone of its parent's snapshot and keeps its own */
+  /* prefixes: each continues a copy of its parent's snapshot and keeps its own; its image slots
+   * take its images' merged rows in order */
   int64_t t2 = mono_us();
   for (uint32_t i = 0; i < p->n_prefixes; i++) {
     const struct proto_prefix *s = &p->prefixes[i];
-    r = s->parent < 0 ? ex_qwen35_state_new(x->model, &snaps[i])
-                      : ex_qwen35_state_clone(snaps[s->parent], x->model, &snaps[i]);
+    size_t n_img_rows = 0;
+    for (uint32_t j = 0; j < s->n_images; j++)
+      n_img_rows += p->images[s->images[j]].n_patches / 4;
+    free(prefix_img);
+    prefix_img = NULL;
+    if (s->n_images) {
+      if (!(prefix_img = malloc((n_img_rows + 1) * h * sizeof(float)))) {
+        r = -ENOMEM;
+        goto out;
+      }
+      size_t at = 0;
+      for (uint32_t j = 0; j < s->n_images; j++) {
+        size_t m = p->images[s->images[j]].n_patches / 4;
+        memcpy(prefix_img + at * h, image_embeds[s->images[j]], m * h * sizeof(float));
+        at += m;
+      }
+    }
+    r = eng->ops->snap_new(eng, s->parent < 0 ? NULL : snaps[s->parent], &snaps[i], diag);
     if (!r)
-      r = embed_segment(x, s->ids, s->n_tokens, image_embeds, p, s->images, s->n_images, emb,
-                        diag);
-    if (!r)
-      r = ex_qwen35_forward(x->model, snaps[i], emb, s->pos, s->n_tokens, hid, diag);
-    if (r)
+      r = eng->ops->prefix(eng, snaps[i], s->ids, s->pos, s->n_tokens, prefix_img, n_img_rows,
+                           diag);
+    if (r) {
+      r = program_fault(r);
       goto out;
+    }
   }
-  /* rows, with their readouts; head readouts gather their hidden rows */
+  /* rows, packed into launches in program order; readouts of each launch right after it */
   int64_t t3 = mono_us(), readout_us = 0;
   size_t n_head = 0;
   for (uint32_t i = 0; i < p->n_readouts; i++)
     n_head += p->readouts[i].kind == PROTO_READOUT_HEAD;
   head_in = malloc((n_head + 1) * h * sizeof(float));
   head_of = malloc((n_head + 1) * sizeof(uint32_t));
-  if (!head_in || !head_of) {
+  reads = malloc((total_reads + 1) * sizeof(size_t));
+  hid = malloc((total_reads + 1) * h * sizeof(float));
+  if (!head_in || !head_of || !reads || !hid) {
     r = -ENOMEM;
     goto out;
   }
   size_t k_head = 0;
-  for (uint32_t i = 0; i < p->n_rows; i++) {
-    const struct proto_row *s = &p->rows[i];
-    if (row_start[i] == row_start[i + 1] && group_of[i] < 0)
-      continue; /* a row without readouts changes nothing */
-    r = s->prefix < 0 ? ex_qwen35_state_new(x->model, &st)
-                      : ex_qwen35_state_clone(snaps[s->prefix], x->model, &st);
-    if (!r)
-      r = embed_segment(x, s->ids, s->n_tokens, NULL, p, NULL, 0, emb, diag);
-    if (!r)
-      r = ex_qwen35_forward(x->model, st, emb, s->pos, s->n_tokens, hid, diag);
-    ex_qwen35_state_free(st);
-    st = NULL;
-    if (r)
-      goto out;
-    int64_t tr = mono_us();
-    if (group_of[i] >= 0) {
-      const struct proto_readout *gr = &p->readouts[group_of[i]];
-      const struct loaded_head *lh = find_head(x, gr->head);
-      if ((r = lh->kind->group->row(lh->state, x->model, group_acc[group_of[i]], i - gr->row,
-                                    gr->position, s->ids, s->n_tokens, hid, diag)))
-        goto out;
+  for (uint32_t i = 0; i < p->n_rows;) {
+    size_t n_launch = 0, n_tok = 0, n_read = 0;
+    for (; i < p->n_rows; i++) {
+      const struct proto_row *s = &p->rows[i];
+      if (row_start[i] == row_start[i + 1] && group_of[i] < 0)
+        continue; /* a row without readouts changes nothing */
+      size_t nr = row_reads(x, p, row_start, by_row, group_of, i);
+      if (n_launch && (n_launch + 1 > lim->max_seqs || n_tok + s->n_tokens > lim->max_tokens ||
+                       n_read + nr > lim->max_readouts))
+        break;
+      launch[n_launch] = (struct ex_engine_row){
+          .snap = s->prefix < 0 ? NULL : snaps[s->prefix], .ids = s->ids, .pos = s->pos,
+          .n = s->n_tokens};
+      launch_row[n_launch++] = i;
+      /* the row's readout rows: all positions for a group row, then one per other readout */
+      if (group_of[i] >= 0)
+        for (uint32_t t = 0; t < s->n_tokens; t++)
+          reads[n_read++] = n_tok + t;
+      for (uint32_t j = row_start[i]; j < row_start[i + 1]; j++) {
+        const struct proto_readout *ro = &p->readouts[by_row[j]];
+        if (group_of_readout(x, ro))
+          continue;
+        int32_t q = ro->position < 0 ? (int32_t)s->n_tokens + ro->position : ro->position;
+        reads[n_read++] = n_tok + (size_t)q;
+      }
+      n_tok += s->n_tokens;
     }
-    for (uint32_t j = row_start[i]; j < row_start[i + 1]; j++) {
-      uint32_t ri = by_row[j];
-      const struct proto_readout *ro = &p->readouts[ri];
-      if (group_of_readout(x, ro))
-        continue; /* finished after the last row */
-      int32_t q = ro->position < 0 ? (int32_t)s->n_tokens + ro->position : ro->position;
-      const float *hrow = hid + (size_t)q * h;
-      if (ro->kind == PROTO_READOUT_HEAD) {
-        memcpy(head_in + k_head * h, hrow, h * sizeof(float));
-        head_of[k_head++] = ri;
-      } else {
-        fill_readout(x, ro, hrow, logits, res->outputs[ri]);
+    if (!n_launch)
+      break;
+    if ((r = eng->ops->rows(eng, launch, n_launch, reads, n_read, hid, diag))) {
+      r = program_fault(r);
+      goto out;
+    }
+    int64_t tr = mono_us();
+    size_t rd = 0; /* next readout of the launch */
+    for (size_t li = 0; li < n_launch; li++) {
+      uint32_t pi = launch_row[li];
+      const struct proto_row *s = &p->rows[pi];
+      if (group_of[pi] >= 0) {
+        const struct proto_readout *gr = &p->readouts[group_of[pi]];
+        const struct loaded_head *lh = find_head(x, gr->head);
+        struct row_lm lm = {.base.target_logprobs = row_lm_target_logprobs, .eng = eng,
+                            .read0 = rd};
+        if ((r = lh->kind->group->row(lh->state, &lm.base, group_acc[group_of[pi]], pi - gr->row,
+                                      gr->position, s->ids, s->n_tokens, hid + rd * h, diag)))
+          goto out;
+        rd += s->n_tokens;
+      }
+      for (uint32_t j = row_start[pi]; j < row_start[pi + 1]; j++) {
+        uint32_t ri = by_row[j];
+        const struct proto_readout *ro = &p->readouts[ri];
+        if (group_of_readout(x, ro))
+          continue; /* finished after the last row */
+        const float *hrow = hid + rd * h;
+        switch (ro->kind) {
+        case PROTO_READOUT_HEAD:
+          memcpy(head_in + k_head * h, hrow, h * sizeof(float));
+          head_of[k_head++] = ri;
+          break;
+        case PROTO_READOUT_HIDDEN:
+          memcpy(res->outputs[ri], hrow, h * sizeof(float));
+          break;
+        case PROTO_READOUT_LABEL_LOGITS:
+          r = eng->ops->label_logits(eng, rd, ro->ids, ro->n_ids, res->outputs[ri], diag);
+          break;
+        case PROTO_READOUT_TOKEN_LOGPROB:
+          r = eng->ops->token_logprobs(eng, rd, ro->ids, ro->n_ids, res->outputs[ri], diag);
+          break;
+        default:
+          r = cm_diag_set(diag, -CM_EPROGRAM, "readouts[%u]: unknown kind", ri);
+        }
+        if (r)
+          goto out;
+        rd++;
       }
     }
     readout_us += mono_us() - tr;
@@ -523,10 +554,10 @@ out:
   for (uint32_t i = 0; image_embeds && i < p->n_images; i++)
     free(image_embeds[i]);
   for (uint32_t i = 0; snaps && i < p->n_prefixes; i++)
-    ex_qwen35_state_free(snaps[i]);
-  ex_qwen35_state_free(st);
+    eng->ops->snap_free(eng, snaps[i]);
   free(image_embeds), free(snaps), free(widths), free(by_row), free(row_start);
-  free(head_in), free(head_out), free(head_of), free(emb), free(hid), free(logits);
+  free(head_in), free(head_out), free(head_of), free(prefix_img), free(hid), free(reads);
+  free(launch), free(launch_row);
   for (uint32_t i = 0; group_acc && i < p->n_readouts; i++)
     if (group_acc[i])
       find_head(x, p->readouts[i].head)->kind->group->free_acc(group_acc[i]);

@@ -1,7 +1,7 @@
 /* The program runner: runs one proto_program on a loaded model (vision tower for images, prefixes
  * into snapshots, rows continuing snapshots, readouts gathered, heads over gathered hidden rows)
- * and fills a proto_result. Single-threaded: one runner per compute thread. The float32 CPU
- * backend is the only backend so far. */
+ * and fills a proto_result. Single-threaded: one runner per compute thread. The backbone runs on
+ * an engine (ex_engine.h): the float32 CPU model (default) or the bf16 CUDA engine. */
 #ifndef S1_EX_PROGRAM_H
 #define S1_EX_PROGRAM_H
 
@@ -9,15 +9,19 @@
 
 #include "cm_error.h"
 #include "cm_model_dir.h"
+#include "ex_engine.h"
 #include "proto_program.h"
 
 struct ex_runner;
 
 struct ex_runner_options {
-  bool round_bf16; /* round where a bf16 reference rounds (ex_qwen35_model.round_bf16) */
+  bool round_bf16; /* CPU: round where a bf16 reference rounds (ex_qwen35_model.round_bf16) */
+  const char *device; /* "cpu" (also NULL), "cuda" or "cuda:N" (ex_engine_device) */
+  struct ex_engine_options engine; /* CUDA limits (zero: defaults of ex_engine.h) */
 };
 
-/* Loads the backbone (with a kept LoRA adapter if the directory has one), the vision tower when
+/* Loads the backbone on opt->device (with a kept LoRA adapter if the directory has one; the CUDA
+ * engine refuses adapters so far), the vision tower when
  * the manifest has one, and every registered head the directory provides (only the kinds named
  * in the manifest's "head_kinds" array when it has one).
  * Ownership: `dir` must outlive the runner; *ret_runner is freed with ex_runner_free.
@@ -37,7 +41,8 @@ const char *ex_runner_revision(const struct ex_runner *runner);
  * Timings in res->timings (µs). Ownership: res owns its outputs (proto_result_fini).
  * Returns 0; -CM_EPROGRAM when the program does not fit the model (token id out of the
  * vocabulary, <|image_pad|> count ≠ image sizes, unknown head, images without a vision tower,
- * position ids out of range): the request fails, the executor stays healthy; -CM_ETIMEOUT when
+ * position ids out of range, a row or image over the engine's limits): the request fails, the
+ * executor stays healthy; -CM_ETIMEOUT when
  * the deadline passed before the work started; any other negative code is sticky (the executor
  * retires). diag names the cause. */
 int ex_runner_run(struct ex_runner *runner, const struct proto_program *p,

@@ -194,10 +194,33 @@ static int warmup(struct ex_runner *runner, struct cm_diag *diag) {
   return r;
 }
 
+/* A positive count option. */
+static bool size_arg(const char *s, size_t *ret) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || !*s || *end || v == 0 || v > (1ull << 40) || *s == '-') {
+    fprintf(stderr, "s1-executor: \"%s\" is not a positive count\n", s);
+    return false;
+  }
+  *ret = (size_t)v;
+  return true;
+}
+
 static void usage(void) {
-  fprintf(stderr, "usage: s1-executor --model DIR [--device cpu] [--listen URL] [--record DIR]\n"
-                  "                   [--bf16-rounding]\n"
-                  "  --listen  nng URL to serve (default ipc:///tmp/s1-executor-0.sock)\n");
+  fprintf(stderr,
+          "usage: s1-executor --model DIR [--device cpu|cuda:N] [--listen URL] [--record DIR]\n"
+          "                   [--bf16-rounding] [--max-tokens N] [--max-seqs N] [--max-ctx N]\n"
+          "                   [--snapshots N] [--max-readouts N] [--max-patches N]\n"
+          "  --listen        nng URL to serve (default ipc:///tmp/s1-executor-0.sock)\n"
+          "  --device        cpu (default, float32) or cuda:N (the bf16 CUDA engine)\n"
+          "  CUDA limits, reserved at start-up (a program over them is refused):\n"
+          "  --max-tokens    tokens of one launch (default 8192)\n"
+          "  --max-seqs      rows of one launch (default 64)\n"
+          "  --max-ctx       tokens one snapshot holds, prefix + row (default 8192)\n"
+          "  --snapshots     prefixes of one program (default 8)\n"
+          "  --max-readouts  readout rows of one launch (default 256)\n"
+          "  --max-patches   vision patches of one image, a multiple of 4 (default 16384)\n");
 }
 
 int main(int argc, char **argv) {
@@ -205,11 +228,15 @@ int main(int argc, char **argv) {
       {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
       {"listen", required_argument, 0, 'l'}, {"record", required_argument, 0, 'r'},
       {"bf16-rounding", no_argument, 0, 'b'}, {"help", no_argument, 0, 'h'},
+      {"max-tokens", required_argument, 0, 'T'}, {"max-seqs", required_argument, 0, 'S'},
+      {"max-ctx", required_argument, 0, 'C'},    {"snapshots", required_argument, 0, 'N'},
+      {"max-readouts", required_argument, 0, 'R'}, {"max-patches", required_argument, 0, 'P'},
       {0, 0, 0, 0}};
   const char *model = NULL, *device = "cpu", *url = "ipc:///tmp/s1-executor-0.sock";
   const char *record = NULL;
   struct ex_runner_options ro = {0};
   int c;
+  bool ok = true;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
     case 'm': model = optarg; break;
@@ -217,19 +244,30 @@ int main(int argc, char **argv) {
     case 'l': url = optarg; break;
     case 'r': record = optarg; break;
     case 'b': ro.round_bf16 = true; break;
+    case 'T': ok = ok && size_arg(optarg, &ro.engine.max_tokens); break;
+    case 'S': ok = ok && size_arg(optarg, &ro.engine.max_seqs); break;
+    case 'C': ok = ok && size_arg(optarg, &ro.engine.max_ctx); break;
+    case 'N': ok = ok && size_arg(optarg, &ro.engine.n_snapshots); break;
+    case 'R': ok = ok && size_arg(optarg, &ro.engine.max_readouts); break;
+    case 'P': {
+      size_t v = 0;
+      ok = ok && size_arg(optarg, &v);
+      ro.engine.max_patches = (int64_t)v;
+      break;
+    }
     case 'h': usage(); return 0;
     default: usage(); return 2;
     }
   }
-  if (!model || optind != argc) {
+  if (!model || optind != argc || !ok) {
     usage();
     return 2;
   }
-  if (strcmp(device, "cpu") != 0) {
-    fprintf(stderr, "s1-executor: device \"%s\" is not available in this build (only cpu)\n",
-            device);
+  if (ex_engine_device(device) == -2) {
+    fprintf(stderr, "s1-executor: unknown device \"%s\" (cpu, cuda or cuda:N)\n", device);
     return 2;
   }
+  ro.device = device;
   if (record && mkdir(record, 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "s1-executor: --record %s: %s\n", record, strerror(errno));
     return 2;
@@ -281,8 +319,10 @@ int main(int argc, char **argv) {
     atomic_store(&g.state, PROTO_STATE_UNAVAILABLE);
     retired_us = mono_us();
   } else {
-    fprintf(stderr, "s1-executor: %s ready on %s (model %s, revision %s, load + warm-up %.1f ms)\n",
-            model, url, g.model_id, g.revision, (double)(mono_us() - t0) / 1000.0);
+    fprintf(stderr,
+            "s1-executor: %s ready on %s (device %s, model %s, revision %s, load + warm-up "
+            "%.1f ms)\n",
+            model, url, device, g.model_id, g.revision, (double)(mono_us() - t0) / 1000.0);
     atomic_store(&g.state, PROTO_STATE_READY);
   }
   cm_diag_fini(&diag);

@@ -1,0 +1,112 @@
+/* The engine the program runner talks to: one Qwen3.5 backbone (and its vision tower) on one
+ * device, seen as snapshots, packed row launches and readouts of the last launch. Two
+ * implementations: ex_engine_cpu.c (the float32 model code of ex_qwen35.h, one row per launch,
+ * values exactly as the runner computed them before the interface existed) and ex_engine_cuda.c
+ * (the bf16 engine exc_qwen35.h and exc_vision; ex_engine_nocuda.c in builds without CUDA refuses
+ * it). The runner never sees which one it has. Not thread-safe: one caller at a time. */
+#ifndef S1_EX_ENGINE_H
+#define S1_EX_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_error.h"
+#include "cm_model_dir.h"
+#include "ex_qwen35.h"
+
+/* Options of an engine. Zero values take the documented defaults. */
+struct ex_engine_options {
+  bool round_bf16;     /* CPU: round where a bf16 reference rounds (ex_qwen35_model.round_bf16) */
+  size_t max_tokens;   /* CUDA: rows of one launch (default 8192) */
+  size_t max_seqs;     /* CUDA: sequences of one launch (default 64) */
+  size_t max_ctx;      /* CUDA: tokens one snapshot holds (default 8192) */
+  size_t n_snapshots;  /* CUDA: snapshot pool = prefixes of one program (default 8) */
+  size_t max_readouts; /* CUDA: readout rows of one launch (default 256) */
+  int64_t max_patches; /* CUDA: vision patches of one image (default 16384) */
+};
+
+/* What one launch may hold; the runner splits rows into launches within these. SIZE_MAX: none. */
+struct ex_engine_limits {
+  size_t max_tokens;   /* rows of all sequences together */
+  size_t max_seqs;     /* sequences */
+  size_t max_readouts; /* readout rows */
+};
+
+/* One row of a launch: continues `snap` (read only, never advanced) or starts fresh (NULL). */
+struct ex_engine_row {
+  void *snap;          /* a snapshot of this engine, or NULL */
+  const int32_t *ids;  /* [n] token ids, checked in the vocabulary by the caller */
+  const int32_t *pos;  /* [3, n] mRoPE ids (rows T, H, W) */
+  uint32_t n;          /* tokens, ≥ 1 */
+};
+
+struct ex_engine;
+
+struct ex_engine_ops {
+  const char *name; /* "cpu", "cuda" */
+  /* Merged vision rows of one image. Shapes: pixels [n_patches, patch_dim] host fp32;
+   * grid_thw [3]; ret_rows [n_patches/4, H] host fp32. Returns 0; -CM_ELIMIT / -CM_ESHAPE (the
+   * image does not fit: the program's fault); another negative code (sticky on CUDA). */
+  int (*vision)(struct ex_engine *e, const float *pixels, int64_t n_patches,
+                const int32_t *grid_thw, float *ret_rows, struct cm_diag *diag);
+  /* A new snapshot: empty (parent NULL) or a copy of `parent`. Returns 0; -CM_ELIMIT (pool
+   * exhausted); -ENOMEM; -CM_ECUDA. */
+  int (*snap_new)(struct ex_engine *e, void *parent, void **ret_snap, struct cm_diag *diag);
+  void (*snap_free)(struct ex_engine *e, void *snap); /* accepts NULL */
+  /* Appends n tokens to `snap`: ids [n], pos [3, n]; image_rows [n_image_rows, H] host fp32
+   * replace, in order, the embeddings of the image-token rows (NULL when the program has no
+   * images). Returns 0; -CM_ELIMIT (too long for the engine); another negative code. */
+  int (*prefix)(struct ex_engine *e, void *snap, const int32_t *ids, const int32_t *pos, uint32_t n,
+                const float *image_rows, size_t n_image_rows, struct cm_diag *diag);
+  /* One launch of rows (packed in order: row i's token t is packed row start_i + t) within the
+   * engine's limits; ret_hidden [n_read, H] host fp32 final-norm rows at the packed indices
+   * readout [n_read]. The launch's readouts stay readable by the calls below until the next
+   * launch or prefix. Returns 0; -CM_ELIMIT; another negative code (sticky). */
+  int (*rows)(struct ex_engine *e, const struct ex_engine_row *rows, size_t n_rows,
+              const size_t *readout, size_t n_read, float *ret_hidden, struct cm_diag *diag);
+  /* Label logits at readout `read` of the last launch: ret[j] = logit of ids[j] (as the engine
+   * rounds: CPU per round_bf16, CUDA bf16). ids [n_ids] in the vocabulary. */
+  int (*label_logits)(struct ex_engine *e, size_t read, const int32_t *ids, size_t n_ids,
+                      float *ret, struct cm_diag *diag);
+  /* Log-softmax over the full vocabulary at readout `read`, at ids [n_ids] (TOKEN_LOGPROB). */
+  int (*token_logprobs)(struct ex_engine *e, size_t read, const int32_t *ids, size_t n_ids,
+                        float *ret, struct cm_diag *diag);
+  /* ret[i] = log-softmax of bf16-rounded logits at readout reads[i], at targets[i] (the OmniJev LM
+   * features, ex_lm_feats.h). Returns 0; -EINVAL (target outside the vocabulary); other codes. */
+  int (*target_logprobs)(struct ex_engine *e, const size_t *reads, const int32_t *targets,
+                         size_t n, float *ret, struct cm_diag *diag);
+  /* False once the engine hit a sticky error (CPU: never). */
+  bool (*healthy)(const struct ex_engine *e);
+  void (*free)(struct ex_engine *e);
+};
+
+/* The common part every implementation starts with. */
+struct ex_engine {
+  const struct ex_engine_ops *ops;
+  struct ex_qwen35_config cfg;  /* the backbone's configuration */
+  bool has_vision;              /* the directory has a vision tower (loaded) */
+  struct ex_engine_limits lim;  /* of one launch */
+};
+
+/* Parses a --device value: "cpu" → -1, "cuda" → 0, "cuda:N" → N; anything else → -2. */
+int ex_engine_device(const char *device);
+
+/* The float32 CPU engine over the directory's backbone (kept LoRA adapter when the directory has
+ * one) and vision tower. Ownership: `dir` must outlive the engine; free with e->ops->free.
+ * Returns 0 or the loader's negative code with diag. */
+int ex_engine_cpu_new(const struct cm_model_dir *dir, const struct ex_engine_options *opt,
+                      struct ex_engine **ret_engine, struct cm_diag *diag);
+
+/* The bf16 CUDA engine on device `device`: every device buffer reserved here from the options'
+ * limits. Returns 0; -CM_EUNSUPPORTED (a build without CUDA; what exc_qwen35_new refuses);
+ * -CM_ECUDA; the loaders' codes; diag names the cause. */
+int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
+                       const struct ex_engine_options *opt, struct ex_engine **ret_engine,
+                       struct cm_diag *diag);
+
+/* The float32 LoRA scale of the directory's adapter (manifest adapter "scale"), 0 without one.
+ * Returns 0 or -CM_EFORMAT. */
+int ex_engine_adapter_scale(const struct cm_model_dir *dir, float *ret_scale, struct cm_diag *diag);
+
+#endif

@@ -1,0 +1,273 @@
+/* The float32 CPU engine (ex_engine.h): the model code of ex_qwen35.h on host memory, one row per
+ * launch, readouts computed exactly as the program runner computed them before the engine
+ * interface (so the CPU path's values are unchanged). */
+#include "ex_engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ex_lm_feats.h"
+#include "ex_vision.h"
+
+struct cpu_engine {
+  struct ex_engine base;         /* first: the runner's view */
+  struct ex_qwen35_model *model; /* owned */
+  struct ex_vision *vision;      /* owned, or NULL */
+  float *emb;                    /* [cap, H] embedding scratch */
+  float *hid;                    /* [cap, H] hidden rows of the last forward */
+  size_t cap;                    /* rows of emb and hid */
+  float *reads;                  /* [n_reads, H] readout rows of the last launch */
+  size_t n_reads, reads_cap;     /* rows held / allocated */
+  float *logits;                 /* [vocab] */
+};
+
+static int grow(struct cpu_engine *c, size_t n) {
+  if (n <= c->cap)
+    return 0;
+  size_t h = (size_t)c->base.cfg.hidden_size;
+  float *e = realloc(c->emb, n * h * sizeof(float));
+  if (e)
+    c->emb = e;
+  float *d = realloc(c->hid, n * h * sizeof(float));
+  if (d)
+    c->hid = d;
+  if (!e || !d)
+    return -ENOMEM;
+  c->cap = n;
+  return 0;
+}
+
+static int cpu_vision(struct ex_engine *e, const float *pixels, int64_t n_patches,
+                      const int32_t *grid_thw, float *ret_rows, struct cm_diag *diag) {
+  struct cpu_engine *c = (struct cpu_engine *)e;
+  return ex_vision_forward(c->vision, pixels, n_patches, grid_thw, 1, ret_rows, diag);
+}
+
+static int cpu_snap_new(struct ex_engine *e, void *parent, void **ret_snap, struct cm_diag *diag) {
+  (void)diag;
+  struct cpu_engine *c = (struct cpu_engine *)e;
+  struct ex_qwen35_state *s = NULL;
+  int r = parent ? ex_qwen35_state_clone(parent, c->model, &s)
+                 : ex_qwen35_state_new(c->model, &s);
+  *ret_snap = s;
+  return r;
+}
+
+static void cpu_snap_free(struct ex_engine *e, void *snap) {
+  (void)e;
+  ex_qwen35_state_free(snap);
+}
+
+/* Embeddings of n ids; the image-token rows take image_rows in order (when given). */
+static int embed(struct cpu_engine *c, const int32_t *ids, uint32_t n, const float *image_rows,
+                 size_t n_image_rows, struct cm_diag *diag) {
+  int r = ex_qwen35_embed(c->model, ids, n, c->emb, diag);
+  if (r || !image_rows)
+    return r;
+  size_t h = (size_t)c->base.cfg.hidden_size, k = 0;
+  for (uint32_t t = 0; t < n; t++) {
+    if (ids[t] != c->base.cfg.image_token_id)
+      continue;
+    if (k == n_image_rows)
+      return cm_diag_set(diag, -CM_EPROGRAM, "more image slots than image rows");
+    memcpy(c->emb + (size_t)t * h, image_rows + k++ * h, h * sizeof(float));
+  }
+  return 0;
+}
+
+static int cpu_prefix(struct ex_engine *e, void *snap, const int32_t *ids, const int32_t *pos,
+                      uint32_t n, const float *image_rows, size_t n_image_rows,
+                      struct cm_diag *diag) {
+  struct cpu_engine *c = (struct cpu_engine *)e;
+  int r = grow(c, n);
+  if (!r)
+    r = embed(c, ids, n, image_rows, n_image_rows, diag);
+  if (!r)
+    r = ex_qwen35_forward(c->model, snap, c->emb, pos, n, c->hid, diag);
+  return r;
+}
+
+static int cpu_rows(struct ex_engine *e, const struct ex_engine_row *rows, size_t n_rows,
+                    const size_t *readout, size_t n_read, float *ret_hidden,
+                    struct cm_diag *diag) {
+  struct cpu_engine *c = (struct cpu_engine *)e;
+  size_t h = (size_t)c->base.cfg.hidden_size, start = 0;
+  c->n_reads = 0;
+  if (n_read > c->reads_cap) {
+    float *p = realloc(c->reads, n_read * h * sizeof(float));
+    if (!p)
+      return -ENOMEM;
+    c->reads = p;
+    c->reads_cap = n_read;
+  }
+  for (size_t i = 0; i < n_rows; i++) {
+    const struct ex_engine_row *w = &rows[i];
+    void *st = NULL;
+    int r = grow(c, w->n);
+    if (!r)
+      r = cpu_snap_new(e, w->snap, &st, diag);
+    if (!r)
+      r = embed(c, w->ids, w->n, NULL, 0, diag);
+    if (!r)
+      r = ex_qwen35_forward(c->model, st, c->emb, w->pos, w->n, c->hid, diag);
+    ex_qwen35_state_free(st);
+    if (r)
+      return r;
+    for (size_t j = 0; j < n_read; j++)
+      if (readout[j] >= start && readout[j] < start + w->n)
+        memcpy(c->reads + j * h, c->hid + (readout[j] - start) * h, h * sizeof(float));
+    start += w->n;
+  }
+  for (size_t j = 0; j < n_read; j++)
+    if (readout[j] >= start)
+      return cm_diag_set(diag, -EINVAL, "readout row %zu outside the launch", readout[j]);
+  c->n_reads = n_read;
+  if (n_read)
+    memcpy(ret_hidden, c->reads, n_read * h * sizeof(float));
+  return 0;
+}
+
+static int cpu_label_logits(struct ex_engine *e, size_t read, const int32_t *ids, size_t n_ids,
+                            float *ret, struct cm_diag *diag) {
+  struct cpu_engine *c = (struct cpu_engine *)e;
+  if (read >= c->n_reads)
+    return cm_diag_set(diag, -EINVAL, "readout %zu not in the last launch", read);
+  ex_qwen35_logits(c->model, c->reads + read * (size_t)c->base.cfg.hidden_size, 1, c->logits);
+  for (size_t j = 0; j < n_ids; j++)
+    ret[j] = c->logits[ids[j]];
+  return 0;
+}
+
+static int cpu_token_logprobs(struct ex_engine *e, size_t read, const int32_t *ids, size_t n_ids,
+                              float *ret, struct cm_diag *diag) {
+  struct cpu_engine *c = (struct cpu_engine *)e;
+  if (read >= c->n_reads)
+    return cm_diag_set(diag, -EINVAL, "readout %zu not in the last launch", read);
+  const float *logits = c->logits;
+  ex_qwen35_logits(c->model, c->reads + read * (size_t)c->base.cfg.hidden_size, 1, c->logits);
+  double mx = -INFINITY, sum = 0.0;
+  for (int v = 0; v < c->base.cfg.vocab_size; v++)
+    mx = logits[v] > mx ? logits[v] : mx;
+  for (int v = 0; v < c->base.cfg.vocab_size; v++)
+    sum += exp((double)logits[v] - mx);
+  double lse = mx + log(sum);
+  for (size_t j = 0; j < n_ids; j++)
+    ret[j] = (float)((double)logits[ids[j]] - lse);
+  return 0;
+}
+
+static int cpu_target_logprobs(struct ex_engine *e, const size_t *reads, const int32_t *targets,
+                               size_t n, float *ret, struct cm_diag *diag) {
+  struct cpu_engine *c = (struct cpu_engine *)e;
+  size_t h = (size_t)c->base.cfg.hidden_size;
+  float *g = malloc((n + 1) * h * sizeof(float));
+  if (!g)
+    return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    if (reads[i] >= c->n_reads) {
+      free(g);
+      return cm_diag_set(diag, -EINVAL, "readout %zu not in the last launch", reads[i]);
+    }
+    memcpy(g + i * h, c->reads + reads[i] * h, h * sizeof(float));
+  }
+  int r = ex_lm_target_logprobs(c->model->be, c->model->lm_head, (size_t)c->base.cfg.vocab_size,
+                                h, g, targets, n, ret);
+  free(g);
+  return r;
+}
+
+static bool cpu_healthy(const struct ex_engine *e) {
+  (void)e;
+  return true;
+}
+
+static void cpu_free(struct ex_engine *e) {
+  struct cpu_engine *c = (struct cpu_engine *)e;
+  if (!c)
+    return;
+  ex_vision_free(c->vision);
+  ex_qwen35_model_free(c->model);
+  free(c->emb), free(c->hid), free(c->reads), free(c->logits);
+  free(c);
+}
+
+static const struct ex_engine_ops cpu_ops = {
+    .name = "cpu",
+    .vision = cpu_vision,
+    .snap_new = cpu_snap_new,
+    .snap_free = cpu_snap_free,
+    .prefix = cpu_prefix,
+    .rows = cpu_rows,
+    .label_logits = cpu_label_logits,
+    .token_logprobs = cpu_token_logprobs,
+    .target_logprobs = cpu_target_logprobs,
+    .healthy = cpu_healthy,
+    .free = cpu_free,
+};
+
+int ex_engine_device(const char *device) {
+  if (!device || strcmp(device, "cpu") == 0)
+    return -1;
+  if (strcmp(device, "cuda") == 0)
+    return 0;
+  if (strncmp(device, "cuda:", 5) != 0 || device[5] < '0' || device[5] > '9')
+    return -2;
+  char *end = NULL;
+  long n = strtol(device + 5, &end, 10);
+  return *end || n > 1024 ? -2 : (int)n;
+}
+
+int ex_engine_adapter_scale(const struct cm_model_dir *dir, float *ret_scale,
+                            struct cm_diag *diag) {
+  *ret_scale = 0.0f;
+  if (!dir->adapter)
+    return 0;
+  json_object *sc = NULL;
+  if (!dir->adapter_info || !json_object_object_get_ex(dir->adapter_info, "scale", &sc))
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: manifest adapter has no scale", dir->path);
+  *ret_scale = (float)json_object_get_double(sc);
+  return 0;
+}
+
+int ex_engine_cpu_new(const struct cm_model_dir *dir, const struct ex_engine_options *opt,
+                      struct ex_engine **ret_engine, struct cm_diag *diag) {
+  struct cpu_engine *c = calloc(1, sizeof(*c));
+  if (!c)
+    return -ENOMEM;
+  c->base.ops = &cpu_ops;
+  c->base.lim = (struct ex_engine_limits){.max_tokens = SIZE_MAX, .max_seqs = 1,
+                                          .max_readouts = SIZE_MAX};
+  float scale = 0.0f;
+  int r = ex_qwen35_config_parse(dir->config, &c->base.cfg, diag);
+  if (!r)
+    r = ex_engine_adapter_scale(dir, &scale, diag);
+  if (!r)
+    r = ex_qwen35_model_load(&c->base.cfg, dir->weights, dir->adapter, scale, &c->model, diag);
+  if (r)
+    goto fail;
+  c->model->round_bf16 = opt && opt->round_bf16;
+  if (dir->vision) {
+    json_object *vc = NULL;
+    struct ex_vision_config vcfg;
+    if (!json_object_object_get_ex(dir->config, "vision_config", &vc)) {
+      r = cm_diag_set(diag, -CM_EMISSING, "%s: config has no vision_config", dir->path);
+      goto fail;
+    }
+    if ((r = ex_vision_config_parse(vc, &vcfg, diag)) ||
+        (r = ex_vision_new(&vcfg, dir->weights, NULL, &c->vision, diag)))
+      goto fail;
+    c->base.has_vision = true;
+  }
+  if (!(c->logits = malloc((size_t)c->base.cfg.vocab_size * sizeof(float)))) {
+    r = -ENOMEM;
+    goto fail;
+  }
+  *ret_engine = &c->base;
+  return 0;
+fail:
+  cpu_free(&c->base);
+  return r;
+}
