@@ -2,7 +2,8 @@
  * snapshot pool (three cudaMalloc calls at start-up, none later), and the layer loop over the ops
  * of this folder and the kernel headers (attention, GDN, conv1d). Projections of a layer that read
  * the same input run as one GEMM ([q|gate per head, k, v], [gate, up]); the GDN layer runs two
- * ([qkv] for the conv, [z|b|a]). Not here: LoRA, vision, heads. */
+ * ([qkv] for the conv, [z|b|a]). A kept LoRA adapter (exc_qwen35_set_lora) adds its branches to
+ * each GEMM's output through lora_site (cuda_lora.h). Not here: vision, heads. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "cuda_gdn.h"
 #include "cuda_gemm.h"
 #include "cuda_logits.h"
+#include "cuda_lora.h"
 #include "cuda_norm.h"
 #include "cuda_rope.h"
 #include "exc_qwen35.h"
@@ -60,6 +62,7 @@ struct exc_qwen35 {
   cudaStream_t stream;          /* every launch of the engine */
   struct exc_gemm *gemm;        /* cuBLASLt handle + algorithm cache */
   bool sticky;                  /* a sticky CUDA error happened */
+  struct exc_lora *lora;        /* kept LoRA adapter, or NULL (exc_qwen35_set_lora) */
   /* sizes */
   size_t h, inter, d, hq, hkv, hk, hv, dk, dv, kd, vd, cd, kconv, f, vocab, vocab_pad;
   size_t m_attn; /* Hq·2D + 2·Hkv·D */
@@ -456,6 +459,7 @@ void exc_qwen35_free(struct exc_qwen35 *e) {
     cudaFreeHost(e->h_ids);
   if (e->h_pos)
     cudaFreeHost(e->h_pos);
+  exc_lora_free(e->lora);
   exc_gemm_free(e->gemm);
   if (e->wbuf)
     cudaFree(e->wbuf);
@@ -658,13 +662,21 @@ int exc_qwen35_state_clone(struct exc_qwen35 *e, const struct exc_qwen35_state *
 
 /* ---- forward ---- */
 
+/* The LoRA branches of layer li at one GEMM site, added to that GEMM's output (nothing without an
+ * adapter). */
+static int lora_site(struct exc_qwen35 *e, int li, enum exc_lora_site site, const bf16_t *x,
+                     size_t ld_x, float *y, size_t ld_y, size_t t) {
+  return e->lora ? exc_lora_apply(e->lora, e->stream, li, site, x, ld_x, y, ld_y, t) : 0;
+}
+
 static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *seqs, int ns,
                       size_t t) {
   const struct dlayer *l = &e->layers[li];
   size_t qw = e->hq * 2 * e->d, kw = e->hkv * e->d;
   int r;
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_qkv, e->proj, e->m_attn, EXC_DTYPE_F32,
-                    false, t, e->h, e->m_attn)))
+                    false, t, e->h, e->m_attn)) ||
+      (r = lora_site(e, li, EXC_LORA_ATTN_IN, e->a, e->h, e->proj, e->m_attn, t)))
     return r;
   prof(e, EXC_OP_GEMM_IN);
   if ((r = exc_attn_prep(e->stream, e->proj, e->proj + qw, e->proj + qw + kw, e->m_attn, l->q_norm,
@@ -705,6 +717,8 @@ static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq 
   prof(e, EXC_OP_STATE_COPY);
   r = exc_gemm(e->gemm, e->stream, e->mix, e->hq * e->d, l->w_o, e->hres, e->h, EXC_DTYPE_F32, true,
                t, e->hq * e->d, e->h);
+  if (!r)
+    r = lora_site(e, li, EXC_LORA_ATTN_OUT, e->mix, e->hq * e->d, e->hres, e->h, t);
   prof(e, EXC_OP_GEMM_OUT);
   return r;
 }
@@ -718,7 +732,9 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_qkv, e->proj, e->cd, EXC_DTYPE_F32, false,
                     t, e->h, e->cd)) ||
       (r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_zba, e->zba, e->m_zba, EXC_DTYPE_F32,
-                    false, t, e->h, e->m_zba)))
+                    false, t, e->h, e->m_zba)) ||
+      (r = lora_site(e, li, EXC_LORA_GDN_QKV, e->a, e->h, e->proj, e->cd, t)) ||
+      (r = lora_site(e, li, EXC_LORA_GDN_ZBA, e->a, e->h, e->zba, e->m_zba, t)))
     return r;
   prof(e, EXC_OP_GEMM_IN);
   for (int i = 0; i < ns; i++) {
@@ -760,18 +776,21 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
   prof(e, EXC_OP_GATED_NORM);
   r = exc_gemm(e->gemm, e->stream, e->mix, e->vd, l->w_o, e->hres, e->h, EXC_DTYPE_F32, true, t,
                e->vd, e->h);
+  if (!r)
+    r = lora_site(e, li, EXC_LORA_GDN_OUT, e->mix, e->vd, e->hres, e->h, t);
   prof(e, EXC_OP_GEMM_OUT);
   return r;
 }
 
 static int mlp(struct exc_qwen35 *e, const struct dlayer *l, size_t t) {
-  int r;
+  int r, li = (int)(l - e->layers);
   if ((r = exc_rms_norm(e->stream, e->hres, NULL, l->post_norm, e->cfg.rms_eps, NULL, e->a, e->h, t,
                         e->h)))
     return r;
   prof(e, EXC_OP_NORM);
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter, EXC_DTYPE_F32,
-                    false, t, e->h, 2 * e->inter)))
+                    false, t, e->h, 2 * e->inter)) ||
+      (r = lora_site(e, li, EXC_LORA_MLP_IN, e->a, e->h, e->proj, 2 * e->inter, t)))
     return r;
   prof(e, EXC_OP_GEMM_IN);
   if ((r = exc_swiglu(e->stream, e->proj, e->proj + e->inter, 2 * e->inter, e->mix, t, e->inter)))
@@ -779,6 +798,8 @@ static int mlp(struct exc_qwen35 *e, const struct dlayer *l, size_t t) {
   prof(e, EXC_OP_SWIGLU);
   r = exc_gemm(e->gemm, e->stream, e->mix, e->inter, l->w_down, e->hres, e->h, EXC_DTYPE_F32, true,
                t, e->inter, e->h);
+  if (!r)
+    r = lora_site(e, li, EXC_LORA_MLP_DOWN, e->mix, e->inter, e->hres, e->h, t);
   prof(e, EXC_OP_GEMM_OUT);
   return r;
 }
@@ -1104,4 +1125,14 @@ const char *exc_qwen35_op_name(enum exc_qwen35_op op) {
       "input", "norm",        "gemm_in", "gemm_out",   "attn_prep", "attention", "state_copy",
       "conv",  "gdn_prepare", "gdn",     "gated_norm", "swiglu",    "readout"};
   return op < EXC_OP_COUNT ? names[op] : "?";
+}
+
+int exc_qwen35_set_lora(struct exc_qwen35 *e, const struct cm_safetensors *adapter, float scale,
+                        struct cm_diag *diag) {
+  if (e->lora || !adapter)
+    return cm_diag_set(diag, -EINVAL, "cuda engine: one adapter, set once");
+  int r = EXC_CUDA(cudaSetDevice(e->device));
+  if (!r)
+    r = exc_lora_new(&e->cfg, adapter, scale, e->lim.max_tokens, &e->lora, diag);
+  return r;
 }

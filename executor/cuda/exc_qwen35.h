@@ -1,8 +1,9 @@
 /* The bf16 CUDA engine of the Qwen3.5 text backbone: weights bf16 on one device (projections fused
  * per layer), float32 residual stream, device memory reserved once at start-up (weights, one
  * scratch arena for a maximum number of tokens per launch, a pool of sequence snapshots), and the
- * forward over packed sequences that each continue their own snapshot. Not here: the vision tower
- * (image rows come in as embeddings), unmerged LoRA, family heads. CPU twin: ex_qwen35.h. */
+ * forward over packed sequences that each continue their own snapshot, and a kept (unmerged) LoRA
+ * adapter when exc_qwen35_set_lora loads one. Not here: the vision tower (image rows come in as
+ * embeddings), family heads. CPU twin: ex_qwen35.h. */
 #ifndef S1_EX_CUDA_QWEN35_H
 #define S1_EX_CUDA_QWEN35_H
 
@@ -56,13 +57,22 @@ struct exc_qwen35_seq {
  * the size tables, creates the stream and GEMM handle, and chooses every GEMM algorithm.
  * Ownership: *ret_engine is freed with exc_qwen35_free; cfg and st are only read.
  * Returns 0; -CM_EMISSING / -CM_ESHAPE (tensor absent or of the wrong shape, named in diag);
- * -CM_EUNSUPPORTED (a kept LoRA adapter; dims not multiples of 8); -EINVAL (limits);
+ * -CM_EUNSUPPORTED (dims not multiples of 8); -EINVAL (limits);
  * -ENOMEM; -CM_ECUDA (no device, out of device memory: the message gives the bytes asked).
  * Source: spec/qwen3_5.md §2; twin ex_qwen35_model_load. */
 int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors *st, int device,
                    const struct exc_qwen35_limits *lim, struct exc_qwen35 **ret_engine,
                    struct cm_diag *diag);
 void exc_qwen35_free(struct exc_qwen35 *e);
+
+/* Loads a kept LoRA adapter (the model directory's adapter.safetensors, keys
+ * model.language_model.layers.L.<module>.lora_{A,B}) onto the engine's device: from then on every
+ * forward adds scale·((x·Aᵀ)·Bᵀ) in FP32 to the output of each adapted projection (cuda_lora.h).
+ * Call once, after exc_qwen35_new and before the first forward (reserves the factors and FP32
+ * scratch [max_tokens, rank]). Returns 0; -EINVAL (called twice, NULL adapter); exc_lora_new's
+ * errors. Source: spec/jemm.md §6.3; twin ex_qwen35_model_load with an adapter. */
+int exc_qwen35_set_lora(struct exc_qwen35 *e, const struct cm_safetensors *adapter, float scale,
+                        struct cm_diag *diag);
 
 /* Device bytes reserved at start-up: weights, scratch arena, snapshot pool (and the total). */
 struct exc_qwen35_memory {

@@ -24,6 +24,7 @@ struct ex_engine_options {
   size_t n_snapshots;  /* CUDA: snapshot pool = prefixes of one program (default 8) */
   size_t max_readouts; /* CUDA: readout rows of one launch (default 256) */
   int64_t max_patches; /* CUDA: vision patches of one image (default 16384) */
+  bool refuse_lora;    /* CUDA: refuse a kept LoRA adapter instead of loading it onto the engine */
 };
 
 /* What one launch may hold; the runner splits rows into launches within these. SIZE_MAX: none. */

@@ -2,7 +2,8 @@
  * one exc_qwen35_forward launch, readouts and LM features of the last launch on the device) and
  * exc_vision for images. Every device buffer is reserved in ex_engine_cuda_new; a sticky CUDA
  * error makes healthy() false and every later call fail, so the executor retires. Heads run on
- * the host over the readout rows copied back. Kept LoRA adapters are refused (not on CUDA yet). */
+ * the host over the readout rows copied back. A kept LoRA adapter is loaded onto the engine
+ * (exc_qwen35_set_lora) unless the options refuse it (s1-executor --cuda-lora off). */
 #include "ex_engine.h"
 
 #include <cuda_runtime.h>
@@ -254,9 +255,9 @@ int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
   static const struct ex_engine_options none = {0};
   if (!opt)
     opt = &none;
-  if (dir->adapter)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: a kept LoRA adapter is not supported on "
-                       "the CUDA engine yet (run with --device cpu)", dir->path);
+  if (dir->adapter && opt->refuse_lora)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: a kept LoRA adapter and --cuda-lora off "
+                       "(run with --device cpu)", dir->path);
   struct cuda_engine *c = calloc(1, sizeof(*c));
   if (!c)
     return -ENOMEM;
@@ -297,6 +298,12 @@ int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
   }
   if ((r = exc_qwen35_new(&c->base.cfg, dir->weights, device, &c->lim, &c->e, diag)))
     goto fail;
+  if (dir->adapter) {
+    float scale = 0.0f;
+    if ((r = ex_engine_adapter_scale(dir, &scale, diag)) ||
+        (r = exc_qwen35_set_lora(c->e, dir->adapter, scale, diag)))
+      goto fail;
+  }
   if (dir->vision) {
     if ((r = load_vision(c, dir, device, diag)))
       goto fail;

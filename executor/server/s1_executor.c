@@ -211,7 +211,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: s1-executor --model DIR [--device cpu|cuda:N] [--listen URL] [--record DIR]\n"
           "                   [--bf16-rounding] [--max-tokens N] [--max-seqs N] [--max-ctx N]\n"
-          "                   [--snapshots N] [--max-readouts N] [--max-patches N]\n"
+          "                   [--snapshots N] [--max-readouts N] [--max-patches N] [--cuda-lora on|off]\n"
           "  --listen        nng URL to serve (default ipc:///tmp/s1-executor-0.sock)\n"
           "  --device        cpu (default, float32) or cuda:N (the bf16 CUDA engine)\n"
           "  CUDA limits, reserved at start-up (a program over them is refused):\n"
@@ -220,7 +220,9 @@ static void usage(void) {
           "  --max-ctx       tokens one snapshot holds, prefix + row (default 8192)\n"
           "  --snapshots     prefixes of one program (default 8)\n"
           "  --max-readouts  readout rows of one launch (default 256)\n"
-          "  --max-patches   vision patches of one image, a multiple of 4 (default 16384)\n");
+          "  --max-patches   vision patches of one image, a multiple of 4 (default 16384)\n"
+          "  --cuda-lora on|off  load a kept LoRA adapter onto the CUDA engine (default on;\n"
+          "                  off refuses such a model on CUDA)\n");
 }
 
 int main(int argc, char **argv) {
@@ -231,6 +233,7 @@ int main(int argc, char **argv) {
       {"max-tokens", required_argument, 0, 'T'}, {"max-seqs", required_argument, 0, 'S'},
       {"max-ctx", required_argument, 0, 'C'},    {"snapshots", required_argument, 0, 'N'},
       {"max-readouts", required_argument, 0, 'R'}, {"max-patches", required_argument, 0, 'P'},
+      {"cuda-lora", required_argument, 0, 'L'},
       {0, 0, 0, 0}};
   const char *model = NULL, *device = "cpu", *url = "ipc:///tmp/s1-executor-0.sock";
   const char *record = NULL;
@@ -249,6 +252,10 @@ int main(int argc, char **argv) {
     case 'C': ok = ok && size_arg(optarg, &ro.engine.max_ctx); break;
     case 'N': ok = ok && size_arg(optarg, &ro.engine.n_snapshots); break;
     case 'R': ok = ok && size_arg(optarg, &ro.engine.max_readouts); break;
+    case 'L':
+      ok = ok && (strcmp(optarg, "on") == 0 || strcmp(optarg, "off") == 0);
+      ro.engine.refuse_lora = strcmp(optarg, "off") == 0;
+      break;
     case 'P': {
       size_t v = 0;
       ok = ok && size_arg(optarg, &v);
