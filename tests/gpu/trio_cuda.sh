@@ -1,0 +1,21 @@
+#!/bin/sh
+# The meson test gpu_trio_cuda on a machine with a build tree and a GPU: stages the trio-on-CUDA
+# test (trio_cuda_stage.py: CPU answers, model hashes, tokenizers) into WORK/stage, links the trio
+# and model tools into WORK/bin, then runs trio_cuda_check.py (--device cuda:0) with logs in
+# WORK/log. Without a GPU the executor never becomes healthy and the test fails.
+# usage: trio_cuda.sh BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER_JSON WORK
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+build=$1 shared=$2 tok35=$3 work=$4
+if [ ! -s "$tok35" ]; then
+  "${S1_PYTHON:-python3}" "$here/../oracle/tokenizer_qwen35.py" "$tok35.tmp" >/dev/null
+  mv "$tok35.tmp" "$tok35"
+fi
+rm -rf "$work"
+mkdir -p "$work/bin"
+for t in frontend/s1-frontend preprocessor/s1-preprocessor executor/server/s1-executor \
+         executor/mkmodel/s1-mkmodel executor/export/s1-export; do
+  ln -s "$build/$t" "$work/bin/"
+done
+python3 "$here/trio_cuda_stage.py" "$build" "$shared" "$tok35" "$work/stage"
+exec python3 "$here/trio_cuda_check.py" "$work/stage" "$work/bin" "$work/log" cuda:0
