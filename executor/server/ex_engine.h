@@ -18,11 +18,11 @@
 /* Options of an engine. Zero values take the documented defaults. */
 struct ex_engine_options {
   bool round_bf16;     /* CPU: round where a bf16 reference rounds (ex_qwen35_model.round_bf16) */
-  size_t max_tokens;   /* CUDA: rows of one launch (default 8192) */
-  size_t max_seqs;     /* CUDA: sequences of one launch (default 64) */
+  size_t max_tokens;   /* CUDA: rows of one launch (default 8192); CPU: launch packing only */
+  size_t max_seqs;     /* CUDA: sequences of one launch (default 64); CPU: default 1 */
   size_t max_ctx;      /* CUDA: tokens one snapshot holds (default 8192) */
   size_t n_snapshots;  /* CUDA: snapshot pool = prefixes of one program (default 8) */
-  size_t max_readouts; /* CUDA: readout rows of one launch (default 256) */
+  size_t max_readouts; /* CUDA: readout rows of one launch (default 256); CPU: as max_tokens */
   int64_t max_patches; /* CUDA: vision patches of one image (default 16384) */
   bool refuse_lora;    /* CUDA: refuse a kept LoRA adapter instead of loading it onto the engine */
 };

@@ -238,8 +238,12 @@ int ex_engine_cpu_new(const struct cm_model_dir *dir, const struct ex_engine_opt
   if (!c)
     return -ENOMEM;
   c->base.ops = &cpu_ops;
-  c->base.lim = (struct ex_engine_limits){.max_tokens = SIZE_MAX, .max_seqs = 1,
-                                          .max_readouts = SIZE_MAX};
+  /* one row per launch unless the options ask for the CUDA engine's packing (tests use that to
+   * exercise the runner's launch splitting on the CPU; the values do not change) */
+  c->base.lim = (struct ex_engine_limits){
+      .max_tokens = opt && opt->max_tokens ? opt->max_tokens : SIZE_MAX,
+      .max_seqs = opt && opt->max_seqs ? opt->max_seqs : 1,
+      .max_readouts = opt && opt->max_readouts ? opt->max_readouts : SIZE_MAX};
   float scale = 0.0f;
   int r = ex_qwen35_config_parse(dir->config, &c->base.cfg, diag);
   if (!r)

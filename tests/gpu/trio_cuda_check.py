@@ -19,7 +19,8 @@ exits 1 on any failure, 0 when every family passes. Stdlib only; run from the re
 (fixtures under tests/fixtures, tests/integration/trio.py).
 
 usage: trio_cuda_check.py STAGE_DIR BIN_DIR LOG_DIR [DEVICE]   (DEVICE default cuda:0)
-  S1_TRIO_FAMILIES=open_jev,omnijev,jemm limits the families.
+  S1_TRIO_FAMILIES=open_jev,omnijev,jemm limits the families; S1_TRIO_EXECUTOR_ARGS adds
+  s1-executor options (e.g. "--max-seqs 3" with DEVICE cpu packs rows as the CUDA engine does).
 """
 import hashlib
 import json
@@ -179,7 +180,7 @@ def run_family(case, bindir, logdir, device, tokdir, tok35, work, log):
                                  % (got, case["model_sha256"]))
         t0 = time.time()
         t.start("ex", [t.bin("s1-executor"), "--model", t.model, "--device", device, "--listen",
-                       t.ex_url])
+                       t.ex_url] + os.environ.get("S1_TRIO_EXECUTOR_ARGS", "").split())
         t.start_frontend(max_body=case["max_body"])
         t.start_preprocessor()
         t.wait_health(200, timeout=180)
