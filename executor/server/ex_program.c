@@ -351,6 +351,8 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
   }
   /* every row must fit one launch on its own */
   for (uint32_t i = 0; i < p->n_rows; i++) {
+    if (row_start[i] == row_start[i + 1] && group_of[i] < 0)
+      continue; /* never run */
     size_t nr = row_reads(x, p, row_start, by_row, group_of, i);
     if (p->rows[i].n_tokens > lim->max_tokens || nr > lim->max_readouts) {
       r = cm_diag_set(diag, -CM_EPROGRAM, "rows[%u]: %u tokens and %zu readout rows over the "
