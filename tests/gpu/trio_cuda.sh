@@ -3,10 +3,12 @@
 # test (trio_cuda_stage.py: CPU answers, model hashes, tokenizers) into WORK/stage, links the trio
 # and model tools into WORK/bin, then runs trio_cuda_check.py (--device cuda:0) with logs in
 # WORK/log. Without a GPU the executor never becomes healthy and the test fails.
-# usage: trio_cuda.sh BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER_JSON WORK
+# With DEVICE cpu (and S1_TRIO_EXECUTOR_ARGS, e.g. "--max-seqs 3") it checks the same harness and
+# the runner's launch packing on the float32 CPU engine (test trio_packed_cpu).
+# usage: trio_cuda.sh BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER_JSON WORK [DEVICE]
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-build=$1 shared=$2 tok35=$3 work=$4
+build=$1 shared=$2 tok35=$3 work=$4 device=${5:-cuda:0}
 if [ ! -s "$tok35" ]; then
   "${S1_PYTHON:-python3}" "$here/../oracle/tokenizer_qwen35.py" "$tok35.tmp" >/dev/null
   mv "$tok35.tmp" "$tok35"
@@ -18,4 +20,4 @@ for t in frontend/s1-frontend preprocessor/s1-preprocessor executor/server/s1-ex
   ln -s "$build/$t" "$work/bin/"
 done
 python3 "$here/trio_cuda_stage.py" "$build" "$shared" "$tok35" "$work/stage"
-exec python3 "$here/trio_cuda_check.py" "$work/stage" "$work/bin" "$work/log" cuda:0
+exec python3 "$here/trio_cuda_check.py" "$work/stage" "$work/bin" "$work/log" "$device"
