@@ -165,6 +165,21 @@ def compare(got, want, path, st, probs=None):
         compare(got[k], want[k], path + "." + k, st, probs)
 
 
+def wait_ready(t, timeout):
+    """Health 200, failing at once when the executor exits (a retired executor exits after 5 s)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if t.procs["ex"].poll() is not None:
+            raise AssertionError("s1-executor exited with %s before it was ready"
+                                 % t.procs["ex"].returncode)
+        try:
+            t.wait_health(200, timeout=2)
+            return
+        except AssertionError:
+            pass
+    raise AssertionError("health never became 200 in %d s" % timeout)
+
+
 def run_family(case, bindir, logdir, device, tokdir, tok35, work, log):
     st = {"fails": [], "ties": [], "worst": 0.0}
     served = []
@@ -183,7 +198,7 @@ def run_family(case, bindir, logdir, device, tokdir, tok35, work, log):
                        t.ex_url] + os.environ.get("S1_TRIO_EXECUTOR_ARGS", "").split())
         t.start_frontend(max_body=case["max_body"])
         t.start_preprocessor()
-        t.wait_health(200, timeout=180)
+        wait_ready(t, 180)
         ready = time.time() - t0
         for r, cpu in zip(case["requests"], case["cpu"]):
             s, _, b = t.post(r["body"], timeout=300)
