@@ -40,3 +40,35 @@ int exc_cast_bf16(cudaStream_t stream, const float *x, size_t ld_x, __nv_bfloat1
   cast_kernel<<<exc_blocks(n * width, 256), 256, 0, stream>>>(x, ld_x, y, ld_y, n, width);
   return EXC_CUDA(cudaGetLastError());
 }
+
+static __global__ void round_kernel(float *x, size_t ld_x, size_t n, size_t width) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n * width)
+    return;
+  float *p = x + (i / width) * ld_x + i % width;
+  *p = __bfloat162float(__float2bfloat16_rn(*p));
+}
+
+int exc_round_bf16(cudaStream_t stream, float *x, size_t ld_x, size_t n, size_t width) {
+  if (!n || !width || ld_x < width)
+    return -EINVAL;
+  round_kernel<<<exc_blocks(n * width, 256), 256, 0, stream>>>(x, ld_x, n, width);
+  return EXC_CUDA(cudaGetLastError());
+}
+
+static __global__ void add_round_kernel(float *h, const float *y, size_t ld_y, size_t n,
+                                        size_t width) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n * width)
+    return;
+  float yr = __bfloat162float(__float2bfloat16_rn(y[(i / width) * ld_y + i % width]));
+  h[i] = __bfloat162float(__float2bfloat16_rn(h[i] + yr));
+}
+
+int exc_add_round_bf16(cudaStream_t stream, float *h, const float *y, size_t ld_y, size_t n,
+                       size_t width) {
+  if (!n || !width || ld_y < width)
+    return -EINVAL;
+  add_round_kernel<<<exc_blocks(n * width, 256), 256, 0, stream>>>(h, y, ld_y, n, width);
+  return EXC_CUDA(cudaGetLastError());
+}

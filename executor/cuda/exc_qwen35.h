@@ -19,6 +19,22 @@
 extern "C" {
 #endif
 
+/* Where the forward rounds its activations (struct exc_qwen35_limits.numerics). */
+enum exc_qwen35_numerics {
+  /* The reference's numbers (the default): every activation rounded to bf16 where transformers
+   * in bf16 rounds it (spec/qwen3_5.md §3.5): projection outputs, q/k norms, rotary tables and
+   * results, attention output, conv, β, GDN output, gated norm, SwiGLU, each residual add (the
+   * residual stream holds bf16 values), merged image rows, the final norm and the logits; fp32
+   * accumulation inside GEMMs and kernels. Not rounded inside the fused attention, gated-norm,
+   * rotary and SwiGLU ops (one rounding at their outputs). Twin: the CPU forward with round_bf16.
+   */
+  EXC_NUMERICS_REF_BF16 = 0,
+  /* float32 residual stream and non-GEMM activations, bf16 only at GEMM inputs, the KV cache and
+   * the LM-head input (closer to a float32 forward than the bf16 reference is). Twin: the float32
+   * CPU forward. */
+  EXC_NUMERICS_FP32_RESIDUAL = 1,
+};
+
 /* Sizes reserved at start-up; a request over any of them is refused with -CM_ELIMIT. */
 struct exc_qwen35_limits {
   size_t max_tokens;    /* rows of one launch, all sequences together (default 8192) */
@@ -27,6 +43,7 @@ struct exc_qwen35_limits {
   size_t n_snapshots;   /* snapshots in the pool (default 4) */
   size_t max_readouts;  /* readout rows of one launch (hidden and logits; default 64) */
   size_t max_label_ids; /* vocabulary rows of one exc_qwen35_label_logits call (default 1024) */
+  enum exc_qwen35_numerics numerics; /* rounding mode (default EXC_NUMERICS_REF_BF16) */
 };
 
 /* The default limits above. */
@@ -170,6 +187,14 @@ int exc_qwen35_label_logits(struct exc_qwen35 *e, const size_t *rows, size_t n_r
  * host. Returns as exc_qwen35_label_logits. Source: spec/omnijev.md §7. */
 int exc_qwen35_token_logprob(struct exc_qwen35 *e, const size_t *rows, const int32_t *targets,
                              size_t n, float *ret, struct cm_diag *diag);
+
+/* Switches the rounding mode of later forwards (the start-up value is limits.numerics).
+ * Returns 0; -EINVAL (not a mode). */
+int exc_qwen35_set_numerics(struct exc_qwen35 *e, enum exc_qwen35_numerics numerics);
+
+/* "ref-bf16" or "fp32-residual" ↔ the mode; parse returns 0 or -EINVAL (unknown name). */
+const char *exc_qwen35_numerics_name(enum exc_qwen35_numerics numerics);
+int exc_qwen35_numerics_parse(const char *name, enum exc_qwen35_numerics *ret_numerics);
 
 /* False once a CUDA call failed with a sticky error (the context is lost: retire the executor). */
 bool exc_qwen35_healthy(const struct exc_qwen35 *e);
