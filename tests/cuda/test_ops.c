@@ -1,6 +1,7 @@
 /* Twin tests of the CUDA engine's small ops against the float32 CPU ops on fresh seeded inputs,
  * outputs poisoned with NaN before each launch: embedding gather, RMSNorm with the residual add,
- * gated RMSNorm, mRoPE tables with the fused q/k norm + rotary + split + KV write, SwiGLU, cast,
+ * gated RMSNorm, mRoPE tables with the fused q/k norm + rotary + split + KV write (and its
+ * ref-bf16 variant rounding the norm), SwiGLU, cast, in-place bf16 rounding, the bf16 residual add,
  * selected LM-head rows and the chunked full-vocabulary log-prob. Row counts 1, 63, 64, 65, 127,
  * 129 and 3,400 (elementwise ops), odd widths where the op allows them. */
 #include <math.h>
@@ -255,6 +256,30 @@ static void test_attn_prep(struct xt_rng *r) {
       xt_down_bf16(got, dv, nk);
       snprintf(what, sizeof(what), "attn_prep v n=%zu D=%d", n, d);
       xt_close(what, got, vv, nk, 0, 0);
+      /* the ref-bf16 variant: norm, round, rotate, round (the CPU forward's round_bf16 steps) */
+      xt_poison(dq, nq * 2);
+      xt_poison(dk, nk * 2);
+      XT_OK(exc_attn_prep_rounded(0, dproj, dproj + qw, dproj + qw + kw, ld, dqn, dkn, 1e-6f, dcos,
+                                  dsin, rot, dq, dg, dk, dv, n, hq, hkv, d));
+      for (size_t t = 0; t < n; t++) {
+        for (int h = 0; h < hq; h++)
+          memcpy(q + (t * hq + h) * d, proj + t * ld + (size_t)h * 2 * d, d * 4);
+        memcpy(kk + t * kw, proj + t * ld + qw, kw * 4);
+      }
+      ex_cpu_rms_norm(q, qn, 1e-6f, q, n * hq, d);
+      ex_cpu_rms_norm(kk, kn, 1e-6f, kk, n * hkv, d);
+      ex_cpu_round_bf16(q, nq);
+      ex_cpu_round_bf16(kk, nk);
+      ex_cpu_rope_apply(q, n, hq, d, rot, cos_t, sin_t);
+      ex_cpu_rope_apply(kk, n, hkv, d, rot, cos_t, sin_t);
+      ex_cpu_round_bf16(q, nq);
+      ex_cpu_round_bf16(kk, nk);
+      xt_down_bf16(got, dq, nq);
+      snprintf(what, sizeof(what), "attn_prep_rounded q n=%zu D=%d", n, d);
+      xt_close(what, got, q, nq, 1e-5, BF16_REL);
+      xt_down_bf16(got, dk, nk);
+      snprintf(what, sizeof(what), "attn_prep_rounded k n=%zu D=%d", n, d);
+      xt_close(what, got, kk, nk, 1e-5, BF16_REL);
       cudaFree(dproj);
       cudaFree(dqn);
       cudaFree(dkn);
@@ -312,6 +337,31 @@ static void test_swiglu_cast(struct xt_rng *r) {
     xt_down_bf16(got, dout, n * width);
     snprintf(what, sizeof(what), "cast n=%zu", n);
     xt_close(what, got, want, n * width, 0, 0);
+    /* in-place rounding of the first `width` columns: exact, the rest of each row untouched */
+    float *dr = dev_f32(gu, n * ld), *back = hmalloc(n * ld), *wr = hmalloc(n * ld);
+    XT_OK(exc_round_bf16(0, dr, ld, n, width));
+    for (size_t t = 0; t < n; t++)
+      for (size_t i = 0; i < ld; i++)
+        wr[t * ld + i] = i < width ? bf(gu[t * ld + i]) : gu[t * ld + i];
+    xt_down(back, dr, n * ld * 4);
+    snprintf(what, sizeof(what), "round_bf16 in place n=%zu", n);
+    xt_close(what, back, wr, n * ld, 0, 0);
+    /* residual add: h = bf16(h + bf16(y)), exact; h holds bf16 values, y the float32 rows of gu */
+    float *hh = hmalloc(n * width);
+    xt_fill_bf16_normal(r, hh, n * width, 4.0f);
+    float *dh = dev_f32(hh, n * width);
+    XT_OK(exc_add_round_bf16(0, dh, dgu, ld, n, width));
+    for (size_t t = 0; t < n; t++)
+      for (size_t i = 0; i < width; i++)
+        want[t * width + i] = bf(hh[t * width + i] + bf(gu[t * ld + i]));
+    xt_down(got, dh, n * width * 4);
+    snprintf(what, sizeof(what), "add_round_bf16 n=%zu", n);
+    xt_close(what, got, want, n * width, 0, 0);
+    cudaFree(dr);
+    cudaFree(dh);
+    free(back);
+    free(wr);
+    free(hh);
     cudaFree(dgu);
     cudaFree(dout);
     free(gu);
