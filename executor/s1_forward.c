@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cm_model_dir.h"
+#include "cpu_act.h"
 #include "ex_npy.h"
 #include "ex_qwen35.h"
 #include "pp_image.h"
@@ -396,8 +397,11 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     }
     free(pout);
     for (size_t i = 0, j = 0; device < 0 && i < n; i++)
-      if (tok[i] == cfg.image_token_id)
+      if (tok[i] == cfg.image_token_id) {
         memcpy(emb + i * h, vis + (j++) * h, h * sizeof(float));
+        if (bf16) /* the bf16 reference's vision output is bf16 (as the engine's ref-bf16) */
+          ex_cpu_round_bf16(emb + i * h, h);
+      }
   }
   /* 3-axis positions as get_rope_index walks them (preprocessor/image) */
   struct pp_grid grids[MAX_IMAGES];
