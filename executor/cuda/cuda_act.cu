@@ -7,12 +7,16 @@
 #include "exc_kernel.cuh"
 
 static __global__ void swiglu_kernel(const float *gate, const float *up, size_t ld_in,
-                                     __nv_bfloat16 *out, size_t n, size_t width) {
+                                     __nv_bfloat16 *out, size_t n, size_t width, bool round_in) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n * width)
     return;
   size_t t = i / width, c = i % width;
   float g = gate[t * ld_in + c], u = up[t * ld_in + c];
+  if (round_in) {
+    g = __bfloat162float(__float2bfloat16_rn(g));
+    u = __bfloat162float(__float2bfloat16_rn(u));
+  }
   out[i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
 }
 
@@ -20,7 +24,17 @@ int exc_swiglu(cudaStream_t stream, const float *gate, const float *up, size_t l
                __nv_bfloat16 *out, size_t n, size_t width) {
   if (!n || !width || ld_in < width)
     return -EINVAL;
-  swiglu_kernel<<<exc_blocks(n * width, 256), 256, 0, stream>>>(gate, up, ld_in, out, n, width);
+  swiglu_kernel<<<exc_blocks(n * width, 256), 256, 0, stream>>>(gate, up, ld_in, out, n, width,
+                                                                false);
+  return EXC_CUDA(cudaGetLastError());
+}
+
+int exc_swiglu_rounded(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,
+                       __nv_bfloat16 *out, size_t n, size_t width) {
+  if (!n || !width || ld_in < width)
+    return -EINVAL;
+  swiglu_kernel<<<exc_blocks(n * width, 256), 256, 0, stream>>>(gate, up, ld_in, out, n, width,
+                                                                true);
   return EXC_CUDA(cudaGetLastError());
 }
 

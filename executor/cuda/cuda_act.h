@@ -21,6 +21,13 @@ extern "C" {
 int exc_swiglu(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,
                __nv_bfloat16 *out, size_t n, size_t width);
 
+/* As exc_swiglu with gate and up rounded to bf16 as they are read (the bf16 reference's gate_proj
+ * and up_proj outputs): out[t, i] = bf16(silu(bf16(gate)) · bf16(up)), the unrounded inputs left
+ * as they are. Shapes, ownership, returns as exc_swiglu. Source: spec/qwen3_5.md §3.4, §3.5;
+ * twin ex_cpu_round_bf16 of both, ex_cpu_swiglu, ex_cpu_round_bf16. */
+int exc_swiglu_rounded(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,
+                       __nv_bfloat16 *out, size_t n, size_t width);
+
 /* y[t, i] = bf16(x[t, i]) (round to nearest even) for n rows of `width` values.
  * Shapes: x [n, ld_x] float32; y [n, ld_y] bf16; device. Returns 0; -EINVAL; -CM_ECUDA.
  * Source: torch .to(bfloat16); twin ex_cpu_round_bf16. */

@@ -826,11 +826,12 @@ static int mlp(struct exc_qwen35 *e, const struct dlayer *l, size_t t) {
     return r;
   prof(e, EXC_OP_NORM);
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter, EXC_DTYPE_F32,
-                    false, t, e->h, 2 * e->inter)) ||
-      (r = round_rows(e, e->proj, 2 * e->inter, t, 2 * e->inter)))
+                    false, t, e->h, 2 * e->inter)))
     return r;
   prof(e, EXC_OP_GEMM_IN);
-  if ((r = exc_swiglu(e->stream, e->proj, e->proj + e->inter, 2 * e->inter, e->mix, t, e->inter)))
+  /* ref-bf16: gate and up rounded as the kernel reads them (no separate pass) */
+  if ((r = (ref_bf16(e) ? exc_swiglu_rounded : exc_swiglu)(e->stream, e->proj, e->proj + e->inter,
+                                                           2 * e->inter, e->mix, t, e->inter)))
     return r;
   prof(e, EXC_OP_SWIGLU);
   r = out_proj(e, e->mix, e->inter, l->w_down, t);

@@ -1,5 +1,6 @@
 /* The bf16 CUDA engine of the Qwen3.5 text backbone: weights bf16 on one device (projections fused
- * per layer), float32 residual stream, device memory reserved once at start-up (weights, one
+ * per layer), activations rounded as the bf16 reference by default (enum exc_qwen35_numerics; a
+ * float32 residual stream on request), device memory reserved once at start-up (weights, one
  * scratch arena for a maximum number of tokens per launch, a pool of sequence snapshots), and the
  * forward over packed sequences that each continue their own snapshot. Not here: the vision tower
  * (image rows come in as embeddings), unmerged LoRA, family heads. CPU twin: ex_qwen35.h. */
@@ -106,7 +107,8 @@ int exc_qwen35_state_clone(struct exc_qwen35 *e, const struct exc_qwen35_state *
  * features or NULL: they replace, in order, the embeddings of the rows whose token is the config's
  * image_token_id (their count must match); readout [n_read] packed row
  * indices; ret_hidden [n_read, H] host float32 final-norm hidden rows or NULL; ret_logits
- * [n_read, vocab] host float32 LM-head logits (of the bf16 hidden row) or NULL.
+ * [n_read, vocab] host float32 LM-head logits (of the bf16 hidden row) or NULL; in ref-bf16 both
+ * hold bf16 values (the reference's bf16 hidden states and logits).
  * Ownership: host buffers of the caller; synchronises the engine's stream before returning.
  * Returns 0; -EINVAL (empty, an id out of range, a readout outside the launch, a state both
  * advanced and read, image rows not matching the image tokens); -CM_ELIMIT (max_tokens, max_seqs,

@@ -219,9 +219,12 @@ static void ref_checks(struct exc_qwen35 *e, struct ex_qwen35_model *m, const in
     if (n == N && !(er <= REF_RATIO * e32))
       xt_fail("ref-bf16 n=%zu: %.3e from the round_bf16 forward, %.3e from the float32 one", n, er,
               e32);
-    if (argmax(gl, v) != argmax(cl, v))
-      xt_fail("ref-bf16 n=%zu: top-1 id %zu on the GPU, %zu on the CPU", n, argmax(gl, v),
-              argmax(cl, v));
+    /* top-1: the same id, or one whose CPU logit is within two bf16 ulps of the CPU maximum (a
+     * near-tie that one flipped rounding can reorder) */
+    size_t ag = argmax(gl, v), ac = argmax(cl, v);
+    if (ag != ac && !(cl[ac] - cl[ag] <= 2.0 * fabs(cl[ac]) / 128))
+      xt_fail("ref-bf16 n=%zu: top-1 id %zu on the GPU (CPU logit %.4f), %zu on the CPU (%.4f)", n,
+              ag, cl[ag], ac, cl[ac]);
     if (n == N)
       memcpy(full, gh, n * h * sizeof(float));
     free(gh);

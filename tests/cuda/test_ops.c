@@ -1,8 +1,9 @@
 /* Twin tests of the CUDA engine's small ops against the float32 CPU ops on fresh seeded inputs,
  * outputs poisoned with NaN before each launch: embedding gather, RMSNorm with the residual add,
  * gated RMSNorm, mRoPE tables with the fused q/k norm + rotary + split + KV write (and its
- * ref-bf16 variant rounding the norm), SwiGLU, cast, in-place bf16 rounding, the bf16 residual add,
- * selected LM-head rows and the chunked full-vocabulary log-prob. Row counts 1, 63, 64, 65, 127,
+ * ref-bf16 variant rounding the norm), SwiGLU (and its variant rounding gate and up), cast,
+ * in-place bf16 rounding, the bf16 residual add, selected LM-head rows and the chunked
+ * full-vocabulary log-prob. Row counts 1, 63, 64, 65, 127,
  * 129 and 3,400 (elementwise ops), odd widths where the op allows them. */
 #include <math.h>
 #include <stdio.h>
@@ -327,6 +328,16 @@ static void test_swiglu_cast(struct xt_rng *r) {
     xt_down_bf16(got, dout, n * width);
     char what[64];
     snprintf(what, sizeof(what), "swiglu n=%zu", n);
+    xt_close(what, got, want, n * width, BF16_ABS, BF16_REL);
+    /* ref-bf16 variant: gate and up rounded as read */
+    xt_poison(dout, n * width * 2);
+    XT_OK(exc_swiglu_rounded(0, dgu, dgu + width, ld, dout, n, width));
+    ex_cpu_round_bf16(g, n * width);
+    ex_cpu_round_bf16(u, n * width);
+    ex_cpu_swiglu(g, u, want, n * width);
+    ex_cpu_round_bf16(want, n * width);
+    xt_down_bf16(got, dout, n * width);
+    snprintf(what, sizeof(what), "swiglu_rounded n=%zu", n);
     xt_close(what, got, want, n * width, BF16_ABS, BF16_REL);
     /* cast: exact rounding */
     xt_poison(dout, n * width * 2);
