@@ -445,16 +445,21 @@ static int prepare_gemms(struct exc_qwen35 *e) {
       {e->vd, e->h, EXC_DTYPE_F32, true},
       {e->h, 2 * e->inter, EXC_DTYPE_F32, false},
       {e->inter, e->h, EXC_DTYPE_F32, true},
-      /* ref-bf16: the output projections into a scratch, rounded before the residual add */
-      {e->hq * e->d, e->h, EXC_DTYPE_F32, false},
-      {e->vd, e->h, EXC_DTYPE_F32, false},
-      {e->inter, e->h, EXC_DTYPE_F32, false},
       {e->h, e->vocab_pad, EXC_DTYPE_F32, false},
       {e->h, LP_CHUNK, EXC_DTYPE_BF16, false},
       {e->h, exc_gemm_pad(e->vocab) % LP_CHUNK ? exc_gemm_pad(e->vocab) % LP_CHUNK : LP_CHUNK,
        EXC_DTYPE_BF16, false},
+      /* ref-bf16 only (last, so that fp32-residual never depends on them): the output
+       * projections into a scratch, rounded before the residual add; a later switch to ref-bf16
+       * chooses them on first use */
+      {e->hq * e->d, e->h, EXC_DTYPE_F32, false},
+      {e->vd, e->h, EXC_DTYPE_F32, false},
+      {e->inter, e->h, EXC_DTYPE_F32, false},
   };
-  for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+  size_t n_shapes = sizeof(shapes) / sizeof(shapes[0]);
+  if (!ref_bf16(e))
+    n_shapes -= 3;
+  for (size_t i = 0; i < n_shapes; i++) {
     int r = exc_gemm_prepare(e->gemm, shapes[i].k, shapes[i].m, shapes[i].t, shapes[i].acc);
     if (r)
       return r;
