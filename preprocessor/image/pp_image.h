@@ -203,7 +203,7 @@ void pp_image_panel_grid(uint32_t n, uint32_t *ret_cols, uint32_t *ret_rows);
  * cols*cw + (cols+1)*6 by rows*(ch+22) + (rows+1)*6 filled with (32, 32, 32); still k pasted
  * centred ((cw - w) / 2, 22 + (ch - h) / 2) in its cell at (6 + c (cw + 6), 6 + r (ch + 28));
  * numeral k+1 in white, its ink's top-left at (x + 2, y + 6), drawn with libvips text (DejaVu
- * Sans Condensed 11 px; Pillow's own default font differs: only those glyph pixels differ).
+ * Sans Condensed 10 px; Pillow's own default font differs: only those glyph pixels differ).
  * Shapes: stills[n], each [h][w][3] RGB. Ownership: ret_canvas->data malloc'd.
  * Returns: 0; -EINVAL (n = 0 or above PP_IMAGE_PANEL_MAX_STILLS, an empty still);
  * -CM_EUNSUPPORTED (libvips cannot start or render text); -ENOMEM.

@@ -20,7 +20,7 @@ enum {
   INK_DY = 6,    /* px from the cell top to the top of Pillow's digits (origin y + 4 + 2) */
 };
 
-#define NUMERAL_FONT "DejaVu Sans Condensed 11" /* pt at dpi 72 = px: digits 8 px tall */
+#define NUMERAL_FONT "DejaVu Sans Condensed 10" /* pt at dpi 72 = px; the closest to Pillow's glyphs */
 
 void pp_image_panel_grid(uint32_t n, uint32_t *ret_cols, uint32_t *ret_rows) {
   if (n <= 1)
