@@ -79,7 +79,7 @@ static int draw_numeral(struct pp_rgb *canvas, uint32_t k, uint32_t x, uint32_t 
 }
 
 int pp_image_panel_compose(const struct pp_rgb *stills, uint32_t n, struct pp_rgb *ret_canvas) {
-  if (n == 0)
+  if (n == 0 || n > PP_IMAGE_PANEL_MAX_STILLS)
     return -EINVAL;
   int rc = pp_image_global_init();
   if (rc)
@@ -99,13 +99,9 @@ int pp_image_panel_compose(const struct pp_rgb *stills, uint32_t n, struct pp_rg
   }
   if (rc)
     goto done;
-  /* cells are at most 448 px and n at most PP_IMAGE_PANEL_MAX_STILLS: far below 65,500 */
+  /* cells are at most 448 px and n at most PP_IMAGE_PANEL_MAX_STILLS: at most 1368 x 2862 */
   uint64_t W = (uint64_t)cols * cw + (uint64_t)(cols + 1) * BORDER;
   uint64_t H = (uint64_t)rows * (ch + BAND) + (uint64_t)(rows + 1) * BORDER;
-  if (n > PP_IMAGE_PANEL_MAX_STILLS) {
-    rc = -EINVAL;
-    goto done;
-  }
   if (!(d = malloc((size_t)(W * H * 3)))) {
     rc = -ENOMEM;
     goto done;

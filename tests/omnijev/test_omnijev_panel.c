@@ -5,6 +5,7 @@
  * processor grid and image tokens are Pillow's. Prints the numeral-box and post-JPEG pixel
  * differences (recipe/omnijev/README.md quotes them) and checks them against stated bounds.
  * usage: test_omnijev_panel FIXTURE_DIR */
+#include <errno.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,21 @@ int main(int argc, char **argv) {
     free(stills);
   }
   const char *name = "all";
+  /* limits: no stills, more than PP_IMAGE_PANEL_MAX_STILLS, an empty still */
+  struct pp_rgb tiny[PP_IMAGE_PANEL_MAX_STILLS + 1], out = {0};
+  uint8_t px[3] = {1, 2, 3};
+  for (int k = 0; k <= PP_IMAGE_PANEL_MAX_STILLS; k++)
+    tiny[k] = (struct pp_rgb){1, 1, px};
+  CHECK(pp_image_panel_compose(tiny, 0, &out) == -EINVAL, "0 stills accepted");
+  CHECK(pp_image_panel_compose(tiny, PP_IMAGE_PANEL_MAX_STILLS + 1, &out) == -EINVAL,
+        "%d stills accepted", PP_IMAGE_PANEL_MAX_STILLS + 1);
+  tiny[1].width = 0;
+  CHECK(pp_image_panel_compose(tiny, 2, &out) == -EINVAL, "an empty still accepted");
+  tiny[1].width = 1;
+  CHECK(pp_image_panel_compose(tiny, PP_IMAGE_PANEL_MAX_STILLS, &out) == 0 && out.width == 3 * 1 + 4 * 6 &&
+            out.height == 6 * (1 + 22) + 7 * 6,
+        "16 1x1 stills: canvas %ux%u", out.width, out.height);
+  pp_rgb_fini(&out);
   CHECK(json_object_array_length(cases) >= 7, "only %zu cases", json_object_array_length(cases));
   json_object_put(meta);
   printf("numeral boxes: max %.0f levels; after JPEG: max %.0f levels\n", all_box_max, all_post_max);
