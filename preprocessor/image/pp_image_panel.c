@@ -2,7 +2,7 @@
  * into one canvas with a numeral above each, then a JPEG quality-88 round trip. The geometry,
  * thumbnails and JPEG encoder match Pillow 12.3 exactly; the numerals cannot (Pillow draws them
  * with its embedded default font, Aileron Regular 10 px, which is not copied here): they are
- * rendered by libvips' text operation with DejaVu Sans Condensed (Debian fonts-dejavu-core) at a
+ * rendered by libvips' text operation with DejaVu Sans Condensed 10 px (Debian fonts-dejavu-extra) at a
  * similar glyph box. The measured difference is in recipe/omnijev/README.md. */
 #include "pp_image.h"
 
