@@ -165,9 +165,9 @@ int pp_mrope_positions(const int32_t *ids, size_t n_ids, int32_t image_token_id,
 /* ---- OmniJev multi-image panel (spec/omnijev.md §10.5; pp_image_pillow.c, pp_image_panel.c) */
 
 enum {
-  PP_IMAGE_PANEL_MAX_SIDE = 448,   /* stills whose longer side exceeds this are thumbnailed */
-  PP_IMAGE_PANEL_QUALITY = 88,     /* JPEG quality of the panel's round trip */
-  PP_IMAGE_PANEL_MAX_STILLS = 16,  /* stills per panel (3 x 6 cells, canvas <= 1368 x 2862) */
+  PP_IMAGE_PANEL_MAX_SIDE = 448,  /* stills whose longer side exceeds this are thumbnailed */
+  PP_IMAGE_PANEL_QUALITY = 88,    /* JPEG quality of the panel's round trip */
+  PP_IMAGE_PANEL_MAX_STILLS = 16, /* stills per panel (3 x 6 cells, canvas <= 1368 x 2862) */
 };
 
 /* The size Pillow 12.3's `thumbnail((max_side, max_side))` gives: unchanged when both sides fit,
@@ -180,7 +180,8 @@ void pp_image_thumbnail_size(uint32_t width, uint32_t height, uint32_t max_side,
  * reducing_gap 2.0; `draft` does nothing on converted RGB): pp_image_thumbnail_size, then, when
  * a side shrinks by 2 x reducing_gap or more, an integer box reduce by int(ratio / 2) per axis,
  * then the 22-bit fixed-point bicubic (horizontal pass, 8-bit intermediate, vertical pass; the
- * other order for an image over 100 times taller than wide) over the reduced box (as float32). A copy when nothing shrinks. Shapes: src [h][w][3] -> [th][tw][3].
+ * other order for an image over 100 times taller than wide) over the reduced box (as float32).
+ * A copy when nothing shrinks. Shapes: src [h][w][3] -> [th][tw][3].
  * Ownership: ret_dst->data malloc'd (pp_rgb_fini). Returns: 0; -EINVAL (zero size); -ENOMEM.
  * Source: Pillow 12.3 Image.thumbnail / Image.resize, libImaging Reduce.c and Resample.c;
  * checked bit-exact by tests/omnijev/test_omnijev_panel.c on tests/oracle/omnijev_panels.py. */
@@ -192,8 +193,7 @@ int pp_image_thumbnail(const struct pp_rgb *src, uint32_t max_side, struct pp_rg
  * Units: quality 1..100. Ownership: *ret_bytes malloc'd (caller frees), *ret_n bytes.
  * Returns: 0; -EINVAL (zero or > 65,500 px side, quality out of range); -ENOMEM.
  * Source: Pillow 12.3 JpegEncode.c defaults; byte-identical to Pillow's output (same test). */
-int pp_image_jpeg_encode(const struct pp_rgb *img, int quality, uint8_t **ret_bytes,
-                         size_t *ret_n);
+int pp_image_jpeg_encode(const struct pp_rgb *img, int quality, uint8_t **ret_bytes, size_t *ret_n);
 
 /* The panel grid (spec §10.5): n = 1 -> 1x1, 2 -> 2x1, <= 4 -> 2x2, else 3 x ceil(n / 3). */
 void pp_image_panel_grid(uint32_t n, uint32_t *ret_cols, uint32_t *ret_rows);

@@ -2,8 +2,9 @@
  * into one canvas with a numeral above each, then a JPEG quality-88 round trip. The geometry,
  * thumbnails and JPEG encoder match Pillow 12.3 exactly; the numerals cannot (Pillow draws them
  * with its embedded default font, Aileron Regular 10 px, which is not copied here): they are
- * rendered by libvips' text operation with DejaVu Sans Condensed 10 px (Debian fonts-dejavu-extra) at a
- * similar glyph box. The measured difference is in recipe/omnijev/README.md. */
+ * rendered by libvips' text operation with DejaVu Sans Condensed 10 px (Debian
+ * fonts-dejavu-extra), the closest glyph box found. The measured difference is in
+ * recipe/omnijev/README.md. */
 #include "pp_image.h"
 
 #include <errno.h>
@@ -13,14 +14,15 @@
 #include <vips/vips.h>
 
 enum {
-  BORDER = 6,    /* px around and between cells */
-  BAND = 22,     /* px label band above each image */
-  FILL = 32,     /* canvas grey level */
-  TEXT_DX = 2,   /* the numeral's origin in the cell (Pillow's text anchor "la") */
-  INK_DY = 6,    /* px from the cell top to the top of Pillow's digits (origin y + 4 + 2) */
+  BORDER = 6,  /* px around and between cells */
+  BAND = 22,   /* px label band above each image */
+  FILL = 32,   /* canvas grey level */
+  TEXT_DX = 2, /* the numeral's origin in the cell (Pillow's text anchor "la") */
+  INK_DY = 6,  /* px from the cell top to the top of Pillow's digits (origin y + 4 + 2) */
 };
 
-#define NUMERAL_FONT "DejaVu Sans Condensed 10" /* pt at dpi 72 = px; the closest to Pillow's glyphs */
+#define NUMERAL_FONT                                                                               \
+  "DejaVu Sans Condensed 10" /* pt at dpi 72 = px; the closest to Pillow's glyphs */
 
 void pp_image_panel_grid(uint32_t n, uint32_t *ret_cols, uint32_t *ret_rows) {
   if (n <= 1)

@@ -93,8 +93,8 @@ static int coeffs(uint32_t in_size, double in0, double in1, uint32_t out_size, i
     }
     for (int x = 0; x < xmax; x++) {
       double w = ww != 0.0 ? k[x] / ww : k[x];
-      kk[(size_t)xx * ksize + x] = w < 0 ? (int32_t)(-0.5 + w * (1 << PREC_BITS))
-                                         : (int32_t)(0.5 + w * (1 << PREC_BITS));
+      kk[(size_t)xx * ksize + x] =
+          w < 0 ? (int32_t)(-0.5 + w * (1 << PREC_BITS)) : (int32_t)(0.5 + w * (1 << PREC_BITS));
     }
     bounds[2 * xx] = xmin;
     bounds[2 * xx + 1] = xmax;
@@ -237,7 +237,8 @@ int pp_image_thumbnail(const struct pp_rgb *src, uint32_t max_side, struct pp_rg
   }
   /* Image.resize(reducing_gap=2.0): factor = int(box side / out side / 2) or 1; the safe reduce
    * box of a whole-image box is the whole image. */
-  uint32_t fx = (uint32_t)((double)src->width / fw / 2.0), fy = (uint32_t)((double)src->height / fh / 2.0);
+  uint32_t fx = (uint32_t)((double)src->width / fw / 2.0),
+           fy = (uint32_t)((double)src->height / fh / 2.0);
   fx = fx ? fx : 1;
   fy = fy ? fy : 1;
   if (fx > 1 || fy > 1) {

@@ -102,7 +102,8 @@ int main(int argc, char **argv) {
     struct pp_rgb *stills = calloc(n, sizeof *stills);
     for (uint32_t k = 0; k < n; k++)
       CHECK(load(dir, name, json_object_get_string(json_object_array_get_idx(inputs, k)),
-                 &stills[k], NULL, NULL) == 0, "input %u does not decode", k);
+                 &stills[k], NULL, NULL) == 0,
+            "input %u does not decode", k);
     /* layout */
     uint32_t cols, rows;
     pp_image_panel_grid(n, &cols, &rows);
@@ -112,7 +113,7 @@ int main(int argc, char **argv) {
       pp_image_thumbnail_size(stills[k].width, stills[k].height, PP_IMAGE_PANEL_MAX_SIDE, &tw, &th);
       json_object *sz = get(json_object_array_get_idx(cells, k), "size");
       CHECK((int)tw == json_object_get_int(json_object_array_get_idx(sz, 0)) &&
-            (int)th == json_object_get_int(json_object_array_get_idx(sz, 1)),
+                (int)th == json_object_get_int(json_object_array_get_idx(sz, 1)),
             "still %u: thumbnail %ux%u", k, tw, th);
     }
     /* canvas before JPEG */
@@ -121,8 +122,9 @@ int main(int argc, char **argv) {
     size_t n_pil_jpeg = 0;
     CHECK(pp_image_panel_compose(stills, n, &ours) == 0, "compose failed");
     CHECK(load(dir, name, "canvas.png", &pil, NULL, NULL) == 0, "canvas.png");
-    CHECK(ours.width == (uint32_t)geti(cs, "width") && ours.height == (uint32_t)geti(cs, "height") &&
-          ours.width == pil.width && ours.height == pil.height,
+    CHECK(ours.width == (uint32_t)geti(cs, "width") &&
+              ours.height == (uint32_t)geti(cs, "height") && ours.width == pil.width &&
+              ours.height == pil.height,
           "canvas %ux%u, Pillow %ux%u", ours.width, ours.height, pil.width, pil.height);
     if (ours.data && pil.data && ours.width == pil.width && ours.height == pil.height) {
       uint64_t outside_diff = 0, box_px = 0, box_diff_px = 0, box_sum = 0;
@@ -140,8 +142,10 @@ int main(int argc, char **argv) {
             box_sum += (uint64_t)d;
             box_max = d > box_max ? d : box_max;
           } else if (d && !outside_diff++) {
-            fprintf(stderr, "%s: first difference outside the numeral boxes at (%u, %u): "
-                    "%d,%d,%d vs Pillow %d,%d,%d\n", name, x, y, a[0], a[1], a[2], b[0], b[1], b[2]);
+            fprintf(stderr,
+                    "%s: first difference outside the numeral boxes at (%u, %u): "
+                    "%d,%d,%d vs Pillow %d,%d,%d\n",
+                    name, x, y, a[0], a[1], a[2], b[0], b[1], b[2]);
           }
         }
       CHECK(outside_diff == 0, "%llu pixels differ outside the numeral boxes",
@@ -171,12 +175,13 @@ int main(int argc, char **argv) {
     CHECK(pp_image_panel(stills, n, &our_panel) == 0, "pp_image_panel failed");
     uint32_t rh = 0, rw = 0;
     if (our_panel.data) {
-      CHECK(pp_smart_resize(our_panel.height, our_panel.width, 32, 65536, 602112, 200, &rh, &rw) == 0,
+      CHECK(pp_smart_resize(our_panel.height, our_panel.width, 32, 65536, 602112, 200, &rh, &rw) ==
+                0,
             "smart_resize");
       json_object *g = get(cs, "grid");
       CHECK((int)rh / 16 == json_object_get_int(json_object_array_get_idx(g, 1)) &&
-            (int)rw / 16 == json_object_get_int(json_object_array_get_idx(g, 2)) &&
-            (int)(rh * rw / 1024) == geti(cs, "image_tokens"),
+                (int)rw / 16 == json_object_get_int(json_object_array_get_idx(g, 2)) &&
+                (int)(rh * rw / 1024) == geti(cs, "image_tokens"),
             "grid (1, %u, %u), %u tokens", rh / 16, rw / 16, rh * rw / 1024);
     }
     if (load(dir, name, "panel.jpg", &pil_panel, &pil_jpeg, &n_pil_jpeg) == 0 && our_panel.data) {
@@ -213,13 +218,14 @@ int main(int argc, char **argv) {
   tiny[1].width = 0;
   CHECK(pp_image_panel_compose(tiny, 2, &out) == -EINVAL, "an empty still accepted");
   tiny[1].width = 1;
-  CHECK(pp_image_panel_compose(tiny, PP_IMAGE_PANEL_MAX_STILLS, &out) == 0 && out.width == 3 * 1 + 4 * 6 &&
-            out.height == 6 * (1 + 22) + 7 * 6,
+  CHECK(pp_image_panel_compose(tiny, PP_IMAGE_PANEL_MAX_STILLS, &out) == 0 &&
+            out.width == 3 * 1 + 4 * 6 && out.height == 6 * (1 + 22) + 7 * 6,
         "16 1x1 stills: canvas %ux%u", out.width, out.height);
   pp_rgb_fini(&out);
   CHECK(json_object_array_length(cases) >= 7, "only %zu cases", json_object_array_length(cases));
   json_object_put(meta);
-  printf("numeral boxes: max %.0f levels; after JPEG: max %.0f levels\n", all_box_max, all_post_max);
+  printf("numeral boxes: max %.0f levels; after JPEG: max %.0f levels\n", all_box_max,
+         all_post_max);
   printf("%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
 }
