@@ -184,6 +184,18 @@ int main(int argc, char **argv) {
                 (int)(rh * rw / 1024) == geti(cs, "image_tokens"),
             "grid (1, %u, %u), %u tokens", rh / 16, rw / 16, rh * rw / 1024);
     }
+    if (strcmp(name, "two_32") == 0 && our_panel.data) {
+      /* the reference's tests/test_panels.py on the read-back panel: red at (20, 44), blue at
+       * (58, 44); spec §10.5: 82 x 66, grid (1, 16, 18), 72 tokens */
+      const uint8_t *r = our_panel.data + ((size_t)44 * our_panel.width + 20) * 3;
+      const uint8_t *b = our_panel.data + ((size_t)44 * our_panel.width + 58) * 3;
+      CHECK(our_panel.width == 82 && our_panel.height == 66 && rh / 16 == 16 && rw / 16 == 18 &&
+                rh * rw / 1024 == 72,
+            "spec facts: %ux%u, grid (1, %u, %u)", our_panel.width, our_panel.height, rh / 16,
+            rw / 16);
+      CHECK(r[0] > 200 && r[1] < 60 && r[2] < 60 && b[0] < 60 && b[1] < 60 && b[2] > 200,
+            "(20, 44) = %d,%d,%d, (58, 44) = %d,%d,%d", r[0], r[1], r[2], b[0], b[1], b[2]);
+    }
     if (load(dir, name, "panel.jpg", &pil_panel, &pil_jpeg, &n_pil_jpeg) == 0 && our_panel.data) {
       uint64_t sum = 0, ndiff = 0, npx = (uint64_t)pil_panel.width * pil_panel.height;
       int mx = 0;
