@@ -86,32 +86,43 @@ __device__ __forceinline__ static void mma_tf32(float d[4], const uint32_t a[4],
 
 /* One warp: acc (a 16×8 fragment laid out as d above) += A[16, k_end]·B[k_end, 8] in 3xTF32, with
  * A(i, k) at a[i·AI + k·AK] and B(k, j) at b[k·BK + j·BJ] (shared memory, fp32), B's rows scaled
- * by kscale[k] when KS; k_end a multiple of 8. The small cross terms go first, hi·hi last. */
+ * by kscale[k] when KS; k_end a multiple of 16. The hi·hi products and the two cross terms go
+ * to separate accumulators, each split over even and odd k-steps (six independent mma chains
+ * instead of one dependent chain of 3·k_end/8), summed small-first at the end. */
 template <int AI, int AK, int BK, int BJ, bool KS = false>
 __device__ __forceinline__ static void mma3_tile(float acc[4], const float *a, const float *b,
                                                  int k_end, int lane,
                                                  const float *kscale = nullptr) {
   const int g = lane >> 2, t = lane & 3;
   const float *ap = a + g * AI + t * AK, *bp = b + t * BK + g * BJ;
-#pragma unroll 4
-  for (int k0 = 0; k0 < k_end; k0 += 8) {
-    float af[4] = {ap[k0 * AK], ap[8 * AI + k0 * AK], ap[(k0 + 4) * AK], ap[8 * AI + (k0 + 4) * AK]};
-    float bf[2] = {bp[k0 * BK], bp[(k0 + 4) * BK]};
-    if constexpr (KS) {
-      bf[0] *= kscale[k0 + t];
-      bf[1] *= kscale[k0 + t + 4];
+  float dh[2][4] = {}, dx[2][4] = {}, dy[2][4] = {}; /* hi·hi, lo·hi, hi·lo; [k-step parity] */
+#pragma unroll 2
+  for (int k16 = 0; k16 < k_end; k16 += 16) {
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      const int k0 = k16 + 8 * s;
+      float af[4] = {ap[k0 * AK], ap[8 * AI + k0 * AK], ap[(k0 + 4) * AK],
+                     ap[8 * AI + (k0 + 4) * AK]};
+      float bf[2] = {bp[k0 * BK], bp[(k0 + 4) * BK]};
+      if constexpr (KS) {
+        bf[0] *= kscale[k0 + t];
+        bf[1] *= kscale[k0 + t + 4];
+      }
+      uint32_t ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        tf32_split(af[r], ah[r], al[r]);
+#pragma unroll
+      for (int r = 0; r < 2; r++)
+        tf32_split(bf[r], bh[r], bl[r]);
+      mma_tf32(dx[s], al, bh);
+      mma_tf32(dy[s], ah, bl);
+      mma_tf32(dh[s], ah, bh);
     }
-    uint32_t ah[4], al[4], bh[2], bl[2];
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-      tf32_split(af[r], ah[r], al[r]);
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-      tf32_split(bf[r], bh[r], bl[r]);
-    mma_tf32(acc, al, bh);
-    mma_tf32(acc, ah, bl);
-    mma_tf32(acc, ah, bh);
   }
+#pragma unroll
+  for (int r = 0; r < 4; r++)
+    acc[r] += (dh[0][r] + dh[1][r]) + ((dx[0][r] + dx[1][r]) + (dy[0][r] + dy[1][r]));
 }
 
 /* ---------------------------------------------------------------------------------------------
