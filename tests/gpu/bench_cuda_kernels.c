@@ -38,6 +38,15 @@ static float time_ms(launch_fn f, void *ctx) {
   return t[REPS / 2];
 }
 
+/* whether the comma-separated `list` holds `name` */
+static int list_has(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+      return 1;
+  return 0;
+}
+
 static void *dev_random_f32(size_t n, float sd) {
   float *h = malloc(n * 4);
   for (size_t i = 0; i < n; i++)
@@ -166,14 +175,20 @@ int main(void) {
       g.state = dev_random_f32(m->d.n_v_heads * m->d.dk * m->d.dv, 0.5f);
       g.scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
       g.seq = (struct exc_gdn_seq){0, T, g.state, NULL};
-      /* every implementation (enum exc_gdn_kernel); the model sum takes the simt default */
+      /* every implementation (enum exc_gdn_kernel) named in S1_GDN_BENCH_KINDS (default all:
+       * "simt,tc,tcinv"; simt always runs); the model sum takes the simt default */
       const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/tc",
                                                       "gdn_chunked/tci"};
+      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tc", "tcinv"};
+      const char *kinds_env = getenv("S1_GDN_BENCH_KINDS");
       float t_kind[EXC_GDN_KERNEL_COUNT];
       double d_kind[EXC_GDN_KERNEL_COUNT]; /* max|out − out_simt| / max|out_simt| */
       size_t n_out = (size_t)T * m->d.n_v_heads * m->d.dv;
       float *o_simt = malloc(n_out * 4), *o_k = malloc(n_out * 4);
       for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
+        t_kind[kv] = -1.0f;
+        if (kv && kinds_env && !list_has(kinds_env, kind_name[kv]))
+          continue;
         exc_gdn_kernel_set((enum exc_gdn_kernel)kv);
         t_kind[kv] = time_ms(gdn_run, &g);
         TW_CUDA(cudaMemcpy(kv ? o_k : o_simt, g.out, n_out * 4, cudaMemcpyDeviceToHost));
@@ -195,6 +210,11 @@ int main(void) {
            2.0 * hv * dk * dv * 4;
       for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
         t = t_kind[kv];
+        if (t < 0.0f) {
+          printf("%-5s %-6d %-14s %10s (not in S1_GDN_BENCH_KINDS)\n", m->name, T, kind_label[kv],
+                 "-");
+          continue;
+        }
         printf("%-5s %-6d %-14s %10.4f %10.2f %10.1f %12.3f", m->name, T, kind_label[kv], t,
                fl / t / 1e9, by / t / 1e6, t * m->n_gdn);
         if (kv)
