@@ -73,15 +73,16 @@ __device__ __forceinline__ static void tf32_split(float x, uint32_t &hi, uint32_
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(r));
 }
 
-/* d += a·b on one warp, m16n8k8 tf32 (PTX ISA fragments, g = lane/4, t = lane%4):
+/* d += a·b on one warp (volatile: warp-synchronous, kept where the code puts it), m16n8k8 tf32
+ * (PTX ISA fragments, g = lane/4, t = lane%4):
  * a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (k t, n g), b1 (k t+4, n g);
  * d0 (g, 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1). */
 __device__ __forceinline__ static void mma_tf32(float d[4], const uint32_t a[4],
                                                 const uint32_t b[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 /* One warp: acc (a 16×8 fragment laid out as d above) += A[16, k_end]·B[k_end, 8] in 3xTF32, with
@@ -821,8 +822,8 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
   p.n_seqs = n_seqs;
   int hk = (int)dims->n_k_heads, hv = (int)dims->n_v_heads;
   enum exc_gdn_kernel kind = exc_gdn_kernel_get();
-#define GDN_LAUNCH(DK, DV, NCS, NCL, OC, MODE)                                                      \
-  gdn_launch<DK, DV, NCS, NCL, OC, MODE>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,   \
+#define GDN_LAUNCH(DK, DV, NCS, NCL, OC, MODE)                                                     \
+  gdn_launch<DK, DV, NCS, NCL, OC, MODE>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,  \
                                          hv, scratch)
   if (dims->dk == 128 && dims->dv == 128)
     return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(128, 128, 32, 64, 64, 1)
