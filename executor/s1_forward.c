@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cm_model_dir.h"
+#include "cpu_act.h"
 #include "ex_npy.h"
 #include "ex_qwen35.h"
 #include "pp_image.h"
@@ -41,7 +42,8 @@ struct input {
 
 static void usage(void) {
   fprintf(stderr, "usage: s1-forward --model DIR [--device cpu|cuda:N] --input IN.json --output "
-                  "OUT.json [--bf16-rounding] [--gdn auto|chunked|recurrent] [--repeat K]\n");
+                  "OUT.json [--bf16-rounding] [--gdn auto|chunked|recurrent] [--repeat K]\n"
+                  "       [--numerics ref-bf16|fp32-residual]   (cuda: default ref-bf16)\n");
 }
 
 static char *join(const char *dir, const char *file) {
@@ -267,9 +269,11 @@ static json_object *float_array(const float *x, size_t n) {
   return a;
 }
 
-/* device < 0: the float32 CPU forward; else the CUDA engine on that device (repeat: timing). */
+/* device < 0: the float32 CPU forward; else the CUDA engine on that device (repeat: timing;
+ * fp32_residual: the engine's fp32-residual numerics instead of ref-bf16). */
 static int run(const char *model_dir, const char *in_path, const char *out_path, bool bf16,
-               enum ex_gdn_mode gdn, int device, int repeat, double t0_ms, struct cm_diag *diag) {
+               enum ex_gdn_mode gdn, int device, int repeat, bool fp32_residual, double t0_ms,
+               struct cm_diag *diag) {
   struct cm_model_dir *dir = NULL;
   struct ex_qwen35_model *m = NULL;
   struct ex_qwen35_state *st = NULL, *cont = NULL;
@@ -393,8 +397,11 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     }
     free(pout);
     for (size_t i = 0, j = 0; device < 0 && i < n; i++)
-      if (tok[i] == cfg.image_token_id)
+      if (tok[i] == cfg.image_token_id) {
         memcpy(emb + i * h, vis + (j++) * h, h * sizeof(float));
+        if (bf16) /* the bf16 reference's vision output is bf16 (as the engine's ref-bf16) */
+          ex_cpu_round_bf16(emb + i * h, h);
+      }
   }
   /* 3-axis positions as get_rope_index walks them (preprocessor/image) */
   struct pp_grid grids[MAX_IMAGES];
@@ -439,6 +446,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
                                  .readout = ro_pos,
                                  .n_read = in.n_readout,
                                  .repeat = repeat,
+                                 .fp32_residual = fp32_residual,
                                  .t0_ms = t0_ms};
     if ((r = s1_forward_cuda(dir, &cfg, device, &job, ro_hid, ro_logits, diag)))
       goto done;
@@ -514,21 +522,18 @@ done:
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                       {"device", required_argument, 0, 'd'},
-                                       {"input", required_argument, 0, 'i'},
-                                       {"output", required_argument, 0, 'o'},
-                                       {"bf16-rounding", no_argument, 0, 'b'},
-                                       {"gdn", required_argument, 0, 'g'},
-                                       {"repeat", required_argument, 0, 'r'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},   {"device", required_argument, 0, 'd'},
+      {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},
+      {"bf16-rounding", no_argument, 0, 'b'}, {"gdn", required_argument, 0, 'g'},
+      {"repeat", required_argument, 0, 'r'},  {"numerics", required_argument, 0, 'n'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct timespec ts0;
   clock_gettime(CLOCK_MONOTONIC, &ts0);
   double t0_ms = (double)ts0.tv_sec * 1e3 + (double)ts0.tv_nsec / 1e6;
   const char *model = NULL, *input = NULL, *output = NULL, *device = "cpu";
   long repeat = 0;
-  bool bf16 = false;
+  bool bf16 = false, fp32_residual = false, numerics_set = false;
   enum ex_gdn_mode gdn = EX_GDN_AUTO;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -558,6 +563,15 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'n':
+      if (strcmp(optarg, "fp32-residual") == 0)
+        fp32_residual = true;
+      else if (strcmp(optarg, "ref-bf16") != 0) {
+        usage();
+        return 2;
+      }
+      numerics_set = true;
+      break;
     case 'r': {
       char *end = NULL;
       repeat = strtol(optarg, &end, 10);
@@ -584,12 +598,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "s1-forward: device \"%s\" is not cpu, cuda or cuda:N\n", device);
     return 2;
   }
+  if (numerics_set && dev < 0) {
+    fprintf(stderr, "s1-forward: --numerics selects the cuda engine's rounding (the CPU forward "
+                    "has --bf16-rounding)\n");
+    return 2;
+  }
   if (repeat && dev < 0) {
     fprintf(stderr, "s1-forward: --repeat times the cuda device only\n");
     return 2;
   }
   struct cm_diag diag = {0};
-  int r = run(model, input, output, bf16, gdn, dev, (int)repeat, t0_ms, &diag);
+  int r = run(model, input, output, bf16, gdn, dev, (int)repeat, fp32_residual, t0_ms, &diag);
   if (r) {
     fprintf(stderr, "s1-forward: %s (%s)\n", diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
     cm_diag_fini(&diag);

@@ -65,6 +65,7 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
   lim.max_seqs = 1;
   lim.n_snapshots = 2;
   lim.max_readouts = job->n_read > 1 ? job->n_read : 1;
+  lim.numerics = job->fp32_residual ? EXC_NUMERICS_FP32_RESIDUAL : EXC_NUMERICS_REF_BF16;
   struct exc_qwen35 *e = NULL;
   struct exc_qwen35_state *st = NULL, *cont = NULL;
   int r = exc_qwen35_new(cfg, dir->weights, device, &lim, &e, diag);

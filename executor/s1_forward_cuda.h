@@ -4,6 +4,7 @@
 #ifndef S1_EX_S1_FORWARD_CUDA_H
 #define S1_EX_S1_FORWARD_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,8 @@ struct s1_forward_job {
   const size_t *readout;   /* [n_read] resolved positions */
   size_t n_read;           /* count */
   int repeat;              /* timed repeats of the whole one-pass prefill (0: none) */
+  bool fp32_residual;      /* engine numerics: false = ref-bf16 (default), true = fp32-residual
+                              (exc_qwen35.h, enum exc_qwen35_numerics) */
   double t0_ms;            /* process start, CLOCK_MONOTONIC ms (for process-to-ready) */
 };
 

@@ -21,11 +21,35 @@ extern "C" {
 int exc_swiglu(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,
                __nv_bfloat16 *out, size_t n, size_t width);
 
+/* As exc_swiglu with gate and up rounded to bf16 as they are read (the bf16 reference's gate_proj
+ * and up_proj outputs): out[t, i] = bf16(silu(bf16(gate)) · bf16(up)), the unrounded inputs left
+ * as they are. Shapes, ownership, returns as exc_swiglu. Source: spec/qwen3_5.md §3.4, §3.5;
+ * twin ex_cpu_round_bf16 of both, ex_cpu_swiglu, ex_cpu_round_bf16. */
+int exc_swiglu_rounded(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,
+                       __nv_bfloat16 *out, size_t n, size_t width);
+
 /* y[t, i] = bf16(x[t, i]) (round to nearest even) for n rows of `width` values.
  * Shapes: x [n, ld_x] float32; y [n, ld_y] bf16; device. Returns 0; -EINVAL; -CM_ECUDA.
  * Source: torch .to(bfloat16); twin ex_cpu_round_bf16. */
 int exc_cast_bf16(cudaStream_t stream, const float *x, size_t ld_x, __nv_bfloat16 *y, size_t ld_y,
                   size_t n, size_t width);
+
+/* In place: x[t, i] = bf16(x[t, i]) (round to nearest even, kept as float32 values) for n rows of
+ * `width` values; NaN stays NaN. Shapes: x [n, ld_x] float32 device. Ownership: stream-ordered,
+ * no sync. Returns 0; -EINVAL; -CM_ECUDA.
+ * Source: the bf16 reference's rounding of an op output (spec/qwen3_5.md §0.2, §3.5); twin
+ * ex_cpu_round_bf16. */
+int exc_round_bf16(cudaStream_t stream, float *x, size_t ld_x, size_t n, size_t width);
+
+/* The bf16 reference's residual add: h[i] = bf16(h[i] + bf16(y[t, c])) for the n·width values of
+ * h (row-major [n, width], i = t·width + c), both roundings to nearest even, the sum in float32
+ * as PyTorch's bf16 add computes it (opmath float32, one rounding).
+ * Shapes: h [n, width] float32; y [n, ld_y] float32 (an unrounded projection output); device.
+ * Ownership: stream-ordered, no sync. Returns 0; -EINVAL; -CM_ECUDA.
+ * Source: spec/qwen3_5.md §3.3 (h = R(h + R(x·Wᵀ))); twin ex_qwen35_forward's residual add with
+ * round_bf16 (ex_cpu_round_bf16 of the projection, then of the sum). */
+int exc_add_round_bf16(cudaStream_t stream, float *h, const float *y, size_t ld_y, size_t n,
+                       size_t width);
 
 #ifdef __cplusplus
 }

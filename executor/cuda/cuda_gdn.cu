@@ -5,8 +5,14 @@
  * 2. state: one block per (sequence, value head, column block of the state) walks its chunks in
  *    order with its [dk, nc] slice of S in shared memory: it keeps S at each chunk start,
  *    V' = U − W·S and S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V') — the only sequential work;
- * 3. output: every (chunk, value head, column half) in parallel: O = e^{Γ}⊙(Q·S_c) + A·V'. */
+ * 3. output: every (chunk, value head, column half) in parallel: O = e^{Γ}⊙(Q·S_c) + A·V'.
+ * Three variants of the same three launches (exc_gdn_kernel_set, env S1_GDN_KERNEL): `simt` forms
+ * every product in fp32 FMAs; `tc` forms the products (KKᵀ, QKᵀ, W·S, Kᵀ·V', Q·S, A·V') on tensor
+ * cores in 3xTF32 (x = hi + lo, hi·hi + hi·lo + lo·hi with fp32 accumulation, ≈ fp32 accuracy)
+ * and keeps the triangular solves, gates and decays in fp32 SIMT; `tcinv` also replaces the
+ * per-column solves by T = (I + L)⁻¹ (fp32 SIMT) and the products T·(β⊙V), T·(βe^Γ⊙K) in 3xTF32. */
 #include <errno.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -58,6 +64,66 @@ __device__ __forceinline__ static void cp_async16(void *smem, const void *gmem) 
 __device__ __forceinline__ static void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 __device__ __forceinline__ static void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* x = hi + lo with hi, lo both tf32 (round to nearest); x − hi is exact in fp32 */
+__device__ __forceinline__ static void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
+  float r = x - __uint_as_float(hi);
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(r));
+}
+
+/* d += a·b on one warp (volatile: warp-synchronous, kept where the code puts it), m16n8k8 tf32
+ * (PTX ISA fragments, g = lane/4, t = lane%4):
+ * a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (k t, n g), b1 (k t+4, n g);
+ * d0 (g, 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1). */
+__device__ __forceinline__ static void mma_tf32(float d[4], const uint32_t a[4],
+                                                const uint32_t b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* One warp: acc (a 16×8 fragment laid out as d above) += A[16, k_end]·B[k_end, 8] in 3xTF32, with
+ * A(i, k) at a[i·AI + k·AK] and B(k, j) at b[k·BK + j·BJ] (shared memory, fp32), B's rows scaled
+ * by kscale[k] when KS; k_end a multiple of 16. The hi·hi products and the two cross terms go
+ * to separate accumulators, each split over even and odd k-steps (six independent mma chains
+ * instead of one dependent chain of 3·k_end/8), summed small-first at the end. */
+template <int AI, int AK, int BK, int BJ, bool KS = false>
+__device__ __forceinline__ static void mma3_tile(float acc[4], const float *a, const float *b,
+                                                 int k_end, int lane,
+                                                 const float *kscale = nullptr) {
+  const int g = lane >> 2, t = lane & 3;
+  const float *ap = a + g * AI + t * AK, *bp = b + t * BK + g * BJ;
+  float dh[2][4] = {}, dx[2][4] = {}, dy[2][4] = {}; /* hi·hi, lo·hi, hi·lo; [k-step parity] */
+#pragma unroll 2
+  for (int k16 = 0; k16 < k_end; k16 += 16) {
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+      const int k0 = k16 + 8 * s;
+      float af[4] = {ap[k0 * AK], ap[8 * AI + k0 * AK], ap[(k0 + 4) * AK],
+                     ap[8 * AI + (k0 + 4) * AK]};
+      float bf[2] = {bp[k0 * BK], bp[(k0 + 4) * BK]};
+      if constexpr (KS) {
+        bf[0] *= kscale[k0 + t];
+        bf[1] *= kscale[k0 + t + 4];
+      }
+      uint32_t ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        tf32_split(af[r], ah[r], al[r]);
+#pragma unroll
+      for (int r = 0; r < 2; r++)
+        tf32_split(bf[r], bh[r], bl[r]);
+      mma_tf32(dx[s], al, bh);
+      mma_tf32(dy[s], ah, bl);
+      mma_tf32(dh[s], ah, bh);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; r++)
+    acc[r] += (dh[0][r] + dh[1][r]) + ((dx[0][r] + dx[1][r]) + (dy[0][r] + dy[1][r]));
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -116,19 +182,31 @@ extern "C" int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, c
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 1. Intra-chunk kernel: block (chunk, value head). Shared: Kᵀ and Qᵀ [dk][64+4], L [64][64+4]. */
-template <int DK, int DV>
-__global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
+ * 1. Intra-chunk kernel: block (chunk, value head). MODE 0 simt, 1 tc, 2 tcinv (enum
+ * exc_gdn_kernel). Shared: Kᵀ [dk][TP], Qᵀ [dk][TP] (tcinv: then T = (I + L)⁻¹ [64][TP]),
+ * L [64][TP], tcinv: β⊙V [64][TP] for 64 columns at a time; TP is 64+8 for the tensor-core modes
+ * (conflict-free fragment loads), 64+4 for simt. */
+template <int DK, int MODE> struct gdn_intra_smem {
+  static constexpr int TP = MODE ? GDN_C + 8 : GDN_C + 4;
+  static constexpr int QR = (MODE == 2 && DK < GDN_C) ? GDN_C : DK; /* rows of Qᵀ, then T */
+  static constexpr int kt = 0, qt = kt + DK * TP, lm = qt + QR * TP, vs = lm + GDN_C * TP,
+                       gam = vs + (MODE == 2 ? GDN_C * TP : 0), total = gam + 4 * GDN_C;
+};
+
+template <int DK, int DV, int MODE>
+__global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     const float *__restrict__ beta, const float *__restrict__ g, float *__restrict__ scratch,
     int hk, int hv) {
   using LY = gdn_layout<DK, DV>;
-  constexpr int TP = GDN_C + 4; /* transposed row pitch */
+  using SM = gdn_intra_smem<DK, MODE>;
+  constexpr int TP = SM::TP; /* transposed row pitch */
   extern __shared__ float4 smem4[];
-  float *kt = (float *)smem4;    /* [DK][TP] */
-  float *qt = kt + DK * TP;      /* [DK][TP] */
-  float *lm = qt + DK * TP;      /* [64][TP], zero on and above the diagonal */
-  float *gam = lm + GDN_C * TP;  /* [64] */
+  float *kt = (float *)smem4 + SM::kt; /* [DK][TP] */
+  float *qt = (float *)smem4 + SM::qt; /* [DK][TP] */
+  float *lm = (float *)smem4 + SM::lm; /* [64][TP], zero on and above the diagonal */
+  float *vs = (float *)smem4 + SM::vs; /* tcinv: [64][TP] β⊙V, one column pass */
+  float *gam = (float *)smem4 + SM::gam; /* [64] */
   float *bet = gam + GDN_C;      /* [64] */
   float *beg = bet + GDN_C;      /* [64] β e^{Γ} */
   float *graw = beg + GDN_C;     /* [64] g of the chunk (0 past its end) */
@@ -183,8 +261,27 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
   }
   __syncthreads();
 
-  /* L and Aᵀ: 4×4 tiles of the 64×64 products, 256 threads */
-  {
+  if constexpr (MODE > 0) {
+    /* L and Aᵀ: 16×8 tiles of the 64×64 products, one warp per tile; tiles wholly above the
+     * diagonal are zeros */
+    const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+    for (int tile = warp; tile < (GDN_C / 16) * (GDN_C / 8); tile += GDN_NT / 32) {
+      const int i0 = (tile / (GDN_C / 8)) * 16, j0 = (tile % (GDN_C / 8)) * 8;
+      float kk[4] = {0.f, 0.f, 0.f, 0.f}, qk[4] = {0.f, 0.f, 0.f, 0.f};
+      if (j0 <= i0 + 15) { /* warp-uniform */
+        mma3_tile<1, TP, TP, 1>(kk, kt + i0, kt + j0, DK, lane); /* A(i,a) = K[i][a] */
+        mma3_tile<1, TP, TP, 1>(qk, qt + i0, kt + j0, DK, lane); /* B(a,j) = K[j][a] */
+      }
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int i = i0 + gq + (r >> 1) * 8, j = j0 + 2 * tq + (r & 1);
+        float d = j <= i ? expf(gam[i] - gam[j]) : 0.0f;
+        lm[i * TP + j] = j < i ? bet[i] * kk[r] * d : 0.0f;
+        at_out[j * GDN_C + i] = j <= i ? qk[r] * d : 0.0f;
+      }
+    }
+  } else {
+    /* L and Aᵀ: 4×4 tiles of the 64×64 products, 256 threads */
     int ti = tid / 16, tj = tid % 16;
     float kk[4][4], qk[4][4];
 #pragma unroll
@@ -223,6 +320,69 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_intra_kernel(
   }
   __syncthreads();
 
+  if constexpr (MODE == 2) {
+    /* T = (I + L)⁻¹ (unit lower triangular) by forward substitution into the Qᵀ area (free
+     * after the products): column c by the 4 lanes 4c … 4c+3, lane part p summing the terms
+     * with j − c ≡ p (mod 4), reduced by shuffles; V's first column pass streams in meanwhile. Then
+     * U = T·(β⊙V) and W = T·(βe^{Γ}⊙K) on tensor cores (the reference's own form:
+     * attn = (I + L)⁻¹, value = attn @ v_beta). */
+    float *tm = qt; /* [64][TP] */
+    constexpr int VH = DV < GDN_C ? DV : GDN_C; /* V columns per pass */
+    const float *vrow0 = qkv + row0 * ld + (size_t)2 * hk * DK + (size_t)h * DV;
+    auto stage_v = [&](int cpass) { /* raw V rows (β is applied in the product), zeros past len */
+      for (int idx = tid; idx < GDN_C * VH / 4; idx += GDN_NT) {
+        int j = idx / (VH / 4), c4 = (idx % (VH / 4)) * 4;
+        if (j < len)
+          cp_async16(&vs[j * TP + c4], vrow0 + (size_t)j * ld + cpass + c4);
+        else
+          *(float4 *)&vs[j * TP + c4] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      cp_async_commit();
+    };
+    stage_v(0);
+    {
+      const int c = tid >> 2, part = tid & 3;
+      for (int i = 0; i < GDN_C; i++) {
+        float x = 0.0f;
+        for (int j = c + part; j < i; j += 4) /* T[j][c] = 0 for j < c */
+          x += lm[i * TP + j] * tm[j * TP + c];
+        x += __shfl_xor_sync(0xffffffffu, x, 1);
+        x += __shfl_xor_sync(0xffffffffu, x, 2);
+        if (part == 0)
+          tm[i * TP + c] = (i == c ? 1.0f : 0.0f) - x;
+        __syncwarp(); /* the column's later terms read this row from all four lanes */
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+    /* W = T·(βe^{Γ}⊙K), stored transposed; T is lower triangular: k only up to i0 + 16 */
+    for (int tile = warp; tile < (GDN_C / 16) * (DK / 8); tile += GDN_NT / 32) {
+      const int i0 = (tile / (DK / 8)) * 16, a0 = (tile % (DK / 8)) * 8;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      mma3_tile<TP, 1, 1, TP, true>(acc, tm + i0 * TP, kt + a0 * TP, i0 + 16, lane, beg);
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        wt_out[(a0 + 2 * tq + (r & 1)) * GDN_C + i0 + gq + (r >> 1) * 8] = acc[r];
+    }
+    /* U = T·(β⊙V), VH columns per pass */
+    for (int pass = 0; pass < DV / VH; pass++) {
+      if (pass > 0) {
+        __syncthreads(); /* every warp is done with the previous pass's columns */
+        stage_v(pass * VH);
+        cp_async_wait_all();
+        __syncthreads();
+      }
+      for (int tile = warp; tile < (GDN_C / 16) * (VH / 8); tile += GDN_NT / 32) {
+        const int i0 = (tile / (VH / 8)) * 16, c0 = (tile % (VH / 8)) * 8;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        mma3_tile<TP, 1, TP, 1, true>(acc, tm + i0 * TP, vs + c0, i0 + 16, lane, bet);
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+          u_out[(i0 + gq + (r >> 1) * 8) * DV + pass * VH + c0 + 2 * tq + (r & 1)] = acc[r];
+      }
+    }
+  } else
   /* forward substitution, one column per thread: (I + L) U = β⊙V, (I + L) W = βe^{Γ}⊙K */
   for (int col = tid; col < DV + DK; col += GDN_NT) {
     float x[GDN_C];
@@ -275,7 +435,7 @@ template <int DK, int DV, int NC> struct gdn_state_smem {
                        total = vps + GDN_C * CP;
 };
 
-template <int DK, int DV, int NC>
+template <int DK, int DV, int NC, bool TC>
 __global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     float *__restrict__ scratch, int hk, int hv) {
@@ -343,7 +503,21 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
       load_k(ci + 1);
       cp_async_commit();
     }
-    /* V' = U − W·S: 64 × NC, 4×4 tiles */
+    if constexpr (TC) { /* V' = U − W·S: 64 × NC, 16×8 tiles, one warp per tile */
+      const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+      for (int tile = warp; tile < (GDN_C / 16) * (NC / 8); tile += NT / 32) {
+        const int i0 = (tile / (NC / 8)) * 16, c0 = (tile % (NC / 8)) * 8;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        mma3_tile<1, WP, CP, 1>(acc, wt + i0, st + c0, DK, lane); /* W(i,a) = wt[a][i] */
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          const int i = i0 + gq + (r >> 1) * 8, c = c0 + 2 * tq + (r & 1);
+          float v = us[i * CP + c] - acc[r];
+          vps[i * CP + c] = cf[GDN_C + i] * v;
+          base[LY::u + i * DV + cb + c] = v;
+        }
+      }
+    } else /* V' = U − W·S: 64 × NC, 4×4 tiles */
     for (int tile = tid; tile < (GDN_C / 4) * (NC / 4); tile += NT) {
       int i4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
       float acc[4][4];
@@ -384,6 +558,20 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
     __syncthreads();
     /* S ← e^{ΓC} S + Kᵀ (e^{ΓC−Γ} ⊙ V'): DK × NC, 8×4 tiles */
     float el = cf[2 * GDN_C];
+    if constexpr (TC) { /* 16×8 tiles, one warp per tile, accumulating onto e^{ΓC}·S in place */
+      const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+      for (int tile = warp; tile < (DK / 16) * (NC / 8); tile += NT / 32) {
+        const int a0 = (tile / (NC / 8)) * 16, c0 = (tile % (NC / 8)) * 8;
+        float acc[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+          acc[r] = el * st[(a0 + gq + (r >> 1) * 8) * CP + c0 + 2 * tq + (r & 1)];
+        mma3_tile<1, KP, CP, 1>(acc, ks + a0, vps + c0, GDN_C, lane); /* Kᵀ(a,i) = ks[i][a] */
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+          st[(a0 + gq + (r >> 1) * 8) * CP + c0 + 2 * tq + (r & 1)] = acc[r];
+      }
+    } else
     for (int tile = tid; tile < (DK / 8) * (NC / 4); tile += NT) {
       int a8 = (tile / (NC / 4)) * 8, c4 = (tile % (NC / 4)) * 4;
       float acc[8][4];
@@ -431,7 +619,7 @@ template <int DK, int OC> struct gdn_out_smem {
                        eg = vp + GDN_C * CP, total = eg + GDN_C;
 };
 
-template <int DK, int DV, int OC>
+template <int DK, int DV, int OC, bool TC>
 __global__ __launch_bounds__(GDN_NT) static void gdn_out_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     const float *__restrict__ scratch, float *__restrict__ out, int hk, int hv) {
@@ -480,6 +668,24 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_out_kernel(
   }
   cp_async_wait_all();
   __syncthreads();
+  if constexpr (TC) { /* 16×8 tiles, one warp per tile; A·V' only over j < i0 + 16 (A is causal) */
+    const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+    for (int tile = warp; tile < (GDN_C / 16) * (OC / 8); tile += GDN_NT / 32) {
+      const int i0 = (tile / (OC / 8)) * 16, c0 = (tile % (OC / 8)) * 8;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      mma3_tile<1, TP, CP, 1>(acc, qt + i0, sc + c0, DK, lane); /* Q(i,a) = qt[a][i] */
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        acc[r] *= eg[i0 + gq + (r >> 1) * 8];
+      mma3_tile<1, TP, CP, 1>(acc, at + i0, vp + c0, i0 + 16, lane); /* A(i,j) = at[j][i] */
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int i = i0 + gq + (r >> 1) * 8, c = c0 + 2 * tq + (r & 1);
+        if (i < len)
+          out[((row0 + i) * hv + h) * DV + cb + c] = acc[r];
+      }
+    }
+  } else
   for (int tile = tid; tile < (GDN_C / 4) * (OC / 4); tile += GDN_NT) {
     int i4 = (tile / (OC / 4)) * 4, c4 = (tile % (OC / 4)) * 4;
     float acc[4][4];
@@ -548,38 +754,44 @@ template <typename K> static int gdn_set_smem(K kernel, size_t bytes) {
 }
 
 /* NCS: state column block for few blocks (one per SM), NCL: for many; OC: output column block */
-template <int DK, int DV, int NCS, int NCL, int OC>
+template <int DK, int DV, int NCS, int NCL, int OC, int MODE>
 static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total_chunks,
                       const float *qkv, size_t ld, const float *beta, const float *g, float *out,
                       int hk, int hv, void *scratch) {
-  constexpr int TP = GDN_C + 4;
-  size_t intra_smem = ((size_t)2 * DK * TP + GDN_C * TP + 4 * GDN_C) * sizeof(float);
+  constexpr bool TC = MODE > 0;
+  size_t intra_smem = (size_t)gdn_intra_smem<DK, MODE>::total * sizeof(float);
   size_t smem_s = (size_t)gdn_state_smem<DK, DV, NCS>::total * sizeof(float);
   size_t smem_l = (size_t)gdn_state_smem<DK, DV, NCL>::total * sizeof(float);
   size_t out_smem = (size_t)gdn_out_smem<DK, OC>::total * sizeof(float);
   static bool attr_done = false; /* per instantiation; the calls are idempotent */
   int rc = 0;
   if (!attr_done) {
-    if ((rc = gdn_set_smem(gdn_intra_kernel<DK, DV>, intra_smem)) ||
-        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS>, smem_s)) ||
-        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL>, smem_l)) ||
-        (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC>, out_smem)))
+    if ((rc = gdn_set_smem(gdn_intra_kernel<DK, DV, MODE>, intra_smem)) ||
+        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS, TC>, smem_s)) ||
+        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL, TC>, smem_l)) ||
+        (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC, TC>, out_smem)))
+      return rc;
+    /* tcinv: two intra blocks per SM need the whole shared-memory carveout */
+    if (MODE == 2 && (rc = EXC_CUDA(cudaFuncSetAttribute(
+                          gdn_intra_kernel<DK, DV, MODE>,
+                          cudaFuncAttributePreferredSharedMemoryCarveout,
+                          (int)cudaSharedmemCarveoutMaxShared))))
       return rc;
     attr_done = true;
   }
-  gdn_intra_kernel<DK, DV><<<dim3((unsigned)total_chunks, (unsigned)hv), GDN_NT, intra_smem,
+  gdn_intra_kernel<DK, DV, MODE><<<dim3((unsigned)total_chunks, (unsigned)hv), GDN_NT, intra_smem,
                              stream>>>(p, qkv, ld, beta, g, (float *)scratch, hk, hv);
   if ((rc = EXC_CUDA(cudaGetLastError())))
     return rc;
   if ((long)hv * (DV / NCS) * p.n_seqs <= gdn_sm_count())
-    gdn_state_kernel<DK, DV, NCS><<<dim3(DV / NCS, (unsigned)hv, (unsigned)p.n_seqs), NCS * 4,
+    gdn_state_kernel<DK, DV, NCS, TC><<<dim3(DV / NCS, (unsigned)hv, (unsigned)p.n_seqs), NCS * 4,
                                     smem_s, stream>>>(p, qkv, ld, (float *)scratch, hk, hv);
   else
-    gdn_state_kernel<DK, DV, NCL><<<dim3(DV / NCL, (unsigned)hv, (unsigned)p.n_seqs), NCL * 4,
+    gdn_state_kernel<DK, DV, NCL, TC><<<dim3(DV / NCL, (unsigned)hv, (unsigned)p.n_seqs), NCL * 4,
                                     smem_l, stream>>>(p, qkv, ld, (float *)scratch, hk, hv);
   if ((rc = EXC_CUDA(cudaGetLastError())))
     return rc;
-  gdn_out_kernel<DK, DV, OC><<<dim3((unsigned)total_chunks, (unsigned)hv, DV / OC), GDN_NT,
+  gdn_out_kernel<DK, DV, OC, TC><<<dim3((unsigned)total_chunks, (unsigned)hv, DV / OC), GDN_NT,
                                out_smem, stream>>>(p, qkv, ld, (const float *)scratch, out, hk,
                                                    hv);
   return EXC_CUDA(cudaGetLastError());
@@ -609,11 +821,37 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
   p.chunk_start[n_seqs] = total_chunks;
   p.n_seqs = n_seqs;
   int hk = (int)dims->n_k_heads, hv = (int)dims->n_v_heads;
+  enum exc_gdn_kernel kind = exc_gdn_kernel_get();
+#define GDN_LAUNCH(DK, DV, NCS, NCL, OC, MODE)                                                     \
+  gdn_launch<DK, DV, NCS, NCL, OC, MODE>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,  \
+                                         hv, scratch)
   if (dims->dk == 128 && dims->dv == 128)
-    return gdn_launch<128, 128, 32, 64, 64>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out,
-                                            hk, hv, scratch);
+    return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(128, 128, 32, 64, 64, 1)
+           : kind == EXC_GDN_KERNEL_TC_INV ? GDN_LAUNCH(128, 128, 32, 64, 64, 2)
+                                           : GDN_LAUNCH(128, 128, 32, 64, 64, 0);
   if (dims->dk == 16 && dims->dv == 24)
-    return gdn_launch<16, 24, 24, 24, 24>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,
-                                          hv, scratch);
+    return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(16, 24, 24, 24, 24, 1)
+           : kind == EXC_GDN_KERNEL_TC_INV ? GDN_LAUNCH(16, 24, 24, 24, 24, 2)
+                                           : GDN_LAUNCH(16, 24, 24, 24, 24, 0);
+#undef GDN_LAUNCH
   return -EINVAL;
+}
+
+/* -1 until chosen: by exc_gdn_kernel_set, else from S1_GDN_KERNEL on first use */
+static int gdn_kernel_choice = -1;
+
+extern "C" void exc_gdn_kernel_set(enum exc_gdn_kernel k) {
+  int v = (int)k;
+  gdn_kernel_choice = (v >= 0 && v < (int)EXC_GDN_KERNEL_COUNT) ? v : (int)EXC_GDN_KERNEL_SIMT;
+}
+
+extern "C" enum exc_gdn_kernel exc_gdn_kernel_get(void) {
+  if (gdn_kernel_choice < 0) {
+    const char *env = getenv("S1_GDN_KERNEL");
+    gdn_kernel_choice = !env                       ? EXC_GDN_KERNEL_SIMT
+                        : strcmp(env, "tc") == 0    ? EXC_GDN_KERNEL_TC
+                        : strcmp(env, "tcinv") == 0 ? EXC_GDN_KERNEL_TC_INV
+                                                    : EXC_GDN_KERNEL_SIMT;
+  }
+  return (enum exc_gdn_kernel)gdn_kernel_choice;
 }

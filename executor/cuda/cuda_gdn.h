@@ -46,6 +46,23 @@ int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_qkv, const 
 size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
                                      const struct ex_gdn_dims *dims);
 
+/* Which implementation exc_gdn_chunked runs (same launches, scratch and results up to fp32
+ * rounding): SIMT forms every product in fp32 FMAs; TC forms the products on tensor cores in
+ * 3xTF32 (split hi + lo, three TF32 products, fp32 accumulation; the solves stay fp32 SIMT);
+ * TC_INV also replaces the solves by T = (I + L)⁻¹ (fp32 SIMT) and U = T·(β⊙V), W = T·(βe^Γ⊙K)
+ * in 3xTF32, as the reference computes them. */
+enum exc_gdn_kernel {
+  EXC_GDN_KERNEL_SIMT,   /* "simt", the default */
+  EXC_GDN_KERNEL_TC,     /* "tc" */
+  EXC_GDN_KERNEL_TC_INV, /* "tcinv" */
+  EXC_GDN_KERNEL_COUNT
+};
+/* Process-wide choice for later launches (not thread-safe against concurrent launches; set it
+ * before the executor starts). Without a call, the first launch reads
+ * S1_GDN_KERNEL=simt|tc|tcinv (anything else, or unset: simt). */
+void exc_gdn_kernel_set(enum exc_gdn_kernel k);
+enum exc_gdn_kernel exc_gdn_kernel_get(void);
+
 #ifdef __cplusplus
 }
 #endif

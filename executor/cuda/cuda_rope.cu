@@ -43,7 +43,8 @@ static __global__ void attn_prep_kernel(const float *qg, const float *k, const f
                                         const float *q_norm, const float *k_norm, float eps,
                                         const float *cos_t, const float *sin_t, int rot_dims,
                                         __nv_bfloat16 *q, __nv_bfloat16 *gate, __nv_bfloat16 *k_out,
-                                        __nv_bfloat16 *v_out, int n_heads, int n_kv, int d) {
+                                        __nv_bfloat16 *v_out, int n_heads, int n_kv, int d,
+                                        bool round_norm) {
   __shared__ float vec[MAX_D];
   __shared__ float red[33];
   size_t t = blockIdx.x;
@@ -76,8 +77,10 @@ static __global__ void attn_prep_kernel(const float *qg, const float *k, const f
   }
   ss = exc_block_sum(ss, red);
   float inv = 1.0f / sqrtf(ss / (float)d + eps);
-  for (int i = threadIdx.x; i < d; i += blockDim.x)
-    vec[i] = (src[i] * inv) * (1.0f + w[i]);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float o = (src[i] * inv) * (1.0f + w[i]);
+    vec[i] = round_norm ? __bfloat162float(__float2bfloat16_rn(o)) : o;
+  }
   __syncthreads();
   int f = rot_dims / 2;
   const float *c = cos_t + t * f, *s = sin_t + t * f;
@@ -93,17 +96,35 @@ static __global__ void attn_prep_kernel(const float *qg, const float *k, const f
   }
 }
 
-int exc_attn_prep(cudaStream_t stream, const float *qg, const float *k, const float *v, size_t ld,
-                  const float *q_norm, const float *k_norm, float eps, const float *cos_t,
-                  const float *sin_t, int rot_dims, __nv_bfloat16 *q, __nv_bfloat16 *gate,
-                  __nv_bfloat16 *k_out, __nv_bfloat16 *v_out, size_t n, int n_heads, int n_kv,
-                  int head_dim) {
+static int attn_prep(cudaStream_t stream, const float *qg, const float *k, const float *v,
+                     size_t ld, const float *q_norm, const float *k_norm, float eps,
+                     const float *cos_t, const float *sin_t, int rot_dims, __nv_bfloat16 *q,
+                     __nv_bfloat16 *gate, __nv_bfloat16 *k_out, __nv_bfloat16 *v_out, size_t n,
+                     int n_heads, int n_kv, int head_dim, bool round_norm) {
   if (!n || n > 0x7fffffffu || n_heads <= 0 || n_kv <= 0 || head_dim <= 0 || head_dim > MAX_D ||
       rot_dims < 0 || rot_dims > head_dim || rot_dims % 2)
     return -EINVAL;
   dim3 grid((unsigned)n, (unsigned)(n_heads + 2 * n_kv));
   attn_prep_kernel<<<grid, PREP_THREADS, 0, stream>>>(qg, k, v, ld, q_norm, k_norm, eps, cos_t,
                                                       sin_t, rot_dims, q, gate, k_out, v_out,
-                                                      n_heads, n_kv, head_dim);
+                                                      n_heads, n_kv, head_dim, round_norm);
   return EXC_CUDA(cudaGetLastError());
+}
+
+int exc_attn_prep(cudaStream_t stream, const float *qg, const float *k, const float *v, size_t ld,
+                  const float *q_norm, const float *k_norm, float eps, const float *cos_t,
+                  const float *sin_t, int rot_dims, __nv_bfloat16 *q, __nv_bfloat16 *gate,
+                  __nv_bfloat16 *k_out, __nv_bfloat16 *v_out, size_t n, int n_heads, int n_kv,
+                  int head_dim) {
+  return attn_prep(stream, qg, k, v, ld, q_norm, k_norm, eps, cos_t, sin_t, rot_dims, q, gate,
+                   k_out, v_out, n, n_heads, n_kv, head_dim, false);
+}
+
+int exc_attn_prep_rounded(cudaStream_t stream, const float *qg, const float *k, const float *v,
+                          size_t ld, const float *q_norm, const float *k_norm, float eps,
+                          const float *cos_t, const float *sin_t, int rot_dims, __nv_bfloat16 *q,
+                          __nv_bfloat16 *gate, __nv_bfloat16 *k_out, __nv_bfloat16 *v_out, size_t n,
+                          int n_heads, int n_kv, int head_dim) {
+  return attn_prep(stream, qg, k, v, ld, q_norm, k_norm, eps, cos_t, sin_t, rot_dims, q, gate,
+                   k_out, v_out, n, n_heads, n_kv, head_dim, true);
 }

@@ -46,6 +46,19 @@ int exc_attn_prep(cudaStream_t stream, const float *qg, const float *k, const fl
                   __nv_bfloat16 *k_out, __nv_bfloat16 *v_out, size_t n, int n_heads, int n_kv,
                   int head_dim);
 
+/* As exc_attn_prep, with the normed q and k rounded to bf16 before the rotation (the bf16
+ * reference's q_norm / k_norm outputs): q[t,h] = bf16(rope(bf16(rmsnorm(...) · (1 + q_norm)))),
+ * likewise k; the gate and v as there. With cos/sin tables already rounded to bf16 and the
+ * projection rows already bf16 values, this is the CPU forward's round_bf16 path (norm, round,
+ * rotate, round). Shapes, units, ownership and returns as exc_attn_prep.
+ * Source: spec/qwen3_5.md §5.1 steps 3-4, §3.5; twin ex_cpu_rms_norm, ex_cpu_round_bf16,
+ * ex_cpu_rope_apply, ex_cpu_round_bf16. */
+int exc_attn_prep_rounded(cudaStream_t stream, const float *qg, const float *k, const float *v,
+                          size_t ld, const float *q_norm, const float *k_norm, float eps,
+                          const float *cos_t, const float *sin_t, int rot_dims, __nv_bfloat16 *q,
+                          __nv_bfloat16 *gate, __nv_bfloat16 *k_out, __nv_bfloat16 *v_out, size_t n,
+                          int n_heads, int n_kv, int head_dim);
+
 #ifdef __cplusplus
 }
 #endif

@@ -142,6 +142,35 @@ void exc_qwen35_limits_default(struct exc_qwen35_limits *lim) {
   lim->n_snapshots = 4;
   lim->max_readouts = 64;
   lim->max_label_ids = 1024;
+  lim->numerics = EXC_NUMERICS_REF_BF16;
+}
+
+/* True when the forward rounds activations as the bf16 reference (EXC_NUMERICS_REF_BF16). */
+static bool ref_bf16(const struct exc_qwen35 *e) {
+  return e->lim.numerics == EXC_NUMERICS_REF_BF16;
+}
+
+int exc_qwen35_set_numerics(struct exc_qwen35 *e, enum exc_qwen35_numerics numerics) {
+  if (numerics != EXC_NUMERICS_REF_BF16 && numerics != EXC_NUMERICS_FP32_RESIDUAL)
+    return -EINVAL;
+  e->lim.numerics = numerics;
+  return 0;
+}
+
+const char *exc_qwen35_numerics_name(enum exc_qwen35_numerics numerics) {
+  return numerics == EXC_NUMERICS_REF_BF16        ? "ref-bf16"
+         : numerics == EXC_NUMERICS_FP32_RESIDUAL ? "fp32-residual"
+                                                  : "?";
+}
+
+int exc_qwen35_numerics_parse(const char *name, enum exc_qwen35_numerics *ret_numerics) {
+  if (!strcmp(name, "ref-bf16"))
+    *ret_numerics = EXC_NUMERICS_REF_BF16;
+  else if (!strcmp(name, "fp32-residual"))
+    *ret_numerics = EXC_NUMERICS_FP32_RESIDUAL;
+  else
+    return -EINVAL;
+  return 0;
 }
 
 cudaStream_t exc_qwen35_stream(const struct exc_qwen35 *e) {
@@ -215,7 +244,7 @@ static void layout_arena(struct exc_qwen35 *e, struct bump *b) {
   e->sin_t = take(b, t * e->f * f4);
   e->hres = take(b, t * e->h * f4);
   e->a = take(b, t * e->h * bf);
-  e->proj = take(b, t * zmax(zmax(e->m_attn, e->cd), 2 * e->inter) * f4);
+  e->proj = take(b, t * zmax(zmax(e->m_attn, e->cd), zmax(2 * e->inter, e->h)) * f4);
   e->zba = take(b, t * e->m_zba * f4);
   e->convout = take(b, t * e->cd * f4);
   e->beta = take(b, t * e->hv * f4);
@@ -423,8 +452,17 @@ static int prepare_gemms(struct exc_qwen35 *e) {
       {e->h, LP_CHUNK, EXC_DTYPE_BF16, false},
       {e->h, exc_gemm_pad(e->vocab) % LP_CHUNK ? exc_gemm_pad(e->vocab) % LP_CHUNK : LP_CHUNK,
        EXC_DTYPE_BF16, false},
+      /* ref-bf16 only (last, so that fp32-residual never depends on them): the output
+       * projections into a scratch, rounded before the residual add; a later switch to ref-bf16
+       * chooses them on first use */
+      {e->hq * e->d, e->h, EXC_DTYPE_F32, false},
+      {e->vd, e->h, EXC_DTYPE_F32, false},
+      {e->inter, e->h, EXC_DTYPE_F32, false},
   };
-  for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+  size_t n_shapes = sizeof(shapes) / sizeof(shapes[0]);
+  if (!ref_bf16(e))
+    n_shapes -= 3;
+  for (size_t i = 0; i < n_shapes; i++) {
     int r = exc_gemm_prepare(e->gemm, shapes[i].k, shapes[i].m, shapes[i].t, shapes[i].acc);
     if (r)
       return r;
@@ -493,7 +531,8 @@ int exc_qwen35_new(const struct ex_qwen35_config *cfg, const struct cm_safetenso
     lim = &def;
   if (!lim->max_tokens || !lim->max_seqs || lim->max_seqs > EXC_MAX_SEQS || !lim->max_ctx ||
       !lim->n_snapshots || !lim->max_readouts || !lim->max_label_ids ||
-      lim->max_tokens > (1u << 24))
+      lim->max_tokens > (1u << 24) ||
+      (lim->numerics != EXC_NUMERICS_REF_BF16 && lim->numerics != EXC_NUMERICS_FP32_RESIDUAL))
     return cm_diag_set(diag, -EINVAL, "cuda engine: invalid limits");
   struct exc_qwen35 *e = calloc(1, sizeof(*e));
   if (!e)
@@ -662,11 +701,47 @@ int exc_qwen35_state_clone(struct exc_qwen35 *e, const struct exc_qwen35_state *
 
 /* ---- forward ---- */
 
+/* ref-bf16 only: rounds n rows of `width` float32 values (row stride ld) to bf16 in place, where
+ * the bf16 reference rounds an op's output; fp32-residual: nothing. */
+static int round_rows(struct exc_qwen35 *e, float *x, size_t ld, size_t n, size_t width) {
+  return ref_bf16(e) ? exc_round_bf16(e->stream, x, ld, n, width) : 0;
+}
+
 /* The LoRA branches of layer li at one GEMM site, added to that GEMM's output (nothing without an
  * adapter). */
 static int lora_site(struct exc_qwen35 *e, int li, enum exc_lora_site site, const bf16_t *x,
                      size_t ld_x, float *y, size_t ld_y, size_t t) {
   return e->lora ? exc_lora_apply(e->lora, e->stream, li, site, x, ld_x, y, ld_y, t) : 0;
+}
+
+/* An input projection's LoRA (y [t, ld_y], every column): ref-bf16 y = bf16(bf16(x·wᵀ) +
+ * lora) as PEFT on a bf16 base (spec/jemm.md §6.3); fp32-residual y += lora. Nothing without an
+ * adapter. */
+static int lora_in(struct exc_qwen35 *e, int li, enum exc_lora_site site, const bf16_t *x,
+                   size_t ld_x, float *y, size_t ld_y, size_t t) {
+  if (!e->lora)
+    return 0;
+  int r = round_rows(e, y, ld_y, t, ld_y);
+  if (!r)
+    r = lora_site(e, li, site, x, ld_x, y, ld_y, t);
+  return r ? r : round_rows(e, y, ld_y, t, ld_y);
+}
+
+/* An output projection (o_proj, out_proj, down_proj: x [t, k] bf16 · w [H, k]ᵀ) added to the
+ * residual stream: fp32-residual accumulates into it in the GEMM (h += x·wᵀ, then h += lora);
+ * ref-bf16 writes the product to the projection scratch and adds h = bf16(h + bf16(x·wᵀ)), as the
+ * reference (with an adapter: h = bf16(h + bf16(bf16(x·wᵀ) + lora))). */
+static int out_proj(struct exc_qwen35 *e, int li, enum exc_lora_site site, const bf16_t *x,
+                    size_t k, const bf16_t *w, size_t t) {
+  int r;
+  if (!ref_bf16(e)) {
+    r = exc_gemm(e->gemm, e->stream, x, k, w, e->hres, e->h, EXC_DTYPE_F32, true, t, k, e->h);
+    return r ? r : lora_site(e, li, site, x, k, e->hres, e->h, t);
+  }
+  r = exc_gemm(e->gemm, e->stream, x, k, w, e->proj, e->h, EXC_DTYPE_F32, false, t, k, e->h);
+  if (!r && e->lora && !(r = round_rows(e, e->proj, e->h, t, e->h)))
+    r = lora_site(e, li, site, x, k, e->proj, e->h, t);
+  return r ? r : exc_add_round_bf16(e->stream, e->hres, e->proj, e->h, t, e->h);
 }
 
 static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *seqs, int ns,
@@ -676,12 +751,14 @@ static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq 
   int r;
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_qkv, e->proj, e->m_attn, EXC_DTYPE_F32,
                     false, t, e->h, e->m_attn)) ||
-      (r = lora_site(e, li, EXC_LORA_ATTN_IN, e->a, e->h, e->proj, e->m_attn, t)))
+      (r = round_rows(e, e->proj, e->m_attn, t, e->m_attn)) ||
+      (r = lora_in(e, li, EXC_LORA_ATTN_IN, e->a, e->h, e->proj, e->m_attn, t)))
     return r;
   prof(e, EXC_OP_GEMM_IN);
-  if ((r = exc_attn_prep(e->stream, e->proj, e->proj + qw, e->proj + qw + kw, e->m_attn, l->q_norm,
-                         l->k_norm, e->cfg.rms_eps, e->cos_t, e->sin_t, e->cfg.rot_dims, e->q,
-                         e->gate, e->knew, e->vnew, t, (int)e->hq, (int)e->hkv, (int)e->d)))
+  if ((r = (ref_bf16(e) ? exc_attn_prep_rounded : exc_attn_prep)(
+           e->stream, e->proj, e->proj + qw, e->proj + qw + kw, e->m_attn, l->q_norm, l->k_norm,
+           e->cfg.rms_eps, e->cos_t, e->sin_t, e->cfg.rot_dims, e->q, e->gate, e->knew, e->vnew, t,
+           (int)e->hq, (int)e->hkv, (int)e->d)))
     return r;
   prof(e, EXC_OP_ATTN_PREP);
   for (int i = 0; i < ns; i++) {
@@ -715,10 +792,7 @@ static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq 
   if (r)
     return r;
   prof(e, EXC_OP_STATE_COPY);
-  r = exc_gemm(e->gemm, e->stream, e->mix, e->hq * e->d, l->w_o, e->hres, e->h, EXC_DTYPE_F32, true,
-               t, e->hq * e->d, e->h);
-  if (!r)
-    r = lora_site(e, li, EXC_LORA_ATTN_OUT, e->mix, e->hq * e->d, e->hres, e->h, t);
+  r = out_proj(e, li, EXC_LORA_ATTN_OUT, e->mix, e->hq * e->d, l->w_o, t);
   prof(e, EXC_OP_GEMM_OUT);
   return r;
 }
@@ -733,8 +807,10 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
                     t, e->h, e->cd)) ||
       (r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_zba, e->zba, e->m_zba, EXC_DTYPE_F32,
                     false, t, e->h, e->m_zba)) ||
-      (r = lora_site(e, li, EXC_LORA_GDN_QKV, e->a, e->h, e->proj, e->cd, t)) ||
-      (r = lora_site(e, li, EXC_LORA_GDN_ZBA, e->a, e->h, e->zba, e->m_zba, t)))
+      (r = round_rows(e, e->proj, e->cd, t, e->cd)) ||
+      (r = round_rows(e, e->zba, e->m_zba, t, e->m_zba)) ||
+      (r = lora_in(e, li, EXC_LORA_GDN_QKV, e->a, e->h, e->proj, e->cd, t)) ||
+      (r = lora_in(e, li, EXC_LORA_GDN_ZBA, e->a, e->h, e->zba, e->m_zba, t)))
     return r;
   prof(e, EXC_OP_GEMM_IN);
   for (int i = 0; i < ns; i++) {
@@ -752,7 +828,8 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
                                       .state_out = seqs[i].advance ? sl->s[li] : NULL};
   }
   if ((r = exc_causal_conv1d_silu(e->stream, e->proj, l->conv, e->convout, e->cseq, ns, e->cd,
-                                  e->kconv)))
+                                  e->kconv)) ||
+      (r = round_rows(e, e->convout, e->cd, t, e->cd)))
     return r;
   prof(e, EXC_OP_CONV);
   for (int i = 0; i < ns && !r; i++)
@@ -763,21 +840,20 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
     return r;
   prof(e, EXC_OP_STATE_COPY);
   if ((r = exc_gdn_prepare(e->stream, e->convout, e->cd, e->zba + e->vd, e->zba + e->vd + e->hv,
-                           e->m_zba, l->a_log, l->dt_bias, e->beta, e->g, t, &dims)))
+                           e->m_zba, l->a_log, l->dt_bias, e->beta, e->g, t, &dims)) ||
+      (r = round_rows(e, e->beta, e->hv, t, e->hv)))
     return r;
   prof(e, EXC_OP_GDN_PREPARE);
   if ((r = exc_gdn_chunked(e->stream, e->convout, e->cd, e->beta, e->g, e->gout, e->gseq, ns, &dims,
-                           e->gdn_scratch)))
+                           e->gdn_scratch)) ||
+      (r = round_rows(e, e->gout, e->vd, t, e->vd)))
     return r;
   prof(e, EXC_OP_GDN);
   if ((r = exc_gated_rms_norm(e->stream, e->gout, e->zba, e->m_zba, l->gdn_norm, e->cfg.rms_eps,
                               e->mix, t, e->hv, e->dv)))
     return r;
   prof(e, EXC_OP_GATED_NORM);
-  r = exc_gemm(e->gemm, e->stream, e->mix, e->vd, l->w_o, e->hres, e->h, EXC_DTYPE_F32, true, t,
-               e->vd, e->h);
-  if (!r)
-    r = lora_site(e, li, EXC_LORA_GDN_OUT, e->mix, e->vd, e->hres, e->h, t);
+  r = out_proj(e, li, EXC_LORA_GDN_OUT, e->mix, e->vd, l->w_o, t);
   prof(e, EXC_OP_GEMM_OUT);
   return r;
 }
@@ -790,16 +866,15 @@ static int mlp(struct exc_qwen35 *e, const struct dlayer *l, size_t t) {
   prof(e, EXC_OP_NORM);
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter, EXC_DTYPE_F32,
                     false, t, e->h, 2 * e->inter)) ||
-      (r = lora_site(e, li, EXC_LORA_MLP_IN, e->a, e->h, e->proj, 2 * e->inter, t)))
+      (r = lora_in(e, li, EXC_LORA_MLP_IN, e->a, e->h, e->proj, 2 * e->inter, t)))
     return r;
   prof(e, EXC_OP_GEMM_IN);
-  if ((r = exc_swiglu(e->stream, e->proj, e->proj + e->inter, 2 * e->inter, e->mix, t, e->inter)))
+  /* ref-bf16: gate and up rounded as the kernel reads them (no separate pass) */
+  if ((r = (ref_bf16(e) ? exc_swiglu_rounded : exc_swiglu)(e->stream, e->proj, e->proj + e->inter,
+                                                           2 * e->inter, e->mix, t, e->inter)))
     return r;
   prof(e, EXC_OP_SWIGLU);
-  r = exc_gemm(e->gemm, e->stream, e->mix, e->inter, l->w_down, e->hres, e->h, EXC_DTYPE_F32, true,
-               t, e->inter, e->h);
-  if (!r)
-    r = lora_site(e, li, EXC_LORA_MLP_DOWN, e->mix, e->inter, e->hres, e->h, t);
+  r = out_proj(e, li, EXC_LORA_MLP_DOWN, e->mix, e->inter, l->w_down, t);
   prof(e, EXC_OP_GEMM_OUT);
   return r;
 }
@@ -907,11 +982,14 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
     j += t1 - t0;
     t0 = t1;
   }
-  if (r)
+  /* ref-bf16: the merged image rows enter as the reference's bf16 vision output (the embedding
+   * rows are bf16 values already) */
+  if (r || (image_rows && (r = round_rows(e, e->hres, e->h, t, e->h))))
     goto fail;
   what = "rotary tables";
   if ((r = exc_mrope_tables(s, e->pos, t, e->inv_freq, (int)e->f, e->cfg.mrope_section, e->cos_t,
-                            e->sin_t)))
+                            e->sin_t)) ||
+      (r = round_rows(e, e->cos_t, e->f, t, e->f)) || (r = round_rows(e, e->sin_t, e->f, t, e->f)))
     goto fail;
   prof(e, EXC_OP_INPUT);
   for (int li = 0; li < e->cfg.n_layers; li++) {
@@ -928,7 +1006,9 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
       goto fail;
   }
   what = "final norm";
-  if ((r = exc_rms_norm(s, e->hres, NULL, e->final_norm, e->cfg.rms_eps, e->hid, NULL, 0, t, e->h)))
+  if ((r = exc_rms_norm(s, e->hres, NULL, e->final_norm, e->cfg.rms_eps, e->hid, NULL, 0, t,
+                        e->h)) ||
+      (r = round_rows(e, e->hid, e->h, t, e->h)))
     goto fail;
   what = "readouts";
   for (size_t i = 0; i < n_read && !r; i++) {
@@ -944,6 +1024,7 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
     what = "LM head";
     if ((r = exc_gemm(e->gemm, s, e->hsel, e->h, e->lm_head, e->logits, e->vocab_pad, EXC_DTYPE_F32,
                       false, n_read, e->h, e->vocab_pad)) ||
+        (r = round_rows(e, e->logits, e->vocab_pad, n_read, e->vocab_pad)) ||
         (r = EXC_CUDA(cudaMemcpy2DAsync(ret_logits, e->vocab * sizeof(float), e->logits,
                                         e->vocab_pad * sizeof(float), e->vocab * sizeof(float),
                                         n_read, cudaMemcpyDeviceToHost, s))))

@@ -1,5 +1,6 @@
 /* The bf16 CUDA engine of the Qwen3.5 text backbone: weights bf16 on one device (projections fused
- * per layer), float32 residual stream, device memory reserved once at start-up (weights, one
+ * per layer), activations rounded as the bf16 reference by default (enum exc_qwen35_numerics; a
+ * float32 residual stream on request), device memory reserved once at start-up (weights, one
  * scratch arena for a maximum number of tokens per launch, a pool of sequence snapshots), and the
  * forward over packed sequences that each continue their own snapshot, and a kept (unmerged) LoRA
  * adapter when exc_qwen35_set_lora loads one. Not here: the vision tower (image rows come in as
@@ -20,6 +21,22 @@
 extern "C" {
 #endif
 
+/* Where the forward rounds its activations (struct exc_qwen35_limits.numerics). */
+enum exc_qwen35_numerics {
+  /* The reference's numbers (the default): every activation rounded to bf16 where transformers
+   * in bf16 rounds it (spec/qwen3_5.md §3.5): projection outputs, q/k norms, rotary tables and
+   * results, attention output, conv, β, GDN output, gated norm, SwiGLU, each residual add (the
+   * residual stream holds bf16 values), merged image rows, the final norm and the logits; fp32
+   * accumulation inside GEMMs and kernels. Not rounded inside the fused attention, gated-norm,
+   * rotary and SwiGLU ops (one rounding at their outputs). Twin: the CPU forward with round_bf16.
+   */
+  EXC_NUMERICS_REF_BF16 = 0,
+  /* float32 residual stream and non-GEMM activations, bf16 only at GEMM inputs, the KV cache and
+   * the LM-head input (closer to a float32 forward than the bf16 reference is). Twin: the float32
+   * CPU forward. */
+  EXC_NUMERICS_FP32_RESIDUAL = 1,
+};
+
 /* Sizes reserved at start-up; a request over any of them is refused with -CM_ELIMIT. */
 struct exc_qwen35_limits {
   size_t max_tokens;    /* rows of one launch, all sequences together (default 8192) */
@@ -28,6 +45,7 @@ struct exc_qwen35_limits {
   size_t n_snapshots;   /* snapshots in the pool (default 4) */
   size_t max_readouts;  /* readout rows of one launch (hidden and logits; default 64) */
   size_t max_label_ids; /* vocabulary rows of one exc_qwen35_label_logits call (default 1024) */
+  enum exc_qwen35_numerics numerics; /* rounding mode (default EXC_NUMERICS_REF_BF16) */
 };
 
 /* The default limits above. */
@@ -99,7 +117,8 @@ int exc_qwen35_state_clone(struct exc_qwen35 *e, const struct exc_qwen35_state *
  * features or NULL: they replace, in order, the embeddings of the rows whose token is the config's
  * image_token_id (their count must match); readout [n_read] packed row
  * indices; ret_hidden [n_read, H] host float32 final-norm hidden rows or NULL; ret_logits
- * [n_read, vocab] host float32 LM-head logits (of the bf16 hidden row) or NULL.
+ * [n_read, vocab] host float32 LM-head logits (of the bf16 hidden row) or NULL; in ref-bf16 both
+ * hold bf16 values (the reference's bf16 hidden states and logits).
  * Ownership: host buffers of the caller; synchronises the engine's stream before returning.
  * Returns 0; -EINVAL (empty, an id out of range, a readout outside the launch, a state both
  * advanced and read, image rows not matching the image tokens); -CM_ELIMIT (max_tokens, max_seqs,
@@ -180,6 +199,14 @@ int exc_qwen35_label_logits(struct exc_qwen35 *e, const size_t *rows, size_t n_r
  * host. Returns as exc_qwen35_label_logits. Source: spec/omnijev.md §7. */
 int exc_qwen35_token_logprob(struct exc_qwen35 *e, const size_t *rows, const int32_t *targets,
                              size_t n, float *ret, struct cm_diag *diag);
+
+/* Switches the rounding mode of later forwards (the start-up value is limits.numerics).
+ * Returns 0; -EINVAL (not a mode). */
+int exc_qwen35_set_numerics(struct exc_qwen35 *e, enum exc_qwen35_numerics numerics);
+
+/* "ref-bf16" or "fp32-residual" ↔ the mode; parse returns 0 or -EINVAL (unknown name). */
+const char *exc_qwen35_numerics_name(enum exc_qwen35_numerics numerics);
+int exc_qwen35_numerics_parse(const char *name, enum exc_qwen35_numerics *ret_numerics);
 
 /* False once a CUDA call failed with a sticky error (the context is lost: retire the executor). */
 bool exc_qwen35_healthy(const struct exc_qwen35 *e);

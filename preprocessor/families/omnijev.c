@@ -511,7 +511,7 @@ static int parse_question(const char *id, json_object *qo, const char *head,
 
 /* ---- compile -------------------------------------------------------------------------------- */
 
-static int check_top(json_object *body, json_object **ret_url, json_object **ret_questions,
+static int check_top(json_object *body, json_object **ret_images, json_object **ret_questions,
                      json_object **ret_video, struct cm_diag *diag) {
   static const char *const allow_top[] = {"model", "state", "questions"};
   static const char *const allow_state[] = {"images", "video"};
@@ -528,15 +528,25 @@ static int check_top(json_object *body, json_object **ret_url, json_object **ret
   *ret_video = NULL;
   json_object_object_get_ex(state, "video", ret_video);
   if (!json_object_object_get_ex(state, "images", &images) ||
-      !json_object_is_type(images, json_type_array) || json_object_array_length(images) != 1)
-    return cm_diag_set(diag, -CM_EREQUEST, "state.images must hold exactly one image");
-  json_object *url = json_object_array_get_idx(images, 0);
-  if (!json_object_is_type(url, json_type_string))
-    return cm_diag_set(diag, -CM_EREQUEST, "state.images[0] must be a data URL string");
-  const char *u = json_object_get_string(url);
-  if (strncmp(u, "data:image/png;base64,", 22) != 0 && strncmp(u, "data:image/jpeg;base64,", 23) != 0)
-    return cm_diag_set(diag, -CM_EREQUEST, "state.images[0] must be a data:image/png;base64 or "
-                       "data:image/jpeg;base64 URL");
+      !json_object_is_type(images, json_type_array) || json_object_array_length(images) < 1)
+    return cm_diag_set(diag, -CM_EREQUEST, "state.images must hold at least one image");
+  size_t n_images = json_object_array_length(images);
+  if (*ret_video && n_images != 1)
+    return cm_diag_set(diag, -CM_EREQUEST, "state.images must hold exactly one image (the mosaic) "
+                       "with state.video");
+  if (n_images > PP_OMNIJEV_MAX_STILLS)
+    return cm_diag_set(diag, -CM_ELIMIT, "state.images holds %zu images, at most %d (one panel)",
+                       n_images, PP_OMNIJEV_MAX_STILLS);
+  for (size_t i = 0; i < n_images; i++) {
+    json_object *url = json_object_array_get_idx(images, i);
+    if (!json_object_is_type(url, json_type_string))
+      return cm_diag_set(diag, -CM_EREQUEST, "state.images[%zu] must be a data URL string", i);
+    const char *u = json_object_get_string(url);
+    if (strncmp(u, "data:image/png;base64,", 22) != 0 &&
+        strncmp(u, "data:image/jpeg;base64,", 23) != 0)
+      return cm_diag_set(diag, -CM_EREQUEST, "state.images[%zu] must be a data:image/png;base64 or "
+                         "data:image/jpeg;base64 URL", i);
+  }
   if (!json_object_object_get_ex(body, "questions", &qs) || !json_object_is_type(qs, json_type_object))
     return cm_diag_set(diag, -CM_EREQUEST, "questions must be an object");
   size_t nq = (size_t)json_object_object_length(qs);
@@ -550,7 +560,7 @@ static int check_top(json_object *body, json_object **ret_url, json_object **ret
       return cm_diag_set(diag, -CM_ELIMIT, "question id longer than %d characters",
                          PP_OMNIJEV_MAX_ID_CHARS);
   }
-  *ret_url = url;
+  *ret_images = images;
   *ret_questions = qs;
   return 0;
 }
@@ -665,15 +675,60 @@ static int video_frames(const struct pp_omnijev_model *m, const struct pp_rgb *m
   return rc;
 }
 
-/* Prepares state.images[0]: the still, or (video != NULL) the mosaic's frames. */
-static int prepare_images(const struct pp_omnijev_model *m, json_object *url,
+/* Several stills (spec §2.3, §10.5): each decoded and thumbnailed as soon as it is decoded (so
+ * at most one full-size still is held), then tiled into one panel, JPEG-encoded and read back;
+ * the panel is prepared as the request's one image. A failure names its still in *ret_index. */
+static int prepare_panel(const struct pp_omnijev_model *m, json_object *images,
+                         struct pp_image *ret_image, size_t *ret_index, struct cm_diag *diag) {
+  size_t n = json_object_array_length(images);
+  struct pp_rgb *thumbs = calloc(n, sizeof *thumbs), panel = {0};
+  if (!thumbs)
+    return -ENOMEM;
+  int rc = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    json_object *url = json_object_array_get_idx(images, i);
+    uint8_t *bytes = NULL;
+    size_t n_bytes = 0;
+    struct pp_rgb full = {0};
+    *ret_index = i;
+    rc = pp_image_b64_decode(json_object_get_string(url), (size_t)json_object_get_string_len(url),
+                             (uint32_t)i, &m->image_lim, &bytes, &n_bytes, diag);
+    if (!rc)
+      rc = pp_image_decode(bytes, n_bytes, (uint32_t)i, &m->image_lim, &full, diag);
+    free(bytes);
+    if (!rc && (rc = pp_image_thumbnail(&full, PP_IMAGE_PANEL_MAX_SIDE, &thumbs[i])))
+      rc = rc == -ENOMEM ? rc : cm_diag_set(diag, rc, "image %zu could not be thumbnailed", i);
+    pp_rgb_fini(&full);
+  }
+  if (!rc) {
+    *ret_index = 0;
+    rc = pp_image_panel(thumbs, (uint32_t)n, &panel);
+    if (rc && rc != -ENOMEM)
+      rc = cm_diag_set(diag, rc, "the panel of %zu images could not be made", n);
+  }
+  for (size_t i = 0; i < n; i++)
+    pp_rgb_fini(&thumbs[i]);
+  free(thumbs);
+  if (!rc)
+    rc = pp_image_prepare_rgb(&panel, 0, &m->image_lim, ret_image, diag);
+  pp_rgb_fini(&panel);
+  return rc;
+}
+
+/* Prepares state.images: one still; several stills as one panel; or (video != NULL) the
+ * mosaic's frames. On failure *ret_index names the image at fault. */
+static int prepare_images(const struct pp_omnijev_model *m, json_object *images,
                           const struct video_form *video, struct pp_omnijev_request *r,
-                          struct cm_diag *diag) {
+                          size_t *ret_index, struct cm_diag *diag) {
+  json_object *url = json_object_array_get_idx(images, 0);
   const char *u = json_object_get_string(url);
   size_t nu = (size_t)json_object_get_string_len(url);
+  *ret_index = 0;
   if (!(r->images = calloc(video ? video->n_frames : 1, sizeof *r->images)))
     return -ENOMEM;
   r->n_images = video ? video->n_frames : 1;
+  if (!video && json_object_array_length(images) > 1)
+    return prepare_panel(m, images, &r->images[0], ret_index, diag);
   if (!video)
     return pp_image_prepare_data_url(u, nu, 0, &m->image_lim, &r->images[0], diag);
   uint8_t *bytes = NULL;
@@ -730,8 +785,8 @@ out:
 
 int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
                        struct pp_omnijev_request **ret_req, struct cm_diag *diag) {
-  json_object *url = NULL, *qs = NULL, *video = NULL;
-  int rc = check_top(body, &url, &qs, &video, diag);
+  json_object *images = NULL, *qs = NULL, *video = NULL;
+  int rc = check_top(body, &images, &qs, &video, diag);
   if (rc)
     return rc;
   struct video_form vf = {0};
@@ -763,12 +818,13 @@ int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
     }
   }
   /* the image, after every cheap check */
-  if ((rc = prepare_images(model, url, video ? &vf : NULL, r, diag))) {
+  size_t bad_image = 0;
+  if ((rc = prepare_images(model, images, video ? &vf : NULL, r, &bad_image, diag))) {
     if (rc != -ENOMEM && diag) { /* the image module's message, prefixed with the field */
       char *inner = diag->msg;
       diag->msg = NULL;
       diag->code = 0;
-      cm_diag_set(diag, rc, "state.images[0]: %s", inner ? inner : cm_strerror(rc));
+      cm_diag_set(diag, rc, "state.images[%zu]: %s", bad_image, inner ? inner : cm_strerror(rc));
       free(inner);
     }
     goto out;

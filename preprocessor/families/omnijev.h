@@ -3,7 +3,8 @@
  * with the exact prompts, marker offsets, positions and usage; and finish the per-question head
  * outputs into the reference's answers (calibration, float32 storage points, ties, Jev confidence,
  * rounding). Also the video form (spec §2.3, §3.6: a mosaic cut into frames, one image each, with
- * timestamp text). Pure code: no sockets. Leaves out multi-image panels and state.text (refused). */
+ * timestamp text), and several stills tiled into one panel (spec §2.3, §10.5: pp_image_panel).
+ * Pure code: no sockets. Leaves out state.text (refused). */
 #ifndef S1_PP_OMNIJEV_H
 #define S1_PP_OMNIJEV_H
 
@@ -34,6 +35,8 @@
 #define PP_OMNIJEV_FEATS 6                   /* LM features per option */
 #define PP_OMNIJEV_MAX_FRAMES 16             /* frames of the video form (mso/video.py makes 16) */
 #define PP_OMNIJEV_MAX_TILE 1024             /* video tile side, pixels (mso/video.py: 384) */
+#define PP_OMNIJEV_MAX_STILLS 16             /* stills in state.images (several = one panel); each
+                                                within the image limits above, before decoding */
 
 /* Question types; the values are the heads' type ids τ (spec §8.2). */
 enum pp_omnijev_type {
@@ -85,7 +88,7 @@ struct pp_omnijev_request {
   struct pp_omnijev_question *questions;  /* [n_questions], request order */
   size_t n_questions;                     /* questions */
   struct pp_image *images;                /* [n_images] the prepared still, or the video's frames */
-  size_t n_images;                        /* 1, or the video's n_frames */
+  size_t n_images;                        /* 1 (a still or the panel), or the video's n_frames */
   int32_t *prefix_ids;                    /* [n_prefix] the shared prefix (from S_0) */
   int32_t *prefix_pos;                    /* [3, n_prefix] mRoPE positions, axis-major (T, H, W) */
   size_t n_prefix;                        /* L */
@@ -104,7 +107,9 @@ int pp_omnijev_model_init(json_object *manifest, const struct pp_tok *tok,
                           struct pp_omnijev_model *ret_model, struct cm_diag *diag);
 
 /* Validates and compiles a parsed request body (spec §2-§5): the contract (allow-lists, types,
- * limits, reserved marker text), the image (decode, smart_resize, patches) or the video form
+ * limits, reserved marker text), the image (decode, smart_resize, patches), several stills
+ * (2..PP_OMNIJEV_MAX_STILLS without video: one panel, pp_image_panel, prepared as one image) or
+ * the video form
  * (state.video {n_frames, cols, tile, timestamps, duration}: frame k is the tile at
  * (k mod cols, k div cols) of images[0], each prepared as its own image), option rendering
  * (200-code-point cut, region text with half-to-even rounding), the exact prompts, the shared

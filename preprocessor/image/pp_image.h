@@ -1,8 +1,8 @@
 /* Exact image preparation for the Qwen3.5 vision tower: data URL / base64, limits, decode with
  * libvips into the 8-bit RGB that Pillow's `convert("RGB")` gives, smart_resize, torch's uint8
  * antialiased bicubic resize (bit-exact), normalise + patchify, and the 3-axis mRoPE positions.
- * Leaves out: OmniJev panels and video frames (they reuse pp_image_decode / pp_image_resample),
- * and mapping error codes to HTTP statuses (the service does that). */
+ * Also OmniJev's multi-image panel (Pillow's thumbnail and JPEG encoder, pp_image_panel*).
+ * Leaves out: mapping error codes to HTTP statuses (the service does that). */
 #ifndef S1_PP_IMAGE_H
 #define S1_PP_IMAGE_H
 
@@ -161,5 +161,58 @@ int pp_image_prepare_bytes(const uint8_t *bytes, size_t n_bytes, uint32_t index,
 int pp_mrope_positions(const int32_t *ids, size_t n_ids, int32_t image_token_id,
                        const struct pp_grid *grids, size_t n_grids, int32_t start_pos,
                        int32_t *ret_pos, int32_t *ret_next_pos, struct cm_diag *diag);
+
+/* ---- OmniJev multi-image panel (spec/omnijev.md §10.5; pp_image_pillow.c, pp_image_panel.c) */
+
+enum {
+  PP_IMAGE_PANEL_MAX_SIDE = 448,  /* stills whose longer side exceeds this are thumbnailed */
+  PP_IMAGE_PANEL_QUALITY = 88,    /* JPEG quality of the panel's round trip */
+  PP_IMAGE_PANEL_MAX_STILLS = 16, /* stills per panel (3 x 6 cells, canvas <= 1368 x 2862) */
+};
+
+/* The size Pillow 12.3's `thumbnail((max_side, max_side))` gives: unchanged when both sides fit,
+ * else the longer side becomes max_side and the other the floor or ceil of the scaled side,
+ * whichever keeps the aspect ratio closer (floor on a tie), at least 1. Units: pixels. */
+void pp_image_thumbnail_size(uint32_t width, uint32_t height, uint32_t max_side,
+                             uint32_t *ret_width, uint32_t *ret_height);
+
+/* Pillow 12.3's `Image.thumbnail((max_side, max_side))` of an RGB image (resample BICUBIC,
+ * reducing_gap 2.0; `draft` does nothing on converted RGB): pp_image_thumbnail_size, then, when
+ * a side shrinks by 2 x reducing_gap or more, an integer box reduce by int(ratio / 2) per axis,
+ * then the 22-bit fixed-point bicubic (horizontal pass, 8-bit intermediate, vertical pass; the
+ * other order for an image over 100 times taller than wide) over the reduced box (as float32).
+ * A copy when nothing shrinks. Shapes: src [h][w][3] -> [th][tw][3].
+ * Ownership: ret_dst->data malloc'd (pp_rgb_fini). Returns: 0; -EINVAL (zero size); -ENOMEM.
+ * Source: Pillow 12.3 Image.thumbnail / Image.resize, libImaging Reduce.c and Resample.c;
+ * checked bit-exact by tests/omnijev/test_omnijev_panel.c on tests/oracle/omnijev_panels.py. */
+int pp_image_thumbnail(const struct pp_rgb *src, uint32_t max_side, struct pp_rgb *ret_dst);
+
+/* Encodes RGB as baseline JPEG with the settings Pillow 12.3's `save(f, "JPEG", quality=q)`
+ * uses: libjpeg defaults (YCbCr 4:2:0, ISLOW DCT, standard Huffman tables, not optimized, not
+ * progressive, JFIF 1.01 with density 1:1 and no unit), jpeg_set_quality(q, force_baseline).
+ * Units: quality 1..100. Ownership: *ret_bytes malloc'd (caller frees), *ret_n bytes.
+ * Returns: 0; -EINVAL (zero or > 65,500 px side, quality out of range); -ENOMEM.
+ * Source: Pillow 12.3 JpegEncode.c defaults; byte-identical to Pillow's output (same test). */
+int pp_image_jpeg_encode(const struct pp_rgb *img, int quality, uint8_t **ret_bytes, size_t *ret_n);
+
+/* The panel grid (spec §10.5): n = 1 -> 1x1, 2 -> 2x1, <= 4 -> 2x2, else 3 x ceil(n / 3). */
+void pp_image_panel_grid(uint32_t n, uint32_t *ret_cols, uint32_t *ret_rows);
+
+/* The panel canvas before its JPEG round trip (spec §10.5): each still thumbnailed to 448 px,
+ * cells cw x ch (the largest thumbnail width and height), border 6, label band 22, canvas
+ * cols*cw + (cols+1)*6 by rows*(ch+22) + (rows+1)*6 filled with (32, 32, 32); still k pasted
+ * centred ((cw - w) / 2, 22 + (ch - h) / 2) in its cell at (6 + c (cw + 6), 6 + r (ch + 28));
+ * numeral k+1 in white, its ink's top-left at (x + 2, y + 6), drawn with libvips text (DejaVu
+ * Sans Condensed 10 px; Pillow's own default font differs: only those glyph pixels differ).
+ * Shapes: stills[n], each [h][w][3] RGB. Ownership: ret_canvas->data malloc'd.
+ * Returns: 0; -EINVAL (n = 0 or above PP_IMAGE_PANEL_MAX_STILLS, an empty still);
+ * -CM_EUNSUPPORTED (libvips cannot start or render text); -ENOMEM.
+ * Source: mso/panels.py `compose` as spec §10.5 describes it, with Pillow 12.3. */
+int pp_image_panel_compose(const struct pp_rgb *stills, uint32_t n, struct pp_rgb *ret_canvas);
+
+/* pp_image_panel_compose, then JPEG quality 88 (pp_image_jpeg_encode) and back through
+ * pp_image_decode: the RGB the model sees. Ownership: ret_panel->data malloc'd.
+ * Returns: their errors. Source: mso/panels.py `compose_path` (spec §2.3, §10.5). */
+int pp_image_panel(const struct pp_rgb *stills, uint32_t n, struct pp_rgb *ret_panel);
 
 #endif

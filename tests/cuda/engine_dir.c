@@ -1,11 +1,15 @@
 /* engine_dir: the CUDA engine on an exported model directory without the image stack (so it runs
- * on the GPU machine from a static build): --check compares it with the float32 CPU forward on
- * seeded text tokens at three positions: the relative L2 of each hidden row must stay within
- * max(2e-2, 1.5 × that of the CPU forward with --bf16-rounding, i.e. what rounding as the bf16
- * reference does costs on this model), the same top-1 id; and a prefix/continuation split against
- * the one pass. --repeat K prints s1-forward's timing JSON; --profile then runs K more prefills
- * with an event after every op and prints the device ms per forward of each op kind.
- * Usage: engine_dir --model DIR --tokens N [--check] [--repeat K [--profile]] */
+ * on the GPU machine from a static build): --check compares it, in the fp32-residual numerics,
+ * with the float32 CPU forward on seeded text tokens at three positions: the relative L2 of each
+ * hidden row must stay within max(2e-2, 1.5 × that of the CPU forward with --bf16-rounding, i.e.
+ * what rounding as the bf16 reference does costs on this model), the same top-1 id; a
+ * prefix/continuation split against the one pass; then, in the ref-bf16 numerics, with the
+ * bf16-rounding CPU forward (its twin): each row within max(2e-2, the twin's own distance to the
+ * float32 forward), every value a bf16 value. --repeat K prints s1-forward's timing JSON in the
+ * --numerics mode (default ref-bf16); --profile then runs K more prefills with an event after
+ * every op and prints the device ms per forward of each op kind.
+ * Usage: engine_dir --model DIR --tokens N [--check] [--repeat K [--profile]]
+ *                   [--numerics ref-bf16|fp32-residual] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,7 @@ int main(int argc, char **argv) {
   const char *model = NULL;
   long n = 0, repeat = 0;
   int check = 0, profile = 0;
+  enum exc_qwen35_numerics numerics = EXC_NUMERICS_REF_BF16;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--model") && i + 1 < argc)
       model = argv[++i];
@@ -43,6 +48,9 @@ int main(int argc, char **argv) {
       check = 1;
     else if (!strcmp(argv[i], "--profile"))
       profile = 1;
+    else if (!strcmp(argv[i], "--numerics") && i + 1 < argc &&
+             !exc_qwen35_numerics_parse(argv[i + 1], &numerics))
+      i++;
     else {
       fprintf(stderr, "usage: engine_dir --model DIR --tokens N [--check] [--repeat K]\n");
       return 2;
@@ -72,6 +80,7 @@ int main(int argc, char **argv) {
   lim.max_seqs = 1;
   lim.n_snapshots = 2;
   lim.max_readouts = 3;
+  lim.numerics = numerics;
   struct exc_qwen35 *e = NULL;
   if (exc_qwen35_new(&cfg, dir->weights, 0, &lim, &e, &d)) {
     fprintf(stderr, "engine_dir: %s\n", d.msg);
@@ -82,6 +91,7 @@ int main(int argc, char **argv) {
   XT_OK(exc_qwen35_state_acquire(e, &s0));
   XT_OK(exc_qwen35_state_acquire(e, &s1));
   if (check) {
+    XT_OK(exc_qwen35_set_numerics(e, EXC_NUMERICS_FP32_RESIDUAL));
     size_t rows[3] = {0, nt / 2, nt - 1};
     float *gh = malloc(3 * h * sizeof(float)), *gl = malloc(3 * v * sizeof(float));
     XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = nt}, 1,
@@ -136,6 +146,37 @@ int main(int argc, char **argv) {
       if (a[0] != b[0])
         xt_fail("row %zu top-1 differs", rows[i]);
     }
+    /* ref-bf16 against the bf16-rounding CPU forward */
+    XT_OK(exc_qwen35_set_numerics(e, EXC_NUMERICS_REF_BF16));
+    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = nt}, 1, tok, NULL, 0, rows, 3, gh, gl,
+                             &d));
+    m->round_bf16 = true;
+    for (int i = 0; i < 3; i++) {
+      ex_qwen35_logits(m, hb + rows[i] * h, 1, cl);
+      int32_t a[5], b[5];
+      top5(cl, v, a);
+      top5(gl + (size_t)i * v, v, b);
+      int ov = 0;
+      for (int x = 0; x < 5; x++)
+        for (int y = 0; y < 5; y++)
+          ov += a[x] == b[y];
+      size_t nb = 0;
+      for (size_t x = 0; x < h; x++)
+        nb += !(cm_bf16_to_f32(cm_f32_to_bf16(gh[(size_t)i * h + x])) == gh[(size_t)i * h + x]);
+      double er = xt_rel_l2(gh + (size_t)i * h, hb + rows[i] * h, h);
+      double e32 = xt_rel_l2(gh + (size_t)i * h, hid + rows[i] * h, h);
+      double eb = xt_rel_l2(hb + rows[i] * h, hid + rows[i] * h, h);
+      double tol = eb > 2e-2 ? eb : 2e-2;
+      printf("ref-bf16 row %5zu: hidden rel L2 vs cpu bf16-rounding %.3e (tol %.3e), vs cpu "
+             "float32 %.3e, top-1 cpu-bf16 %d gpu %d, top-5 overlap %d\n",
+             rows[i], er, tol, e32, a[0], b[0], ov);
+      if (!(er <= tol))
+        xt_fail("ref-bf16 row %zu hidden off the bf16-rounding CPU forward", rows[i]);
+      if (nb)
+        xt_fail("ref-bf16 row %zu: %zu hidden values are not bf16 values", rows[i], nb);
+    }
+    m->round_bf16 = false;
+    XT_OK(exc_qwen35_set_numerics(e, numerics));
     free(hb);
     free(emb), free(hid), free(cl), free(gh), free(gl), free(ch);
     ex_qwen35_state_free(cs);

@@ -2,7 +2,7 @@
 # One call on the GPU machine: the cuda twin tests, engine_dir --check on an exported tiny model,
 # and engine_dir --repeat timings on a 4B-shape model (s1-forward itself needs the image libraries,
 # absent there without the bundle), from a folder holding the statically built binaries, this
-# script and tokenizer.json. Logs go to $OUT (at most 8 files).
+# script and tokenizer.json. Logs go to $OUT (at most 8 files). Exit status 1 if any step failed.
 # Usage: gpu_run.sh ["N1 N2 ..."]: token counts of the 4B timings ("0" skips them).
 set -u
 cd "$(dirname "$0")"
@@ -41,3 +41,4 @@ if [ "$N4B" != "0" ]; then
 fi
 echo "failures: $fails" >>"$summary"
 cat "$summary"
+[ $fails -eq 0 ]

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""s1-forward --device cuda:0 against the float32 CPU path on a random tiny-A model directory
+"""s1-forward --device cuda:0 against the CPU path on a random tiny-A model directory
 (s1-mkmodel --shape tiny --vision, exported text + vision; images as merged embeddings): one pass
-and prefix + continuation, readouts at several positions. Hidden rows within relative L2
-max(2e-2, 1.5 x the error of the CPU path with --bf16-rounding on the same input: what rounding as
-the bf16 reference costs on this model), the same top-1 logit id and at least 4 of the top-5 ids; --repeat prints
-one timing JSON line with the documented keys. Standard library only.
+and prefix + continuation, readouts at several positions, in both engine numerics: the default
+(ref-bf16) against the CPU path with --bf16-rounding (its twin), --numerics fp32-residual against
+the float32 CPU path. Hidden rows within relative L2 max(2e-2, 1.5 x the distance between the two
+CPU paths on the same input: what rounding as the bf16 reference costs on this model), the same
+top-1 logit id and at least 4 of the top-5 ids; --repeat prints one timing JSON line with the
+documented keys. Standard library only.
 
 Usage: s1_forward_cuda.py --mkmodel BIN --export BIN --forward BIN --tokenizer FILE
 """
@@ -74,24 +76,29 @@ def main():
                               "images": [{"embeds": "img.npy", "grid_thw": [1, 8, 8]}]}),
         ]
         for name, inp in cases:
-            cpu, _ = fwd(inp)
+            cpu32, _ = fwd(inp)
             cpub, _ = fwd(inp, ["--bf16-rounding"])
-            gpu, _ = fwd(inp, ["--device", "cuda:0"])
-            if not cpu or not gpu or not cpub:
+            gref, _ = fwd(inp, ["--device", "cuda:0"])
+            g32, _ = fwd(inp, ["--device", "cuda:0", "--numerics", "fp32-residual"])
+            if not cpu32 or not cpub or not gref or not g32:
                 continue
-            if cpu["readout"] != gpu["readout"] or cpu["n_tokens"] != gpu["n_tokens"]:
-                fails.append("%s: readout or n_tokens differ" % name)
-                continue
-            for i, (hc, hg) in enumerate(zip(cpu["hidden"], gpu["hidden"])):
-                e = rel(hg, hc)
-                tol = max(2e-2, 1.5 * rel(cpub["hidden"][i], hc))
-                tc, tg = cpu["logits_top"][i]["ids"], gpu["logits_top"][i]["ids"]
-                print("%-16s readout %4d: hidden rel %.3e (tol %.3e), top-1 %d/%d, top-5 overlap %d" %
-                      (name, cpu["readout"][i], e, tol, tc[0], tg[0], len(set(tc[:5]) & set(tg[:5]))))
-                if not e <= tol:
-                    fails.append("%s readout %d: hidden rel %.3e > %.3e" % (name, i, e, tol))
-                if tc[0] != tg[0] or len(set(tc[:5]) & set(tg[:5])) < 4:
-                    fails.append("%s readout %d: top ids differ %s vs %s" % (name, i, tc[:5], tg[:5]))
+            for mode, cpu, gpu in (("ref-bf16", cpub, gref), ("fp32-residual", cpu32, g32)):
+                if cpu["readout"] != gpu["readout"] or cpu["n_tokens"] != gpu["n_tokens"]:
+                    fails.append("%s %s: readout or n_tokens differ" % (name, mode))
+                    continue
+                for i, (hc, hg) in enumerate(zip(cpu["hidden"], gpu["hidden"])):
+                    e = rel(hg, hc)
+                    tol = max(2e-2, 1.5 * rel(cpub["hidden"][i], cpu32["hidden"][i]))
+                    tc, tg = cpu["logits_top"][i]["ids"], gpu["logits_top"][i]["ids"]
+                    print("%-16s %-13s readout %4d: hidden rel %.3e (tol %.3e), top-1 %d/%d, "
+                          "top-5 overlap %d" % (name, mode, cpu["readout"][i], e, tol, tc[0], tg[0],
+                                                len(set(tc[:5]) & set(tg[:5]))))
+                    if not e <= tol:
+                        fails.append("%s %s readout %d: hidden rel %.3e > %.3e" %
+                                     (name, mode, i, e, tol))
+                    if tc[0] != tg[0] or len(set(tc[:5]) & set(tg[:5])) < 4:
+                        fails.append("%s %s readout %d: top ids differ %s vs %s" %
+                                     (name, mode, i, tc[:5], tg[:5]))
         _, out = fwd({"tokens": toks}, ["--device", "cuda:0", "--repeat", "3"])
         line = [l for l in out.splitlines() if l.startswith("{")]
         t = json.loads(line[-1]) if line else {}

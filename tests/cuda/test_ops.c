@@ -1,7 +1,9 @@
 /* Twin tests of the CUDA engine's small ops against the float32 CPU ops on fresh seeded inputs,
  * outputs poisoned with NaN before each launch: embedding gather, RMSNorm with the residual add,
- * gated RMSNorm, mRoPE tables with the fused q/k norm + rotary + split + KV write, SwiGLU, cast,
- * selected LM-head rows and the chunked full-vocabulary log-prob. Row counts 1, 63, 64, 65, 127,
+ * gated RMSNorm, mRoPE tables with the fused q/k norm + rotary + split + KV write (and its
+ * ref-bf16 variant rounding the norm), SwiGLU (and its variant rounding gate and up), cast,
+ * in-place bf16 rounding, the bf16 residual add, selected LM-head rows and the chunked
+ * full-vocabulary log-prob. Row counts 1, 63, 64, 65, 127,
  * 129 and 3,400 (elementwise ops), odd widths where the op allows them. */
 #include <math.h>
 #include <stdio.h>
@@ -177,6 +179,33 @@ static void test_gated_norm(struct xt_rng *r) {
     }
 }
 
+/* The rounded attn_prep's outputs: one bf16 ulp of the output, plus what one bf16 flip of the
+ * rounded norm output (the two sides' float32 norms may straddle a rounding boundary) does through
+ * the rotation: up to 2^-7·(|x_j| + |x_pair|) with x the rounded normed values (pre) and |cos|,
+ * |sin| ≤ 1; outside the rotary dims only the flip of x_j itself. Shapes: [n_vec, d] each. */
+static void rope_close(const char *what, const float *got, const float *want, const float *pre,
+                       size_t n_vec, int d, int rot) {
+  int f = rot / 2;
+  size_t bad = 0;
+  for (size_t r = 0; r < n_vec; r++)
+    for (int i = 0; i < d; i++) {
+      const float *x = pre + r * (size_t)d;
+      double span = fabs(x[i]);
+      if (i < rot)
+        span += fabs(x[i < f ? i + f : i - f]);
+      double lim = 1e-5 + BF16_REL * fabs(want[r * (size_t)d + i]) + BF16_REL * span;
+      float g = got[r * (size_t)d + i];
+      if (!(isfinite(g) && fabs((double)g - want[r * (size_t)d + i]) <= lim)) {
+        if (!bad)
+          xt_fail("%s: [%zu, %d] got %.9g want %.9g (limit %.3g)", what, r, i, g,
+                  want[r * (size_t)d + i], lim);
+        bad++;
+      }
+    }
+  if (bad)
+    xt_fail("%s: %zu values outside the limit", what, bad);
+}
+
 /* attn_prep over a fused [q_proj | k | v] row, against rms_norm + rope_apply on the CPU. */
 static void test_attn_prep(struct xt_rng *r) {
   struct {
@@ -255,6 +284,35 @@ static void test_attn_prep(struct xt_rng *r) {
       xt_down_bf16(got, dv, nk);
       snprintf(what, sizeof(what), "attn_prep v n=%zu D=%d", n, d);
       xt_close(what, got, vv, nk, 0, 0);
+      /* the ref-bf16 variant: norm, round, rotate, round (the CPU forward's round_bf16 steps) */
+      xt_poison(dq, nq * 2);
+      xt_poison(dk, nk * 2);
+      XT_OK(exc_attn_prep_rounded(0, dproj, dproj + qw, dproj + qw + kw, ld, dqn, dkn, 1e-6f, dcos,
+                                  dsin, rot, dq, dg, dk, dv, n, hq, hkv, d));
+      for (size_t t = 0; t < n; t++) {
+        for (int h = 0; h < hq; h++)
+          memcpy(q + (t * hq + h) * d, proj + t * ld + (size_t)h * 2 * d, d * 4);
+        memcpy(kk + t * kw, proj + t * ld + qw, kw * 4);
+      }
+      ex_cpu_rms_norm(q, qn, 1e-6f, q, n * hq, d);
+      ex_cpu_rms_norm(kk, kn, 1e-6f, kk, n * hkv, d);
+      ex_cpu_round_bf16(q, nq);
+      ex_cpu_round_bf16(kk, nk);
+      float *qpre = hmalloc(nq), *kpre = hmalloc(nk);
+      memcpy(qpre, q, nq * 4);
+      memcpy(kpre, kk, nk * 4);
+      ex_cpu_rope_apply(q, n, hq, d, rot, cos_t, sin_t);
+      ex_cpu_rope_apply(kk, n, hkv, d, rot, cos_t, sin_t);
+      ex_cpu_round_bf16(q, nq);
+      ex_cpu_round_bf16(kk, nk);
+      xt_down_bf16(got, dq, nq);
+      snprintf(what, sizeof(what), "attn_prep_rounded q n=%zu D=%d", n, d);
+      rope_close(what, got, q, qpre, n * hq, d, rot);
+      xt_down_bf16(got, dk, nk);
+      snprintf(what, sizeof(what), "attn_prep_rounded k n=%zu D=%d", n, d);
+      rope_close(what, got, kk, kpre, n * hkv, d, rot);
+      free(qpre);
+      free(kpre);
       cudaFree(dproj);
       cudaFree(dqn);
       cudaFree(dkn);
@@ -303,6 +361,16 @@ static void test_swiglu_cast(struct xt_rng *r) {
     char what[64];
     snprintf(what, sizeof(what), "swiglu n=%zu", n);
     xt_close(what, got, want, n * width, BF16_ABS, BF16_REL);
+    /* ref-bf16 variant: gate and up rounded as read */
+    xt_poison(dout, n * width * 2);
+    XT_OK(exc_swiglu_rounded(0, dgu, dgu + width, ld, dout, n, width));
+    ex_cpu_round_bf16(g, n * width);
+    ex_cpu_round_bf16(u, n * width);
+    ex_cpu_swiglu(g, u, want, n * width);
+    ex_cpu_round_bf16(want, n * width);
+    xt_down_bf16(got, dout, n * width);
+    snprintf(what, sizeof(what), "swiglu_rounded n=%zu", n);
+    xt_close(what, got, want, n * width, BF16_ABS, BF16_REL);
     /* cast: exact rounding */
     xt_poison(dout, n * width * 2);
     XT_OK(exc_cast_bf16(0, dgu, ld, dout, width, n, width));
@@ -312,6 +380,31 @@ static void test_swiglu_cast(struct xt_rng *r) {
     xt_down_bf16(got, dout, n * width);
     snprintf(what, sizeof(what), "cast n=%zu", n);
     xt_close(what, got, want, n * width, 0, 0);
+    /* in-place rounding of the first `width` columns: exact, the rest of each row untouched */
+    float *dr = dev_f32(gu, n * ld), *back = hmalloc(n * ld), *wr = hmalloc(n * ld);
+    XT_OK(exc_round_bf16(0, dr, ld, n, width));
+    for (size_t t = 0; t < n; t++)
+      for (size_t i = 0; i < ld; i++)
+        wr[t * ld + i] = i < width ? bf(gu[t * ld + i]) : gu[t * ld + i];
+    xt_down(back, dr, n * ld * 4);
+    snprintf(what, sizeof(what), "round_bf16 in place n=%zu", n);
+    xt_close(what, back, wr, n * ld, 0, 0);
+    /* residual add: h = bf16(h + bf16(y)), exact; h holds bf16 values, y the float32 rows of gu */
+    float *hh = hmalloc(n * width);
+    xt_fill_bf16_normal(r, hh, n * width, 4.0f);
+    float *dh = dev_f32(hh, n * width);
+    XT_OK(exc_add_round_bf16(0, dh, dgu, ld, n, width));
+    for (size_t t = 0; t < n; t++)
+      for (size_t i = 0; i < width; i++)
+        want[t * width + i] = bf(hh[t * width + i] + bf(gu[t * ld + i]));
+    xt_down(got, dh, n * width * 4);
+    snprintf(what, sizeof(what), "add_round_bf16 n=%zu", n);
+    xt_close(what, got, want, n * width, 0, 0);
+    cudaFree(dr);
+    cudaFree(dh);
+    free(back);
+    free(wr);
+    free(hh);
     cudaFree(dgu);
     cudaFree(dout);
     free(gu);

@@ -38,6 +38,15 @@ static float time_ms(launch_fn f, void *ctx) {
   return t[REPS / 2];
 }
 
+/* whether the comma-separated `list` holds `name` */
+static int list_has(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+      return 1;
+  return 0;
+}
+
 static void *dev_random_f32(size_t n, float sd) {
   float *h = malloc(n * 4);
   for (size_t i = 0; i < n; i++)
@@ -166,16 +175,53 @@ int main(void) {
       g.state = dev_random_f32(m->d.n_v_heads * m->d.dk * m->d.dv, 0.5f);
       g.scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
       g.seq = (struct exc_gdn_seq){0, T, g.state, NULL};
-      t = time_ms(gdn_run, &g);
+      /* every implementation (enum exc_gdn_kernel) named in S1_GDN_BENCH_KINDS (default all:
+       * "simt,tc,tcinv"; simt always runs); the model sum takes the simt default */
+      const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/tc",
+                                                      "gdn_chunked/tci"};
+      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tc", "tcinv"};
+      const char *kinds_env = getenv("S1_GDN_BENCH_KINDS");
+      float t_kind[EXC_GDN_KERNEL_COUNT];
+      double d_kind[EXC_GDN_KERNEL_COUNT]; /* max|out − out_simt| / max|out_simt| */
+      size_t n_out = (size_t)T * m->d.n_v_heads * m->d.dv;
+      float *o_simt = malloc(n_out * 4), *o_k = malloc(n_out * 4);
+      for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
+        t_kind[kv] = -1.0f;
+        if (kv && kinds_env && !list_has(kinds_env, kind_name[kv]))
+          continue;
+        exc_gdn_kernel_set((enum exc_gdn_kernel)kv);
+        t_kind[kv] = time_ms(gdn_run, &g);
+        TW_CUDA(cudaMemcpy(kv ? o_k : o_simt, g.out, n_out * 4, cudaMemcpyDeviceToHost));
+        double dmax = 0, rmax = 0;
+        for (size_t i = 0; kv && i < n_out; i++) {
+          double d = fabs((double)o_k[i] - o_simt[i]), r = fabs((double)o_simt[i]);
+          dmax = d > dmax || d != d ? d : dmax;
+          rmax = r > rmax ? r : rmax;
+        }
+        d_kind[kv] = kv ? dmax / rmax : 0.0;
+      }
+      free(o_simt), free(o_k);
+      exc_gdn_kernel_set(EXC_GDN_KERNEL_SIMT);
       double nch = (T + 63) / 64, hv = m->d.n_v_heads, dk = 128, dv = 128;
       /* useful FLOPs per chunk and head: KKᵀ, QKᵀ (2·64·64·dk each), solves (64·63·(dk+dv)),
        * W·S and Q·S (2·2·64·dk·dv), state update (2·64·dk·dv), A·V' (64·65·dv) */
       fl = nch * hv * (4.0 * 64 * 64 * dk + 64.0 * 63 * (dk + dv) + 6.0 * 64 * dk * dv + 64.0 * 65 * dv);
       by = (double)T * (2 * m->d.n_k_heads * dk + hv * dv + 2 * hv) * 4 + (double)T * hv * dv * 4 +
            2.0 * hv * dk * dv * 4;
-      printf("%-5s %-6d %-14s %10.4f %10.2f %10.1f %12.3f\n", m->name, T, "gdn_chunked", t,
-             fl / t / 1e9, by / t / 1e6, t * m->n_gdn);
-      model_ms += t * m->n_gdn;
+      for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
+        t = t_kind[kv];
+        if (t < 0.0f) {
+          printf("%-5s %-6d %-14s %10s (not in S1_GDN_BENCH_KINDS)\n", m->name, T, kind_label[kv],
+                 "-");
+          continue;
+        }
+        printf("%-5s %-6d %-14s %10.4f %10.2f %10.1f %12.3f", m->name, T, kind_label[kv], t,
+               fl / t / 1e9, by / t / 1e6, t * m->n_gdn);
+        if (kv)
+          printf("  max|d| vs simt %.2g of max|out|", d_kind[kv]);
+        printf("\n");
+      }
+      model_ms += t_kind[0] * m->n_gdn;
       printf("%-5s %-6d %-14s %10s %10s %10s %12.3f\n", m->name, T, "sum(model)", "", "", "",
              model_ms);
       cudaFree(c.x), cudaFree(c.w), cudaFree(c.y), cudaFree(c.win), cudaFree(c.wout);

@@ -7,7 +7,10 @@
  * - chunked: |d| ≤ 1e-4 · max|ref| of that tensor (output of the sequence, or its state). Each
  *   value is a sum of O(dk + 64) products per chunk, carried through up to 54 chunks and a 64-row
  *   unit-triangular solve; fp32 reordering gives ~1e-6 relative (the spec's chunked vs recurrent
- *   agreement), and the solve's growth on strongly coupled keys is what the 100× margin is for. */
+ *   agreement), and the solve's growth on strongly coupled keys is what the 100× margin is for.
+ * Every chunked case runs for each implementation (EXC_GDN_KERNEL_SIMT, _TC: 3xTF32 tensor-core
+ * products, _TC_INV: also the solves as T = (I + L)⁻¹ products), each against the same CPU bound;
+ * lines are prefixed with the variant. */
 #include "cpu_gdn.h"
 #include "cuda_attention.h" /* EXC_MAX_SEQS */
 #include "cuda_gdn.h"
@@ -15,13 +18,14 @@
 
 #define C 64
 static int failures;
+static const char *variant = "-"; /* the exc_gdn_kernel under test, for the printed lines */
 
 static void check(const char *what, const float *got, const float *ref, size_t n, double atol,
                   double rtol) {
   struct tw_err e = tw_compare(got, ref, n, atol, rtol);
   int bad = e.n_bad || e.n_over;
-  printf("%-52s n=%-9zu max|d|=%.3g max|ref|=%.3g rel=%.3g%s %s\n", what, n, e.max_abs, e.ref_max,
-         e.rel_l2, e.n_bad ? " NONFINITE" : "", bad ? "FAIL" : "ok");
+  printf("%-5s %-52s n=%-9zu max|d|=%.3g max|ref|=%.3g rel=%.3g%s %s\n", variant, what, n,
+         e.max_abs, e.ref_max, e.rel_l2, e.n_bad ? " NONFINITE" : "", bad ? "FAIL" : "ok");
   failures += bad;
 }
 static void check_scaled(const char *what, const float *got, const float *ref, size_t n) {
@@ -257,7 +261,8 @@ static void run_chunked(const struct shape *sh, const int *lens, int ns, const i
                      (size_t)one.n * hv * dv * 4) == 0;
       same &= memcmp(s1, st + s * ssz, ssz * 4) == 0;
     }
-    printf("%-52s %s\n", "  each sequence alone == packed launch (bitwise)", same ? "ok" : "FAIL");
+    printf("%-5s %-52s %s\n", variant, "  each sequence alone == packed launch (bitwise)",
+           same ? "ok" : "FAIL");
     failures += !same;
     free(o1), free(s1);
   }
@@ -319,23 +324,34 @@ int main(void) {
   run_prepare(&b4, 3400);
   const int lens[] = {1, 63, 64, 65, 127, 129};
   const int none[8] = {0}, one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-  for (int i = 0; i < 4; i++)
-    for (int l = 0; l < 6; l++)
-      run_chunked(all[i], &lens[l], 1, (l % 2) ? one : none, 0, 0);
-  const int t3400 = 3400;
-  run_chunked(&tiny, &t3400, 1, none, 0, 1);
-  run_chunked(&small128, &t3400, 1, one, 0, 0);
-  const int packed[] = {1, 65, 130, 64, 7};
-  const int mixed[] = {0, 1, 0, 1, 1};
-  run_chunked(&b4, packed, 5, mixed, 0, 0);
-  run_chunked(&tiny3, packed, 5, mixed, 0, 1);
-  const int rows[] = {1, 37, 64, 65, 3, 100};
-  run_chunked(&b27, rows, 6, one, 1, 0); /* rows of one snapshot */
-  run_chunked(&b4, rows, 6, one, 1, 0);
-  run_continuation(&b4, 128, 70);
-  run_continuation(&b27, 64, 1);
-  run_continuation(&tiny, 100, 29);
-  run_continuation(&b4, 1, 64);
+  const enum exc_gdn_kernel kinds[] = {EXC_GDN_KERNEL_SIMT, EXC_GDN_KERNEL_TC,
+                                       EXC_GDN_KERNEL_TC_INV};
+  const char *kind_names[] = {"simt", "tc", "tcinv"};
+  for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
+    exc_gdn_kernel_set(kinds[kv]);
+    variant = kind_names[kv];
+    if (exc_gdn_kernel_get() != kinds[kv]) {
+      printf("exc_gdn_kernel_set(%s) not taken: FAIL\n", variant);
+      failures++;
+    }
+    for (int i = 0; i < 4; i++)
+      for (int l = 0; l < 6; l++)
+        run_chunked(all[i], &lens[l], 1, (l % 2) ? one : none, 0, 0);
+    const int t3400 = 3400;
+    run_chunked(&tiny, &t3400, 1, none, 0, 1);
+    run_chunked(&small128, &t3400, 1, one, 0, 0);
+    const int packed[] = {1, 65, 130, 64, 7};
+    const int mixed[] = {0, 1, 0, 1, 1};
+    run_chunked(&b4, packed, 5, mixed, 0, 0);
+    run_chunked(&tiny3, packed, 5, mixed, 0, 1);
+    const int rows[] = {1, 37, 64, 65, 3, 100};
+    run_chunked(&b27, rows, 6, one, 1, 0); /* rows of one snapshot */
+    run_chunked(&b4, rows, 6, one, 1, 0);
+    run_continuation(&b4, 128, 70);
+    run_continuation(&b27, 64, 1);
+    run_continuation(&tiny, 100, 29);
+    run_continuation(&b4, 1, 64);
+  }
   if (failures) {
     printf("test_cuda_gdn: %d FAILED\n", failures);
     return 1;

@@ -17,8 +17,13 @@ new_tok_emb.pt) and exported with s1-export --family omnijev. Parts:
   video     the video form (16 frames of a mosaic): rows equal full forwards of the 16-image
             prefix + row in process, and HTTP answers what the in-process run answers (no GPU
             oracle numbers for video).
+  panels    several stills (no video) over HTTP, for the Pillow panel fixtures of
+            tests/oracle/omnijev_panels.py: the answers equal the in-process run's, the usage
+            equals that of the same request sent with Pillow's panel JPEG as its one image (same
+            grid and prompt), and the answers differ from Pillow's-panel answers by at most
+            PANEL_TOL (the numerals differ, recipe/omnijev/README.md); the differences are printed.
 
-Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]  (RUNNER: features, video)
+Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]  (RUNNER: features, video, panels)
 """
 import base64
 import hashlib
@@ -37,6 +42,8 @@ import trio  # noqa: E402
 FIX = os.path.join(HERE, "..", "fixtures", "omnijev", "e2e")
 TOL_ANSWER = 1e-4 + 1e-9   # probabilities are rounded to 4 places on both sides
 TOL_FEATS = 1e-5
+PANEL_TOL = 0.06           # |answer(our panel) - answer(Pillow's panel)|: measured 0.0503 (82x66 panel), 0.0119, 0.0016
+PANELS = os.path.join(HERE, "..", "fixtures", "omnijev", "panels")
 MODEL = "tinnel123/OmniJev"
 
 
@@ -223,7 +230,9 @@ def bad_cases(url):
         # (name, body, status, type, words the message must hold)
         ("bad model", rq({"q": noul}, model="gpt"), 422, "invalid_request", ["model"]),
         ("no state", {"questions": {"q": noul}}, 422, "invalid_request", ["state"]),
-        ("two images", {"state": {"images": [url, url]}, "questions": {"q": noul}}, 422, "invalid_request", ["exactly one image"]),
+        ("17 images", {"state": {"images": [url] * 17}, "questions": {"q": noul}}, 422, "invalid_request", ["state.images", "at most 16"]),
+        ("video with two images", {"state": {"images": [url, url], "video": {"n_frames": 1, "cols": 1, "tile": 32, "duration": 1.0, "timestamps": [0]}}, "questions": {"q": noul}}, 422, "invalid_request", ["exactly one image (the mosaic)"]),
+        ("panel, bad second image", {"state": {"images": [url, "data:image/png;base64," + base64.b64encode(b"hello world").decode()]}, "questions": {"q": noul}}, 422, "invalid_request", ["state.images[1]"]),
         ("no image", {"state": {"images": []}, "questions": {"q": noul}}, 422, "invalid_request", ["state.images"]),
         ("state.text", {"state": {"images": [url], "text": "task"}, "questions": {"q": noul}}, 422, "invalid_request", ["text"]),
         ("video without cols", {"state": {"images": [url], "video": {"n_frames": 16}}, "questions": {"q": noul}}, 422, "invalid_request", ["state.video.cols"]),
@@ -416,6 +425,87 @@ def part_video(t, runner, model, work, fails):
     print("video: 16 frames, %d input tokens, HTTP = in process" % a["usage"]["input_tokens"])
 
 
+def panel_requests():
+    """(case, body with the stills, body with Pillow's panel.jpg) for the fixtures with a panel.jpg."""
+    with open(os.path.join(PANELS, "panels.json")) as f:
+        meta = json.load(f)
+    qs = {"who": {"type": "noul", "instructions": "A person is visible in panel 1."},
+          "which": {"type": "choice", "instructions": "Which panel shows the dialog?",
+                    "options": [{"text": "panel 1"}, {"text": "panel 2"}, {"text": "none"}]},
+          "busy": {"type": "score", "instructions": "How busy is the screen?", "levels": ["calm", "busy", "chaotic"]}}
+    out = []
+    for c in meta["cases"]:
+        jpg = os.path.join(PANELS, c["name"], "panel.jpg")
+        if not os.path.exists(jpg):
+            continue
+        urls = []
+        for fn in c["inputs"]:
+            with open(os.path.join(PANELS, c["name"], fn), "rb") as f:
+                kind = "jpeg" if fn.endswith(".jpg") else "png"
+                urls.append("data:image/%s;base64,%s" % (kind, base64.b64encode(f.read()).decode()))
+        with open(jpg, "rb") as f:
+            pil = "data:image/jpeg;base64," + base64.b64encode(f.read()).decode()
+        out.append((c["name"], {"state": {"images": urls}, "questions": qs},
+                    {"state": {"images": [pil]}, "questions": qs}))
+    return out
+
+
+def answer_numbers(a):
+    """Every number of an answers map, by (question, field[, key])."""
+    out = {}
+    for qid, ans in a["answers"].items():
+        for k, v in ans.items():
+            if k.startswith("latency"):
+                continue
+            if isinstance(v, dict):
+                for key, x in v.items():
+                    out[(qid, k, key)] = x
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[(qid, k)] = v
+    return out
+
+
+def part_panels(t, runner, model, work, fails):
+    cases = panel_requests()
+    if len(cases) < 3:
+        fails.append("panels: %d fixtures with panel.jpg, want 3" % len(cases))
+    worst = 0.0
+    for name, ours, pil in cases:
+        path = os.path.join(work, name + ".json")
+        with open(path, "w") as f:
+            json.dump(ours, f)
+        d = os.path.join(work, name)
+        os.makedirs(d, exist_ok=True)
+        r = subprocess.run([runner, model, path, d], capture_output=True, text=True)
+        if r.returncode != 0:
+            fails.append("panels %s in process: %s%s" % (name, r.stdout, r.stderr))
+            continue
+        with open(os.path.join(d, "response.json")) as f:
+            want = json.load(f)
+        a = post_ok(t, ours, "panels " + name, fails)
+        b = post_ok(t, pil, "panels %s (Pillow's panel)" % name, fails)
+        if a is None or b is None:
+            continue
+        for qid, w in want["answers"].items():
+            compare_answer("panels %s.%s" % (name, qid), a["answers"].get(qid, {}),
+                           {k: v for k, v in w.items() if not k.startswith("latency")}, fails)
+        if a["usage"] != want["usage"] or a["usage"] != b["usage"]:
+            fails.append("panels %s: usage %s, in process %s, Pillow's panel %s" % (name, a["usage"], want["usage"], b["usage"]))
+        na, nb = answer_numbers(a), answer_numbers(b)
+        key = max(na, key=lambda k: abs(na[k] - nb.get(k, 9)))
+        diff = abs(na[key] - nb.get(key, 9))
+        same = all(a["answers"][q].get(f) == b["answers"][q].get(f) for q in a["answers"] for f in ("choice", "score"))
+        pdiff = max(abs(na[k] - nb.get(k, 9)) for k in na if k[1] != "confidence")
+        worst = max(worst, diff)
+        print("panels %-12s %d stills, %d input tokens; vs Pillow's panel: max |answer diff| %.4f (%s), "
+              "probabilities and noul %.4f, decisions %s"
+              % (name, len(ours["state"]["images"]), a["usage"]["input_tokens"], diff, ".".join(key), pdiff,
+                 "equal" if same else "DIFFER"))
+        if diff > PANEL_TOL:
+            fails.append("panels %s: answers differ from Pillow's panel by %.4f > %g" % (name, diff, PANEL_TOL))
+    print("panels: max |answer(our panel) - answer(Pillow's panel)| = %.4f" % worst)
+
+
 def main():
     part, build, shared, tok35 = sys.argv[1:5]
     fix, url = fixture()
@@ -432,6 +522,8 @@ def main():
             t.start_all()
             if part == "video":
                 part_video(t, sys.argv[5], model, work, fails)
+            elif part == "panels":
+                part_panels(t, sys.argv[5], model, work, fails)
             else:
                 {"http": part_http, "invariance": part_invariance, "bad": part_bad}[part](t, fix, url, fails)
     finally:

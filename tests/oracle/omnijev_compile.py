@@ -380,6 +380,39 @@ def video_bad():
     ]
 
 
+def thumbnail_size(w, h, side=448):
+    """Pillow's Image.thumbnail((side, side)) size rule (spec §10.5)."""
+    if side >= w and side >= h:
+        return w, h
+    aspect = w / h
+    if 1 >= aspect:
+        return max(min(math.floor(side * aspect), math.ceil(side * aspect),
+                       key=lambda n: abs(aspect - n / side)), 1), side
+    return side, max(min(math.floor(side / aspect), math.ceil(side / aspect),
+                         key=lambda n: 0 if n == 0 else abs(aspect - side / n)), 1)
+
+
+def panel_size(sizes):
+    """The panel canvas of spec §10.5: grid rule, cells of the largest thumbnail, border 6, band 22."""
+    n = len(sizes)
+    cols, rows = (1, 1) if n == 1 else (2, 1) if n == 2 else (2, 2) if n <= 4 else (3, (n + 2) // 3)
+    th = [thumbnail_size(w, h) for w, h in sizes]
+    cw, ch = max(t[0] for t in th), max(t[1] for t in th)
+    return cols * cw + (cols + 1) * 6, rows * (ch + 22) + (rows + 1) * 6
+
+
+def panel_cases():
+    """(name, still sizes, questions): several stills, no video -> one panel image."""
+    return [
+        ("panel_two_32", [(32, 32), (32, 32)], {"q": Q1}),
+        ("panel_three", [(120, 80), (64, 200), (301, 151)],
+         {"a": Q1, "b": {"type": "choice", "instructions": "Which panel shows the dialog?",
+                         "options": [{"text": "1"}, {"text": "2"}, {"text": "3"}]}}),
+        ("panel_thumbs", [(1900, 1000), (900, 700), (3000, 200), (100, 100), (470, 460)], {"q": Q1}),
+        ("panel_sixteen", [(20 + 9 * k, 150 - 7 * k) for k in range(16)], {"q": Q1}),
+    ]
+
+
 def main():
     if sys.argv[1] == "tokenizer":
         build_tokenizer(sys.argv[2], sys.argv[3])
@@ -395,6 +428,11 @@ def main():
         req = {"model": "omnijev", "state": {"images": [data_url(*size)]}, "questions": qs}
         lines.append(json.dumps({"name": name, "request": req, "size": list(size),
                                  "expect": compile_request(tok, req, size)}, ensure_ascii=False))
+    for name, sizes, qs in panel_cases():
+        req = {"state": {"images": [data_url(*sz) for sz in sizes]}, "questions": qs}
+        size = panel_size(sizes)
+        lines.append(json.dumps({"name": name, "request": req, "size": list(size),
+                                 "expect": compile_request(tok, req, size)}, ensure_ascii=False))
     for name, size, video, qs in video_cases():
         req = {"state": {"images": [data_url(*size)], "video": video}, "questions": qs}
         lines.append(json.dumps({"name": name, "request": req, "size": list(size),
@@ -406,7 +444,9 @@ def main():
         req = {"state": {"images": [data_url(64, 48)]}, "questions": qs}
         lines.append(json.dumps({"name": name, "request": req, "error": msg}, ensure_ascii=False))
     for name, req, msg in [
-            ("two_images", {"state": {"images": [data_url(64, 48)] * 2}, "questions": {"q": Q1}}, "exactly one image"),
+            ("seventeen_images", {"state": {"images": [data_url(8, 8)] * 17}, "questions": {"q": Q1}}, "at most 16"),
+            ("video_two_images", {"state": {"images": [data_url(8, 8)] * 2, "video": {"n_frames": 1, "cols": 1, "tile": 32, "timestamps": [0], "duration": 1.0}}, "questions": {"q": Q1}}, "exactly one image (the mosaic)"),
+            ("panel_second_too_wide", {"state": {"images": [data_url(8, 8), data_url(4097, 8)]}, "questions": {"q": Q1}}, "state.images[1]: image 1 is 4097x8"),
             ("not_a_data_url", {"state": {"images": ["aGVsbG8="]}, "questions": {"q": Q1}}, "data:image/png;base64"),
             ("state_text", {"state": {"images": [data_url(64, 48)], "text": "t"}, "questions": {"q": Q1}}, "unknown field \"text\""),
             ("bad_top_field", {"state": {"images": [data_url(64, 48)]}, "questions": {"q": Q1}, "x": 1}, "unknown field \"x\"")]:

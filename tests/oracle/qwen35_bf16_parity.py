@@ -8,13 +8,20 @@ Checks, on seeded random prompts (ids below 151643, ordinary Qwen3 BPE tokens):
   - the top-5 logit ids at the last position identical (as a set; the order is reported) on at
     least 95 % of prompts;
   - continuation: s1-forward with prefix_len equals its own one-pass forward within bf16 rounding
-    (||cont - full|| / ||full|| <= 2^-7 per row);
+    (||cont - full|| / ||full|| <= 2^-7 per row; in the ref-bf16 numerics a split off the 64-token
+    chunk grid is judged against the parity bound 2e-2 instead: the fp32-ulp difference of the
+    chunk grid flips bf16 roundings of the residual stream, and those spread as in any two bf16
+    forwards (spec/qwen3_5.md §4.10 rule 1); a split on the grid stays within 2^-7);
   - with --image (a model with the vision tower): one prompt with a random 8x8-patch image, fed as
     pixel rows to both sides;
   - with --fp32-context: transformers fp32 on the same prompts, reporting how far s1 and the bf16
-    oracle each are from it (the scale of bf16 rounding on that model; reported, not judged).
+    oracle each are from it (the scale of bf16 rounding on that model; reported, not judged);
+  - --numerics MODE passes the engine's rounding mode to s1-forward (default: s1-forward's own,
+    ref-bf16); --numerics-context also runs s1-forward --numerics fp32-residual on the prompts and
+    reports its distance to transformers bf16 beside the judged mode's (reported, not judged).
 Usage: qwen35_bf16_parity.py --model DIR --forward S1_FORWARD --work DIR [--prompts N]
                              [--max-len N] [--image] [--fp32-context] [--device cuda:0]
+                             [--numerics ref-bf16|fp32-residual] [--numerics-context]
                              [--out FILE.json]
 Exit status 0 only when every check passes; 1 otherwise (a machine without a GPU fails here too).
 Leaves out: LoRA adapters, padding-row logits beyond the top 20 s1-forward prints.
@@ -51,9 +58,9 @@ def prompts(rng, n, max_len):
     return out
 
 
-def run_s1(forward, model, device, work, case):
+def run_s1(forward, model, device, work, case, numerics=None):
     inp = os.path.join(work, case["name"] + ".in.json")
-    outp = os.path.join(work, case["name"] + ".s1.json")
+    outp = os.path.join(work, case["name"] + (f".{numerics}" if numerics else "") + ".s1.json")
     body = {"tokens": case["tokens"], "readout": case["readout"]}
     for k in ("images", "prefix_len"):
         if k in case:
@@ -61,6 +68,8 @@ def run_s1(forward, model, device, work, case):
     with open(inp, "w") as f:
         json.dump(body, f)
     cmd = [forward, "--model", model, "--device", device, "--input", inp, "--output", outp]
+    if numerics:
+        cmd += ["--numerics", numerics]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()[-2000:]}")
@@ -141,6 +150,10 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--fp32-context", action="store_true",
                     help="also run transformers in fp32 and report both bf16 forwards' distance")
+    ap.add_argument("--numerics", choices=["ref-bf16", "fp32-residual"],
+                    help="the engine's rounding mode (default: s1-forward's, ref-bf16)")
+    ap.add_argument("--numerics-context", action="store_true",
+                    help="also run s1-forward --numerics fp32-residual and report its distance")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     rng = np.random.default_rng(a.seed)
@@ -175,9 +188,13 @@ def main():
                                   "grid_thw": grid}],
                       "readout": [len(pre) + 1, len(pre) + n_img, n - 1]})
 
-    s1 = {}
+    s1, s1_fp32res = {}, {}
     for c in cases + conts:
-        s1[c["name"]] = run_s1(a.forward, a.model, a.device, a.work, c)
+        s1[c["name"]] = run_s1(a.forward, a.model, a.device, a.work, c, a.numerics)
+    if a.numerics_context:
+        for c in cases:
+            s1_fp32res[c["name"]] = run_s1(a.forward, a.model, a.device, a.work, c,
+                                           "fp32-residual")
     t_s1 = time.monotonic() - t0
 
     model, cap = hf_load(a.model)
@@ -195,11 +212,20 @@ def main():
              "hidden_rel": errs, "top5_s1": s1_top5, "top5_hf": top5, "top5_hf_logits": top5v,
              "top5_set_equal": top_ok, "top5_order_equal": s1_top5 == top5,
              "_hf_hidden": (hid, None, None)}
+        if c["name"] in s1_fp32res:
+            o2 = s1_fp32res[c["name"]]
+            r["fp32_residual_hidden_rel"] = [rel(h, hid[p]) for h, p in zip(o2["hidden"], pos)]
+            t2 = [int(x) for x in o2["logits_top"][-1]["ids"][:5]]
+            r["fp32_residual_top5_set_equal"] = set(t2) == set(top5)
         results.append(r)
         if max(errs) > HIDDEN_TOL or not all(np.isfinite(errs)):
             fails.append(f"{c['name']}: hidden rel {max(errs):.3e} > {HIDDEN_TOL}")
+        ctx = ""
+        if "fp32_residual_hidden_rel" in r:
+            ctx = (f"  [fp32-residual: {max(r['fp32_residual_hidden_rel']):.3e}, top5 set "
+                   f"{'=' if r['fp32_residual_top5_set_equal'] else '!='}]")
         print(f"{c['name']:>16}: hidden rel max {max(errs):.3e}  top5 set {'=' if top_ok else '!='}"
-              f" order {'=' if r['top5_order_equal'] else '!='}  s1 {s1_top5} hf {top5}",
+              f" order {'=' if r['top5_order_equal'] else '!='}  s1 {s1_top5} hf {top5}{ctx}",
               flush=True)
     if a.fp32_context:
         # the bf16 oracle's own distance from its fp32 forward, for scale (not a pass criterion)
@@ -225,18 +251,40 @@ def main():
         by_pos = dict(zip(full["readout"], full["hidden"]))
         errs = [rel(h, by_pos[p]) for h, p in zip(part["hidden"], part["readout"])]
         results.append({"case": c["name"], "continuation_rel": errs})
-        print(f"{c['name']:>16}: continuation vs one pass rel max {max(errs):.3e}", flush=True)
-        if max(errs) > CONT_TOL or not all(np.isfinite(errs)):
-            fails.append(f"{c['name']}: continuation rel {max(errs):.3e} > {CONT_TOL:.3e}")
-    summary = {"model": os.path.abspath(a.model), "prompts": len(cases),
+        tol = CONT_TOL
+        if c["prefix_len"] % 64 and a.numerics != "fp32-residual":
+            tol = HIDDEN_TOL
+        print(f"{c['name']:>16}: continuation vs one pass rel max {max(errs):.3e} (tol {tol:.3e})",
+              flush=True)
+        if max(errs) > tol or not all(np.isfinite(errs)):
+            fails.append(f"{c['name']}: continuation rel {max(errs):.3e} > {tol:.3e}")
+    summary = {"model": os.path.abspath(a.model), "numerics": a.numerics or "ref-bf16 (default)",
+               "prompts": len(cases),
                "top5_set_equal": n_top_ok, "worst_hidden_rel": max(
                    max(r["hidden_rel"]) for r in results if "hidden_rel" in r),
                "s1_seconds": t_s1, "total_seconds": time.monotonic() - t0,
                "fails": fails, "results": results}
+    if s1_fp32res:
+        summary["fp32_residual_context"] = {
+            "top5_set_equal": sum(r.get("fp32_residual_top5_set_equal", False) for r in results),
+            "worst_hidden_rel": max(max(r["fp32_residual_hidden_rel"]) for r in results
+                                    if "fp32_residual_hidden_rel" in r),
+            "median_hidden_rel": float(np.median([max(r["fp32_residual_hidden_rel"])
+                                                  for r in results
+                                                  if "fp32_residual_hidden_rel" in r])),
+        }
+        summary["median_hidden_rel"] = float(np.median([max(r["hidden_rel"]) for r in results
+                                                        if "hidden_rel" in r]))
+        fc = summary["fp32_residual_context"]
+        print(f"context: {a.numerics or 'ref-bf16'} worst {summary['worst_hidden_rel']:.3e} median "
+              f"{summary['median_hidden_rel']:.3e} top-5 {n_top_ok}/{len(cases)}; fp32-residual "
+              f"worst {fc['worst_hidden_rel']:.3e} median {fc['median_hidden_rel']:.3e} top-5 "
+              f"{fc['top5_set_equal']}/{len(cases)}", flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(summary, f, indent=1)
-    print(f"parity {os.path.basename(a.model.rstrip('/'))}: {len(cases)} prompts, top-5 set equal "
+    print(f"parity {os.path.basename(a.model.rstrip('/'))} ({a.numerics or 'ref-bf16'}): "
+          f"{len(cases)} prompts, top-5 set equal "
           f"{n_top_ok}/{len(cases)}, worst hidden rel {summary['worst_hidden_rel']:.3e}: "
           f"{'PASS' if not fails else 'FAIL: ' + '; '.join(fails)}", flush=True)
     return 1 if fails else 0
