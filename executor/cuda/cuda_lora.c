@@ -30,11 +30,11 @@ struct pair {
 struct exc_lora {
   float scale;
   size_t max_tokens, max_rank;
-  void *buf;              /* one device allocation: factors then scratch */
-  float *tmp;             /* [max_tokens, max_rank] */
-  struct pair *pairs;     /* [n_pairs], ordered by layer */
+  void *buf;          /* one device allocation: factors then scratch */
+  float *tmp;         /* [max_tokens, max_rank] */
+  struct pair *pairs; /* [n_pairs], ordered by layer */
   size_t n_pairs;
-  size_t *first;          /* [n_layers + 1] first pair of each layer */
+  size_t *first; /* [n_layers + 1] first pair of each layer */
 };
 
 enum { N_MODULES = 12 };
@@ -116,10 +116,12 @@ int exc_lora_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors
         goto fail;
       }
       if (va.n_dims != 2 || vb.n_dims != 2 || va.shape[1] != (int64_t)mods[mi].in ||
-          vb.shape[0] != (int64_t)mods[mi].out || va.shape[0] != vb.shape[1] ||
-          va.shape[0] <= 0 || va.shape[0] > MAX_RANK) {
-        r = cm_diag_set(diag, -CM_ESHAPE, "adapter: LoRA factors of layers.%zu.%s have wrong "
-                        "shapes (rank 1 .. %d)", li, mods[mi].name, MAX_RANK);
+          vb.shape[0] != (int64_t)mods[mi].out || va.shape[0] != vb.shape[1] || va.shape[0] <= 0 ||
+          va.shape[0] > MAX_RANK) {
+        r = cm_diag_set(diag, -CM_ESHAPE,
+                        "adapter: LoRA factors of layers.%zu.%s have wrong "
+                        "shapes (rank 1 .. %d)",
+                        li, mods[mi].name, MAX_RANK);
         goto fail;
       }
       struct pair *p = &l->pairs[l->n_pairs++];
@@ -142,8 +144,10 @@ int exc_lora_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors
     n_text += strncmp(va.name, "model.visual.", 13) != 0;
   }
   if (n_text != 2 * l->n_pairs) {
-    r = cm_diag_set(diag, -CM_EUNSUPPORTED, "adapter: %zu text tensors, %zu of them LoRA factors "
-                    "of projections the CUDA engine adapts", n_text, 2 * l->n_pairs);
+    r = cm_diag_set(diag, -CM_EUNSUPPORTED,
+                    "adapter: %zu text tensors, %zu of them LoRA factors "
+                    "of projections the CUDA engine adapts",
+                    n_text, 2 * l->n_pairs);
     goto fail;
   }
   if (!l->n_pairs) {
@@ -174,11 +178,11 @@ int exc_lora_new(const struct ex_qwen35_config *cfg, const struct cm_safetensors
       p->b = at;
       at += p->rank * p->out;
       if ((r = cm_tensor_to_f32(&va, host)) ||
-          (r = EXC_CUDA(cudaMemcpy(p->a, host, p->rank * p->in * sizeof(float),
-                                   cudaMemcpyHostToDevice))) ||
+          (r = EXC_CUDA(
+               cudaMemcpy(p->a, host, p->rank * p->in * sizeof(float), cudaMemcpyHostToDevice))) ||
           (r = cm_tensor_to_f32(&vb, host)) ||
-          (r = EXC_CUDA(cudaMemcpy(p->b, host, p->rank * p->out * sizeof(float),
-                                   cudaMemcpyHostToDevice)))) {
+          (r = EXC_CUDA(
+               cudaMemcpy(p->b, host, p->rank * p->out * sizeof(float), cudaMemcpyHostToDevice)))) {
         r = cm_diag_set(diag, r, "adapter: upload of layers.%zu.%s failed", li, mods[mi].name);
         goto fail;
       }

@@ -12,8 +12,8 @@
 
 #include "cm_error.h"
 #include "cm_safetensors.h"
-#include "exc_bf16.h"
 #include "ex_qwen35.h"
+#include "exc_bf16.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -36,10 +36,10 @@ struct ex_engine_limits {
 
 /* One row of a launch: continues `snap` (read only, never advanced) or starts fresh (NULL). */
 struct ex_engine_row {
-  void *snap;          /* a snapshot of this engine, or NULL */
-  const int32_t *ids;  /* [n] token ids, checked in the vocabulary by the caller */
-  const int32_t *pos;  /* [3, n] mRoPE ids (rows T, H, W) */
-  uint32_t n;          /* tokens, ≥ 1 */
+  void *snap;         /* a snapshot of this engine, or NULL */
+  const int32_t *ids; /* [n] token ids, checked in the vocabulary by the caller */
+  const int32_t *pos; /* [3, n] mRoPE ids (rows T, H, W) */
+  uint32_t n;         /* tokens, ≥ 1 */
 };
 
 struct ex_engine;
@@ -75,8 +75,8 @@ struct ex_engine_ops {
                         float *ret, struct cm_diag *diag);
   /* ret[i] = log-softmax of bf16-rounded logits at readout reads[i], at targets[i] (the OmniJev LM
    * features, ex_lm_feats.h). Returns 0; -EINVAL (target outside the vocabulary); other codes. */
-  int (*target_logprobs)(struct ex_engine *e, const size_t *reads, const int32_t *targets,
-                         size_t n, float *ret, struct cm_diag *diag);
+  int (*target_logprobs)(struct ex_engine *e, const size_t *reads, const int32_t *targets, size_t n,
+                         float *ret, struct cm_diag *diag);
   /* False once the engine hit a sticky error (CPU: never). */
   bool (*healthy)(const struct ex_engine *e);
   void (*free)(struct ex_engine *e);
@@ -85,9 +85,9 @@ struct ex_engine_ops {
 /* The common part every implementation starts with. */
 struct ex_engine {
   const struct ex_engine_ops *ops;
-  struct ex_qwen35_config cfg;  /* the backbone's configuration */
-  bool has_vision;              /* the directory has a vision tower (loaded) */
-  struct ex_engine_limits lim;  /* of one launch */
+  struct ex_qwen35_config cfg; /* the backbone's configuration */
+  bool has_vision;             /* the directory has a vision tower (loaded) */
+  struct ex_engine_limits lim; /* of one launch */
 };
 
 /* Parses a --device value: "cpu" → -1, "cuda" → 0, "cuda:N" → N; anything else → -2. */

@@ -50,8 +50,7 @@ static int cpu_snap_new(struct ex_engine *e, void *parent, void **ret_snap, stru
   (void)diag;
   struct cpu_engine *c = (struct cpu_engine *)e;
   struct ex_qwen35_state *s = NULL;
-  int r = parent ? ex_qwen35_state_clone(parent, c->model, &s)
-                 : ex_qwen35_state_new(c->model, &s);
+  int r = parent ? ex_qwen35_state_clone(parent, c->model, &s) : ex_qwen35_state_new(c->model, &s);
   *ret_snap = s;
   return r;
 }
@@ -91,8 +90,7 @@ static int cpu_prefix(struct ex_engine *e, void *snap, const int32_t *ids, const
 }
 
 static int cpu_rows(struct ex_engine *e, const struct ex_engine_row *rows, size_t n_rows,
-                    const size_t *readout, size_t n_read, float *ret_hidden,
-                    struct cm_diag *diag) {
+                    const size_t *readout, size_t n_read, float *ret_hidden, struct cm_diag *diag) {
   struct cpu_engine *c = (struct cpu_engine *)e;
   size_t h = (size_t)c->base.cfg.hidden_size, start = 0;
   c->n_reads = 0;
@@ -173,8 +171,8 @@ static int cpu_target_logprobs(struct ex_engine *e, const size_t *reads, const i
     }
     memcpy(g + i * h, c->reads + reads[i] * h, h * sizeof(float));
   }
-  int r = ex_lm_target_logprobs(c->model->be, c->model->lm_head, (size_t)c->base.cfg.vocab_size,
-                                h, g, targets, n, ret);
+  int r = ex_lm_target_logprobs(c->model->be, c->model->lm_head, (size_t)c->base.cfg.vocab_size, h,
+                                g, targets, n, ret);
   free(g);
   return r;
 }

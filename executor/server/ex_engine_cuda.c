@@ -22,8 +22,8 @@
 #define VISION_SEGS 64 /* frames of one image */
 
 struct cuda_engine {
-  struct ex_engine base;       /* first: the runner's view */
-  struct exc_qwen35 *e;        /* text engine, owned */
+  struct ex_engine base; /* first: the runner's view */
+  struct exc_qwen35 *e;  /* text engine, owned */
   struct exc_qwen35_limits lim;
   struct exc_gemm *vgemm;      /* the tower's cuBLASLt handle, owned, or NULL */
   struct exc_vision *vision;   /* owned, or NULL */
@@ -52,8 +52,9 @@ static int fail_code(struct cuda_engine *c, int r) {
 
 static int unhealthy(struct cuda_engine *c, struct cm_diag *diag) {
   return cu_healthy(&c->base) ? 0
-                              : cm_diag_set(diag, -CM_ECUDA, "cuda engine: an earlier CUDA error "
-                                                             "left the device unusable");
+                              : cm_diag_set(diag, -CM_ECUDA,
+                                            "cuda engine: an earlier CUDA error "
+                                            "left the device unusable");
 }
 
 static int cu_vision(struct ex_engine *be, const float *pixels, int64_t n_patches,
@@ -63,14 +64,16 @@ static int cu_vision(struct ex_engine *be, const float *pixels, int64_t n_patche
   if (r)
     return r;
   if (n_patches > c->max_patches)
-    return cm_diag_set(diag, -CM_ELIMIT, "image of %lld patches over the engine's %lld "
-                       "(--max-patches)", (long long)n_patches, (long long)c->max_patches);
+    return cm_diag_set(diag, -CM_ELIMIT,
+                       "image of %lld patches over the engine's %lld "
+                       "(--max-patches)",
+                       (long long)n_patches, (long long)c->max_patches);
   cudaStream_t s = exc_qwen35_stream(c->e);
   size_t n_out = (size_t)(n_patches / 4) * (size_t)be->cfg.hidden_size;
   r = exc_vision_forward(c->vision, s, pixels, n_patches, grid_thw, 1, c->d_vis, diag);
   if (!r)
-    r = EXC_CUDA(cudaMemcpyAsync(ret_rows, c->d_vis, n_out * sizeof(float),
-                                 cudaMemcpyDeviceToHost, s));
+    r = EXC_CUDA(
+        cudaMemcpyAsync(ret_rows, c->d_vis, n_out * sizeof(float), cudaMemcpyDeviceToHost, s));
   if (!r)
     r = EXC_CUDA(cudaStreamSynchronize(s));
   if (r == -CM_ECUDA)
@@ -116,8 +119,7 @@ static int cu_prefix(struct ex_engine *be, void *snap, const int32_t *ids, const
 }
 
 static int cu_rows(struct ex_engine *be, const struct ex_engine_row *rows, size_t n_rows,
-                   const size_t *readout, size_t n_read, float *ret_hidden,
-                   struct cm_diag *diag) {
+                   const size_t *readout, size_t n_read, float *ret_hidden, struct cm_diag *diag) {
   struct cuda_engine *c = (struct cuda_engine *)be;
   int r = unhealthy(c, diag);
   if (r)
@@ -127,9 +129,11 @@ static int cu_rows(struct ex_engine *be, const struct ex_engine_row *rows, size_
   for (size_t i = 0; i < n_rows; i++)
     total += rows[i].n;
   if (n_rows > c->lim.max_seqs || total > c->lim.max_tokens || n_read > c->lim.max_readouts)
-    return cm_diag_set(diag, -CM_ELIMIT, "cuda engine: launch of %zu rows, %zu tokens, %zu "
-                       "readouts over the limits (%zu, %zu, %zu)", n_rows, total, n_read,
-                       c->lim.max_seqs, c->lim.max_tokens, c->lim.max_readouts);
+    return cm_diag_set(diag, -CM_ELIMIT,
+                       "cuda engine: launch of %zu rows, %zu tokens, %zu "
+                       "readouts over the limits (%zu, %zu, %zu)",
+                       n_rows, total, n_read, c->lim.max_seqs, c->lim.max_tokens,
+                       c->lim.max_readouts);
   size_t at = 0;
   for (size_t i = 0; i < n_rows; i++) {
     memcpy(c->tokens + at, rows[i].ids, rows[i].n * sizeof(int32_t));
@@ -241,10 +245,9 @@ static int load_vision(struct cuda_engine *c, const struct cm_model_dir *dir, in
   if (!r)
     r = exc_vision_new(&vcfg, host, c->max_patches, VISION_SEGS, c->vgemm, &c->vision, diag);
   ex_vision_free(host);
-  if (!r &&
-      (r = EXC_CUDA(cudaMalloc((void **)&c->d_vis, (size_t)(c->max_patches / 4) *
-                                                       (size_t)c->base.cfg.hidden_size *
-                                                       sizeof(float)))))
+  if (!r && (r = EXC_CUDA(cudaMalloc((void **)&c->d_vis, (size_t)(c->max_patches / 4) *
+                                                             (size_t)c->base.cfg.hidden_size *
+                                                             sizeof(float)))))
     r = cm_diag_set(diag, r, "cuda:%d: no device memory for the merged vision rows", device);
   return r;
 }
@@ -256,8 +259,10 @@ int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
   if (!opt)
     opt = &none;
   if (dir->adapter && opt->refuse_lora)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: a kept LoRA adapter and --cuda-lora off "
-                       "(run with --device cpu)", dir->path);
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "%s: a kept LoRA adapter and --cuda-lora off "
+                       "(run with --device cpu)",
+                       dir->path);
   struct cuda_engine *c = calloc(1, sizeof(*c));
   if (!c)
     return -ENOMEM;
