@@ -73,9 +73,10 @@ class Trio:
                                  self.fe_url, "--executor", self.ex_url, "--model", self.model,
                                  "--credits", str(credits), "--id", name])
 
-    def start_all(self, credits=2, queue=64, record=None):
+    def start_all(self, credits=2, queue=64, record=None, timeout_ms=60000):
         self.start_executor(record=record)
-        self.start_frontend(queue=queue)
+        self.start_frontend(queue=queue, timeout_ms=timeout_ms)
+        self.client_timeout = timeout_ms / 1000 + 30
         self.start_preprocessor(credits=credits)
         self.wait_health(200)
 
@@ -115,7 +116,8 @@ class Trio:
         finally:
             c.close()
 
-    def post(self, body, headers=None, timeout=120):
+    def post(self, body, headers=None, timeout=None):
+        timeout = timeout or max(120, getattr(self, "client_timeout", 0))
         h = {"Content-Type": "application/json"}
         h.update(headers or {})
         if not isinstance(body, (str, bytes)):
