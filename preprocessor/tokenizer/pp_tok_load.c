@@ -92,9 +92,34 @@ int32_t tok_map_get(const struct pp_tok *tok, const struct tok_map *m, const cha
   }
 }
 
-/* Inserts key (already in the pool at off) -> value; returns the previous value or -1. */
-static int32_t map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t len,
-                       int32_t value) {
+/* Doubles a map's capacity. */
+static int map_grow(struct tok_map *m) {
+  size_t cap = (m->mask + 1) * 2;
+  struct tok_map_slot *slots = malloc(cap * sizeof(*slots));
+  if (!slots)
+    return -ENOMEM;
+  for (size_t i = 0; i < cap; i++)
+    slots[i].len = UINT32_MAX;
+  for (size_t k = 0; k <= m->mask; k++) {
+    if (m->slots[k].len == UINT32_MAX)
+      continue;
+    size_t i = m->slots[k].hash & (cap - 1); /* capacity < 2^32: the stored bits suffice */
+    while (slots[i].len != UINT32_MAX)
+      i = (i + 1) & (cap - 1);
+    slots[i] = m->slots[k];
+  }
+  free(m->slots);
+  m->slots = slots;
+  m->mask = cap - 1;
+  return 0;
+}
+
+/* Inserts key (already in the pool at off) -> value; *ret_prev gets the value it replaced, or -1.
+ * The map keeps at most half its slots full, growing when needed. */
+static int map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t len,
+                   int32_t value, int32_t *ret_prev) {
+  if ((m->n + 1) * 2 > m->mask + 1 && map_grow(m))
+    return -ENOMEM;
   const char *s = tok->pool + off;
   uint64_t h = tok_hash(s, len);
   for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
@@ -102,12 +127,13 @@ static int32_t map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint
     if (sl->len == UINT32_MAX) {
       *sl = (struct tok_map_slot){.hash = (uint32_t)h, .len = len, .off = off, .value = value};
       m->n++;
-      return -1;
+      *ret_prev = -1;
+      return 0;
     }
     if (sl->hash == (uint32_t)h && sl->len == len && memcmp(tok->pool + sl->off, s, len) == 0) {
-      int32_t old = sl->value;
+      *ret_prev = sl->value;
       sl->value = value;
-      return old;
+      return 0;
     }
   }
 }
@@ -482,7 +508,7 @@ static int load_pre_tokenizer(struct pp_tok *tok, json_object *o, bool *seen_byt
     return 0;
   }
   if (strcmp(t, "ByteLevel") == 0) {
-    bool use_regex;
+    bool use_regex = true;
     if ((rc = get_bool(o, "add_prefix_space", true, &st->prefix_space, diag, "ByteLevel")) ||
         (rc = get_bool(o, "use_regex", true, &use_regex, diag, "ByteLevel")))
       return rc;
@@ -632,7 +658,9 @@ static int load_added(struct pp_tok *tok, json_object *list, struct cm_diag *dia
     uint64_t off;
     if (pool_add(tok, content, len, &off))
       return -ENOMEM;
-    int32_t prev = map_put(tok, &tok->added_map, off, (uint32_t)len, a->id);
+    int32_t prev;
+    if (map_put(tok, &tok->added_map, off, (uint32_t)len, a->id, &prev))
+      return -ENOMEM;
     if (prev >= 0 && prev != a->id)
       return cm_diag_set(diag, -CM_EUNSUPPORTED,
                          "tokenizer.json: added token content given twice with ids %d and %d",
@@ -726,32 +754,148 @@ static int spelling_to_raw(struct pp_tok *tok, struct tok_entry *e) {
   return rc;
 }
 
-struct merge_job {
-  const struct pp_tok *tok; /* vocabulary (read-only here) */
-  json_object *merges;      /* model.merges */
-  size_t from, to;          /* range of merges to resolve */
-  int32_t *res;             /* [n_merges][3]: left id, right id, merged id */
-  size_t bad;               /* first bad merge index, SIZE_MAX if none */
-  const char *bad_why;      /* what is wrong with it (NULL: out of memory) */
+/* ---- model.vocab and model.merges, one json-c object (a "piece") at a time ----------------
+ * The whole-document parse hands each container over as one piece; the fast path below cuts them
+ * into many. Both go through these functions, so both build the same tables. */
+
+/* Makes by_id cover ids [0, id]; new entries are unused. */
+static int by_id_reserve(struct pp_tok *tok, int32_t id) {
+  if (id < tok->n_ids)
+    return 0;
+  if ((size_t)id >= tok->by_id_cap) {
+    size_t cap = tok->by_id_cap ? tok->by_id_cap : 256;
+    while (cap <= (size_t)id)
+      cap *= 2;
+    struct tok_entry *p = realloc(tok->by_id, cap * sizeof(*p));
+    if (!p)
+      return -ENOMEM;
+    tok->by_id = p;
+    tok->by_id_cap = cap;
+  }
+  for (int32_t i = tok->n_ids; i <= id; i++)
+    tok->by_id[i] = (struct tok_entry){.len = UINT32_MAX};
+  tok->n_ids = id + 1;
+  return 0;
+}
+
+/* Sizes the pool, by_id and the vocabulary map for n_entries vocabulary entries. */
+static int vocab_begin(struct pp_tok *tok, size_t n_entries) {
+  /* spellings plus decoded bytes fit in twice the JSON text of the vocabulary */
+  size_t want = 2 * n_entries * 16 + (1 << 16);
+  if (want > tok->pool_cap) {
+    char *p = realloc(tok->pool, want);
+    if (!p)
+      return -ENOMEM;
+    tok->pool = p;
+    tok->pool_cap = want;
+  }
+  size_t cap = n_entries + 1024;
+  tok->by_id = malloc(cap * sizeof(*tok->by_id));
+  if (!tok->by_id)
+    return -ENOMEM;
+  tok->by_id_cap = cap;
+  return map_init(&tok->vocab, n_entries);
+}
+
+/* Adds the entries of one piece of model.vocab (spelling -> id), in order, with their decoded
+ * bytes. A spelling already added by an earlier piece is an error: one json-c object would have
+ * kept the last id silently, so the fast path gives up and the whole document is parsed. */
+static int vocab_add_piece(struct pp_tok *tok, json_object *piece, struct cm_diag *diag) {
+  json_object_object_foreach(piece, key, val) {
+    int32_t id, prev;
+    size_t len = strlen(key), bad;
+    int rc;
+    if (get_id(val, &id))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab[\"%s\"] is not an id",
+                         key);
+    if (id >= PP_TOK_MAX_VOCAB)
+      return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: id %d exceeds the limit of %d",
+                         (int)id, (int)PP_TOK_MAX_VOCAB - 1);
+    if (!pp_tok_utf8_valid(key, len, &bad))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: vocabulary entry is not UTF-8");
+    if ((rc = by_id_reserve(tok, id)))
+      return rc;
+    struct tok_entry *e = &tok->by_id[id];
+    if (e->len != UINT32_MAX)
+      return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: vocabulary id %d given twice",
+                         (int)id);
+    if ((rc = pool_add(tok, key, len, &e->off)))
+      return rc;
+    e->len = (uint32_t)len;
+    if ((rc = map_put(tok, &tok->vocab, e->off, e->len, id, &prev)))
+      return rc;
+    if (prev >= 0)
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab key \"%s\" given twice",
+                         key);
+    if ((rc = spelling_to_raw(tok, e)))
+      return rc;
+    tok->n_model++;
+  }
+  return 0;
+}
+
+/* The merges as text, a then b back to back, before their tokens are looked up. */
+struct merge_text {
+  uint64_t off; /* offset of a in merge_list.bytes; b follows it */
+  uint32_t na;  /* bytes of a */
+  uint32_t nb;  /* bytes of b */
+};
+struct merge_list {
+  struct merge_text *m; /* [n] in rank order */
+  size_t n;             /* merges */
+  size_t cap;           /* allocated m */
+  char *bytes;          /* a and b of every merge */
+  size_t n_bytes;       /* used */
+  size_t cap_bytes;     /* allocated */
 };
 
-/* Resolves merges [from, to) to ids. */
-static void *resolve_merges(void *p) {
-  struct merge_job *j = p;
-  char small[512];
-  for (size_t i = j->from; i < j->to; i++) {
-    json_object *mo = json_object_array_get_idx(j->merges, i);
+static int merge_list_add(struct merge_list *l, const char *a, size_t na, const char *b,
+                          size_t nb) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 4096;
+    struct merge_text *p = realloc(l->m, cap * sizeof(*p));
+    if (!p)
+      return -ENOMEM;
+    l->m = p;
+    l->cap = cap;
+  }
+  if (l->n_bytes + na + nb > l->cap_bytes) {
+    size_t cap = l->cap_bytes ? l->cap_bytes * 2 : 1 << 16;
+    while (cap < l->n_bytes + na + nb)
+      cap *= 2;
+    char *p = realloc(l->bytes, cap);
+    if (!p)
+      return -ENOMEM;
+    l->bytes = p;
+    l->cap_bytes = cap;
+  }
+  memcpy(l->bytes + l->n_bytes, a, na);
+  memcpy(l->bytes + l->n_bytes + na, b, nb);
+  l->m[l->n++] = (struct merge_text){.off = l->n_bytes, .na = (uint32_t)na, .nb = (uint32_t)nb};
+  l->n_bytes += na + nb;
+  return 0;
+}
+
+static void merge_list_fini(struct merge_list *l) {
+  free(l->m);
+  free(l->bytes);
+}
+
+/* Appends the merges of one piece of model.merges: "a b" strings or ["a", "b"] pairs. The rank
+ * of a merge is its position over all pieces (pieces come in file order). */
+static int merges_add_piece(struct merge_list *l, json_object *piece, struct cm_diag *diag) {
+  size_t n = json_object_array_length(piece);
+  for (size_t k = 0; k < n; k++) {
+    json_object *mo = json_object_array_get_idx(piece, k);
     const char *a, *b;
     size_t na, nb;
     if (json_object_is_type(mo, json_type_string)) {
       size_t len = (size_t)json_object_get_string_len(mo);
       a = json_object_get_string(mo);
       const char *sp = memchr(a, ' ', len);
-      if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - a))) {
-        j->bad = i;
-        j->bad_why = "is not \"a b\"";
-        return NULL;
-      }
+      if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - a)))
+        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] is not \"a b\"",
+                           l->n);
       na = (size_t)(sp - a);
       b = sp + 1;
       nb = len - na - 1;
@@ -764,26 +908,34 @@ static void *resolve_merges(void *p) {
       b = json_object_get_string(bo);
       nb = (size_t)json_object_get_string_len(bo);
     } else {
-      j->bad = i;
-      j->bad_why = "is malformed";
-      return NULL;
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] is malformed", l->n);
     }
-    int32_t ia = tok_map_get(j->tok, &j->tok->vocab, a, na);
-    int32_t ib = tok_map_get(j->tok, &j->tok->vocab, b, nb);
-    char *cat = na + nb <= sizeof(small) ? small : malloc(na + nb);
-    if (!cat) {
-      j->bad = i;
-      j->bad_why = NULL;
-      return NULL;
-    }
-    memcpy(cat, a, na);
-    memcpy(cat + na, b, nb);
-    int32_t inew = tok_map_get(j->tok, &j->tok->vocab, cat, na + nb);
-    if (cat != small)
-      free(cat);
+    if (merge_list_add(l, a, na, b, nb))
+      return -ENOMEM;
+  }
+  return 0;
+}
+
+struct resolve_job {
+  const struct pp_tok *tok;     /* vocabulary (read-only here) */
+  const struct merge_list *l;   /* the merges as text */
+  size_t from, to;              /* range of merges to resolve */
+  int32_t *res;                 /* [n_merges][3]: left id, right id, merged id */
+  size_t bad;                   /* first merge using an unknown token, SIZE_MAX if none */
+};
+
+/* Resolves merges [from, to) to ids; a and b lie back to back, so a + b needs no copy. */
+static void *resolve_run(void *p) {
+  struct resolve_job *j = p;
+  const struct pp_tok *tok = j->tok;
+  for (size_t i = j->from; i < j->to; i++) {
+    const struct merge_text *m = &j->l->m[i];
+    const char *a = j->l->bytes + m->off;
+    int32_t ia = tok_map_get(tok, &tok->vocab, a, m->na);
+    int32_t ib = tok_map_get(tok, &tok->vocab, a + m->na, m->nb);
+    int32_t inew = tok_map_get(tok, &tok->vocab, a, (size_t)m->na + m->nb);
     if (ia < 0 || ib < 0 || inew < 0) {
       j->bad = i;
-      j->bad_why = "uses a token not in the vocabulary";
       return NULL;
     }
     j->res[3 * i] = ia;
@@ -793,20 +945,86 @@ static void *resolve_merges(void *p) {
   return NULL;
 }
 
-static int load_model(struct pp_tok *tok, json_object *m, json_object *added_list,
-                      struct cm_diag *diag) {
+/* Builds the merge-rank table from the merges as text. The three vocabulary lookups of each
+ * merge are read-only, so two threads resolve one half each. */
+static int merges_finish(struct pp_tok *tok, const struct merge_list *l, struct cm_diag *diag) {
+  size_t n_merges = l->n, cap = 16;
+  while (cap < n_merges * 2 + 16)
+    cap <<= 1;
+  tok->merges = malloc(cap * sizeof(*tok->merges));
+  int32_t *res = malloc(sizeof(int32_t) * 3 * (n_merges ? n_merges : 1));
+  if (!tok->merges || !res) {
+    free(res);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < cap; i++)
+    tok->merges[i].key = UINT64_MAX;
+  tok->merge_mask = cap - 1;
+  struct resolve_job jobs[2] = {{tok, l, 0, n_merges / 2, res, SIZE_MAX},
+                                {tok, l, n_merges / 2, n_merges, res, SIZE_MAX}};
+  pthread_t th;
+  bool threaded = n_merges > 4096 && pthread_create(&th, NULL, resolve_run, &jobs[0]) == 0;
+  if (!threaded)
+    resolve_run(&jobs[0]);
+  resolve_run(&jobs[1]);
+  if (threaded)
+    pthread_join(th, NULL);
+  for (int k = 0; k < 2; k++) {
+    if (jobs[k].bad != SIZE_MAX) {
+      free(res);
+      return cm_diag_set(diag, -CM_EFORMAT,
+                         "tokenizer.json: merges[%zu] uses a token not in the vocabulary",
+                         jobs[k].bad);
+    }
+  }
+  for (size_t i = 0; i < n_merges; i++) {
+    int32_t ia = res[3 * i], ib = res[3 * i + 1], inew = res[3 * i + 2];
+    uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
+    size_t j = merge_slot_hash(key) & tok->merge_mask;
+    while (tok->merges[j].key != UINT64_MAX && tok->merges[j].key != key)
+      j = (j + 1) & tok->merge_mask;
+    /* A repeated pair keeps the last rank, as the reference's map does. */
+    tok->merges[j] = (struct tok_merge_slot){.key = key, .rank = (uint32_t)i, .new_id = inew};
+  }
+  free(res);
+  return 0;
+}
+
+/* ---- the document: model fields, then the other components ------------------------------- */
+
+struct model_head {
+  json_object *model;  /* the model object */
+  json_object *added;  /* added_tokens, NULL if absent */
+  json_object *vocab;  /* model.vocab (an empty stand-in on the fast path) */
+  json_object *merges; /* model.merges (an empty stand-in on the fast path) */
+  bool byte_fallback;  /* model.byte_fallback */
+};
+
+/* Checks the top level and the model's small fields; finds vocab and merges. */
+static int load_head(struct pp_tok *tok, json_object *doc, struct model_head *h,
+                     struct cm_diag *diag) {
+  if (!json_object_is_type(doc, json_type_object))
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: top level is not an object");
+  json_object *m, *v;
+  int rc;
+  *h = (struct model_head){0};
+  if (!json_object_object_get_ex(doc, "model", &m))
+    return cm_diag_set(diag, -CM_EMISSING, "tokenizer.json: no model");
+  json_object_object_get_ex(doc, "added_tokens", &h->added);
+  if (json_object_object_get_ex(doc, "truncation", &v) && v)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component truncation");
+  if (json_object_object_get_ex(doc, "padding", &v) && v)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component padding");
   const char *t = type_of(m);
   if (!t || strcmp(t, "BPE") != 0)
     return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component model %s",
                        t ? t : "(no type)");
-  json_object *vocab, *merges, *v;
-  int rc;
-  bool byte_fallback;
-  if (!json_object_object_get_ex(m, "vocab", &vocab) ||
-      !json_object_is_type(vocab, json_type_object))
+  h->model = m;
+  if (!json_object_object_get_ex(m, "vocab", &h->vocab) ||
+      !json_object_is_type(h->vocab, json_type_object))
     return cm_diag_set(diag, -CM_EMISSING, "tokenizer.json: model.vocab missing");
-  if (!json_object_object_get_ex(m, "merges", &merges) ||
-      !json_object_is_type(merges, json_type_array))
+  if (!json_object_object_get_ex(m, "merges", &h->merges) ||
+      !json_object_is_type(h->merges, json_type_array))
     return cm_diag_set(diag, -CM_EMISSING, "tokenizer.json: model.merges missing");
   if (json_object_object_get_ex(m, "dropout", &v) && v)
     return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component BPE dropout");
@@ -823,80 +1041,45 @@ static int load_model(struct pp_tok *tok, json_object *m, json_object *added_lis
     return cm_diag_set(diag, -CM_EUNSUPPORTED,
                        "tokenizer.json: unsupported component BPE end_of_word_suffix");
   if ((rc = get_bool(m, "fuse_unk", false, &tok->fuse_unk, diag, "model")) ||
-      (rc = get_bool(m, "byte_fallback", false, &byte_fallback, diag, "model")) ||
+      (rc = get_bool(m, "byte_fallback", false, &h->byte_fallback, diag, "model")) ||
       (rc = get_bool(m, "ignore_merges", false, &tok->ignore_merges, diag, "model")))
     return rc;
+  /* added token ids count towards the limit before anything is allocated */
+  if (h->added && json_object_is_type(h->added, json_type_array)) {
+    for (size_t i = 0; i < json_object_array_length(h->added); i++) {
+      json_object *o = json_object_array_get_idx(h->added, i);
+      int32_t id;
+      if (json_object_object_get_ex(o, "id", &v) && !get_id(v, &id) && id >= PP_TOK_MAX_VOCAB)
+        return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: id %d exceeds the limit of %d",
+                           (int)id, (int)PP_TOK_MAX_VOCAB - 1);
+    }
+  }
+  return 0;
+}
 
-  /* ids: the vocabulary, then the added tokens. */
-  size_t n_vocab = (size_t)json_object_object_length(vocab);
-  int32_t max_id = -1;
-  {
-    json_object_object_foreach(vocab, key, val) {
+/* After the vocabulary: room for the added ids, the decoded-bytes map, byte and unk ids. */
+static int vocab_finish(struct pp_tok *tok, const struct model_head *h, struct cm_diag *diag) {
+  json_object *v;
+  int rc;
+  if (h->added && json_object_is_type(h->added, json_type_array)) {
+    for (size_t i = 0; i < json_object_array_length(h->added); i++) {
+      json_object *o = json_object_array_get_idx(h->added, i);
       int32_t id;
-      (void)key;
-      if (get_id(val, &id))
-        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab[\"%s\"] is not an id",
-                           key);
-      if (id > max_id)
-        max_id = id;
-    }
-  }
-  if (added_list && json_object_is_type(added_list, json_type_array)) {
-    for (size_t i = 0; i < json_object_array_length(added_list); i++) {
-      json_object *o = json_object_array_get_idx(added_list, i);
-      int32_t id;
-      if (json_object_object_get_ex(o, "id", &v) && !get_id(v, &id) && id > max_id)
-        max_id = id;
-    }
-  }
-  if (max_id >= PP_TOK_MAX_VOCAB)
-    return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: id %d exceeds the limit of %d",
-                       (int)max_id, (int)PP_TOK_MAX_VOCAB - 1);
-  tok->n_ids = max_id + 1;
-  {
-    /* spellings plus decoded bytes fit in twice the JSON text of the vocabulary */
-    size_t want = 2 * (size_t)json_object_object_length(vocab) * 16 + (1 << 16);
-    char *p = want > tok->pool_cap ? realloc(tok->pool, want) : tok->pool;
-    if (!p)
-      return -ENOMEM;
-    tok->pool = p;
-    tok->pool_cap = want > tok->pool_cap ? want : tok->pool_cap;
-  }
-  tok->by_id = malloc(sizeof(*tok->by_id) * (size_t)(tok->n_ids ? tok->n_ids : 1));
-  if (!tok->by_id || map_init(&tok->vocab, n_vocab))
-    return -ENOMEM;
-  for (int32_t i = 0; i < tok->n_ids; i++)
-    tok->by_id[i] = (struct tok_entry){.len = UINT32_MAX};
-  {
-    json_object_object_foreach(vocab, key, val) {
-      int32_t id = 0;
-      (void)get_id(val, &id); /* checked in the first pass */
-      size_t len = strlen(key);
-      size_t bad;
-      if (!pp_tok_utf8_valid(key, len, &bad))
-        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: vocabulary entry is not UTF-8");
-      struct tok_entry *e = &tok->by_id[id];
-      if (e->len != UINT32_MAX)
-        return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: vocabulary id %d given twice",
-                           (int)id);
-      if ((rc = pool_add(tok, key, len, &e->off)))
+      if (json_object_object_get_ex(o, "id", &v) && !get_id(v, &id) &&
+          (rc = by_id_reserve(tok, id)))
         return rc;
-      e->len = (uint32_t)len;
-      map_put(tok, &tok->vocab, e->off, e->len, id);
     }
   }
-  tok->n_model = n_vocab;
-  tok->n_distinct = n_vocab;
-  for (int32_t i = 0; i < tok->n_ids; i++)
-    if (tok->by_id[i].len != UINT32_MAX && (rc = spelling_to_raw(tok, &tok->by_id[i])))
-      return rc;
+  tok->n_distinct = tok->n_model;
   if (tok->ignore_merges) {
-    if (map_init(&tok->vocab_raw, n_vocab))
+    if (map_init(&tok->vocab_raw, tok->n_model))
       return -ENOMEM;
     for (int32_t i = 0; i < tok->n_ids; i++) {
       struct tok_entry *e = &tok->by_id[i];
-      if (e->len != UINT32_MAX && e->raw_off != e->off)
-        map_put(tok, &tok->vocab_raw, e->raw_off, e->raw_len, i);
+      int32_t prev;
+      if (e->len != UINT32_MAX && e->raw_off != e->off &&
+          map_put(tok, &tok->vocab_raw, e->raw_off, e->raw_len, i, &prev))
+        return -ENOMEM;
     }
   }
   for (int b = 0; b < 256; b++) {
@@ -905,83 +1088,30 @@ static int load_model(struct pp_tok *tok, json_object *m, json_object *added_lis
                                               (utf8proc_uint8_t *)u);
     tok->byte_id[b] = tok_map_get(tok, &tok->vocab, u, (size_t)k);
     tok->byte_fallback_id[b] = -1;
-    if (byte_fallback) {
+    if (h->byte_fallback) {
       char hex[8];
       snprintf(hex, sizeof(hex), "<0x%02X>", b);
       tok->byte_fallback_id[b] = tok_map_get(tok, &tok->vocab, hex, 6);
     }
   }
   tok->unk_id = -1;
-  if ((rc = get_str(m, "unk_token", &s, &sl, diag, "model")))
+  const char *s;
+  size_t sl;
+  if ((rc = get_str(h->model, "unk_token", &s, &sl, diag, "model")))
     return rc;
   if (s) {
     tok->unk_id = tok_map_get(tok, &tok->vocab, s, sl);
     if (tok->unk_id < 0)
       return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: unk_token is not in the vocabulary");
   }
-
-  /* merges: "a b" strings or ["a", "b"] pairs; rank = position. The three vocabulary lookups of
-   * each merge are read-only, so two threads resolve one half each. */
-  size_t n_merges = json_object_array_length(merges);
-  size_t cap = 16;
-  while (cap < n_merges * 2 + 16)
-    cap <<= 1;
-  tok->merges = malloc(cap * sizeof(*tok->merges));
-  int32_t *res = malloc(sizeof(int32_t) * 3 * (n_merges ? n_merges : 1));
-  if (!tok->merges || !res) {
-    free(res);
-    return -ENOMEM;
-  }
-  for (size_t i = 0; i < cap; i++)
-    tok->merges[i].key = UINT64_MAX;
-  tok->merge_mask = cap - 1;
-  struct merge_job jobs[2] = {{tok, merges, 0, n_merges / 2, res, SIZE_MAX, NULL},
-                              {tok, merges, n_merges / 2, n_merges, res, SIZE_MAX, NULL}};
-  pthread_t th;
-  bool threaded = n_merges > 4096 && pthread_create(&th, NULL, resolve_merges, &jobs[0]) == 0;
-  if (!threaded)
-    resolve_merges(&jobs[0]);
-  resolve_merges(&jobs[1]);
-  if (threaded)
-    pthread_join(th, NULL);
-  for (int k = 0; k < 2; k++) {
-    if (jobs[k].bad != SIZE_MAX) {
-      free(res);
-      return jobs[k].bad_why ? cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] %s",
-                                           jobs[k].bad, jobs[k].bad_why)
-                             : -ENOMEM;
-    }
-  }
-  for (size_t i = 0; i < n_merges; i++) {
-    int32_t ia = res[3 * i], ib = res[3 * i + 1], inew = res[3 * i + 2];
-    uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
-    size_t j = merge_slot_hash(key) & tok->merge_mask;
-    while (tok->merges[j].key != UINT64_MAX && tok->merges[j].key != key)
-      j = (j + 1) & tok->merge_mask;
-    /* A repeated pair keeps the last rank, as the reference's map does. */
-    tok->merges[j] = (struct tok_merge_slot){.key = key, .rank = (uint32_t)i, .new_id = inew};
-  }
-  free(res);
   return 0;
 }
 
-/* ---- entry points ------------------------------------------------------------------------- */
-
-static int load_doc(struct pp_tok *tok, json_object *doc, struct cm_diag *diag) {
-  if (!json_object_is_type(doc, json_type_object))
-    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: top level is not an object");
-  json_object *model, *added = NULL, *v;
+/* The components after the model: normalizer, pre-tokenizer, decoder, post-processor, added. */
+static int load_rest(struct pp_tok *tok, json_object *doc, const struct model_head *h,
+                     struct cm_diag *diag) {
+  json_object *v = NULL;
   int rc;
-  if (!json_object_object_get_ex(doc, "model", &model))
-    return cm_diag_set(diag, -CM_EMISSING, "tokenizer.json: no model");
-  json_object_object_get_ex(doc, "added_tokens", &added);
-  if (json_object_object_get_ex(doc, "truncation", &v) && v)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component truncation");
-  if (json_object_object_get_ex(doc, "padding", &v) && v)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: unsupported component padding");
-  if ((rc = load_model(tok, model, added, diag)))
-    return rc;
-  v = NULL;
   json_object_object_get_ex(doc, "normalizer", &v);
   if ((rc = load_normalizer(tok, v, diag)))
     return rc;
@@ -1002,20 +1132,99 @@ static int load_doc(struct pp_tok *tok, json_object *doc, struct cm_diag *diag) 
   json_object_object_get_ex(doc, "post_processor", &v);
   if ((rc = load_post_processor(v, diag)))
     return rc;
-  if ((rc = load_added(tok, added, diag)) || (rc = finish_added(tok, diag)))
+  if ((rc = load_added(tok, h->added, diag)) || (rc = finish_added(tok, diag)))
     return rc;
   return 0;
 }
 
-/* ---- parsing: the two big containers in parallel ------------------------------------------
- * model.vocab and model.merges are nearly all of a tokenizer.json. A boundary scan (strings and
- * nesting only) finds their byte ranges; json-c then parses each of them and the rest of the
- * document as three documents, the vocabulary on a second thread, and the trees are freed on two
- * threads too. Any layout the scan does not expect falls back to one plain parse. */
+/* ---- JSON text: scanning and parsing -------------------------------------------------------- */
+
+struct parse_job {
+  const char *s;       /* text to parse */
+  size_t n;            /* its length */
+  size_t base;         /* its offset in the file (for messages) */
+  int depth;           /* json-c nesting limit */
+  json_object *obj;    /* result, NULL on error */
+  size_t err_at;       /* file offset of the error */
+  const char *err;     /* json-c's description */
+};
+
+static void parse_job_run(struct parse_job *j) {
+  json_tokener *jt = json_tokener_new_ex(j->depth);
+  if (!jt) {
+    j->err = "out of memory";
+    return;
+  }
+  j->obj = json_tokener_parse_ex(jt, j->s, (int)j->n);
+  enum json_tokener_error e = json_tokener_get_error(jt);
+  size_t end = json_tokener_get_parse_end(jt);
+  if (!j->obj || e != json_tokener_success) {
+    j->err = json_tokener_error_desc(e);
+    j->err_at = j->base + end;
+    json_object_put(j->obj);
+    j->obj = NULL;
+  } else {
+    for (size_t i = end; i < j->n; i++) {
+      if (j->s[i] != ' ' && j->s[i] != '\t' && j->s[i] != '\r' && j->s[i] != '\n') {
+        j->err = "trailing bytes";
+        j->err_at = j->base + i;
+        json_object_put(j->obj);
+        j->obj = NULL;
+        break;
+      }
+    }
+  }
+  json_tokener_free(jt);
+}
+
+/* The plain path: json-c parses the whole document; vocab and merges are one piece each. */
+static int load_whole(struct pp_tok *tok, const char *json, size_t n, struct cm_diag *diag) {
+  struct parse_job pj = {.s = json, .n = n, .depth = JSON_MAX_DEPTH};
+  struct merge_list ml = {0};
+  struct model_head h;
+  parse_job_run(&pj);
+  if (!pj.obj)
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s",
+                       pj.err_at, pj.err);
+  int rc;
+  if (!(rc = load_head(tok, pj.obj, &h, diag)) &&
+      !(rc = vocab_begin(tok, (size_t)json_object_object_length(h.vocab))) &&
+      !(rc = vocab_add_piece(tok, h.vocab, diag)) && !(rc = vocab_finish(tok, &h, diag)) &&
+      !(rc = merges_add_piece(&ml, h.merges, diag)) && !(rc = merges_finish(tok, &ml, diag)))
+    rc = load_rest(tok, pj.obj, &h, diag);
+  merge_list_fini(&ml);
+  json_object_put(pj.obj);
+  return rc;
+}
+
+/* ---- the fast path: model.vocab and model.merges cut into pieces ----------------------------
+ * Parsing and freeing one json-c tree of 248k vocabulary entries and one of 248k merges is most
+ * of a load (the trees outgrow the caches and json-c's hash table rehashes as it grows). A scan
+ * that follows only strings and nesting finds the two containers and cuts them at top-level
+ * commas into pieces of PIECE_ENTRIES members; json-c parses each piece, wrapped in its own
+ * brackets, as a document; its entries go into our tables and the piece is freed while it is
+ * still in cache. The vocabulary is consumed on a second thread while this one does the merges.
+ * Exactness: pieces that each parse on their own join, with the cut commas, into exactly the
+ * container's text, so they hold the same members in the same order. Anything unexpected (a
+ * layout the scan does not know, a piece json-c refuses or finds empty, a vocabulary key in two
+ * pieces, any other error) makes the caller start again with load_whole, so errors and their
+ * messages are always those of the plain path. tests/tokenizer/fuzz_tok_load.c checks both
+ * paths agree. */
+
+#define PIECE_ENTRIES 256 /* members per piece (128..1024 measured alike; 16384 is 1.8x slower) */
+#define PIECES_MIN_BYTES ((size_t)1 << 20) /* smaller files take the plain path */
 
 struct span {
   size_t off; /* first byte of the value */
   size_t len; /* its length in bytes */
+};
+
+struct pieces {
+  size_t *bounds;   /* [n + 1]: piece k is the text [bounds[k], bounds[k + 1] - 1) */
+  size_t n;         /* pieces */
+  size_t cap;       /* allocated bounds */
+  size_t entries;   /* top-level commas + 1: at least the members */
+  struct span span; /* the whole container, brackets included */
 };
 
 static size_t skip_ws(const char *s, size_t n, size_t i) {
@@ -1043,15 +1252,28 @@ static bool skip_string(const char *s, size_t n, size_t *i) {
   return false;
 }
 
-static bool skip_value(const char *s, size_t n, size_t *i) {
+/* Moves *i past the value at s[*i]. With `p`, the value must be an object or array, and it is cut
+ * after every `per_piece` top-level members into p. */
+static bool scan_value(const char *s, size_t n, size_t *i, size_t per_piece, struct pieces *p) {
   size_t k = *i;
   if (k >= n)
     return false;
-  if (s[k] == '"')
+  if (s[k] == '"' && !p)
     return skip_string(s, n, i);
   if (s[k] == '{' || s[k] == '[') {
-    static const char special[256] = {['"'] = 1, ['{'] = 1, ['['] = 1, ['}'] = 1, [']'] = 1};
-    int depth = 0;
+    static const char special[256] = {['"'] = 1, ['{'] = 1, ['['] = 1,
+                                      ['}'] = 1, [']'] = 1, [','] = 1};
+    size_t depth = 0, commas = 0;
+    if (p) {
+      p->n = 0;
+      if (!p->cap) {
+        p->bounds = malloc(256 * sizeof(*p->bounds));
+        if (!p->bounds)
+          return false;
+        p->cap = 256;
+      }
+      p->bounds[0] = k + 1;
+    }
     while (k < n) {
       char c = s[k];
       if (!special[(uint8_t)c]) {
@@ -1063,9 +1285,25 @@ static bool skip_value(const char *s, size_t n, size_t *i) {
           return false;
         continue;
       }
-      if (c == '{' || c == '[')
+      if (c == ',') {
+        if (p && depth == 1 && ++commas % per_piece == 0) {
+          if (p->n + 2 >= p->cap) {
+            size_t *b = realloc(p->bounds, 2 * p->cap * sizeof(*b));
+            if (!b)
+              return false;
+            p->bounds = b;
+            p->cap *= 2;
+          }
+          p->bounds[++p->n] = k + 1;
+        }
+      } else if (c == '{' || c == '[') {
         depth++;
-      else if (--depth == 0) {
+      } else if (--depth == 0) {
+        if (p) {
+          p->bounds[++p->n] = k + 1;
+          p->span = (struct span){*i, k + 1 - *i};
+          p->entries = commas + 1;
+        }
         *i = k + 1;
         return true;
       }
@@ -1073,6 +1311,8 @@ static bool skip_value(const char *s, size_t n, size_t *i) {
     }
     return false;
   }
+  if (p)
+    return false;
   size_t start = k;
   while (k < n && s[k] && !strchr(",}] \t\r\n", s[k]))
     k++;
@@ -1080,8 +1320,9 @@ static bool skip_value(const char *s, size_t n, size_t *i) {
   return k > start;
 }
 
-/* Walks the members of the object at s[*i] == '{'; calls back with each raw key and value span. */
-typedef bool (*member_fn)(void *ctx, const char *key, size_t key_len, struct span value);
+/* Walks the members of the object at s[*i] == '{'; for each, `fn` gets the raw key and must move
+ * *i past the value. */
+typedef bool (*member_fn)(void *ctx, const char *key, size_t key_len, size_t *i);
 static bool walk_object(const char *s, size_t n, size_t *i, member_fn fn, void *ctx) {
   size_t k = skip_ws(s, n, *i);
   if (k >= n || s[k] != '{')
@@ -1103,9 +1344,7 @@ static bool walk_object(const char *s, size_t n, size_t *i, member_fn fn, void *
       return false;
     k = skip_ws(s, n, k + 1);
     size_t v = k;
-    if (!skip_value(s, n, &k) || k == v)
-      return false;
-    if (!fn(ctx, s + key, key_len, (struct span){v, k - v}))
+    if (!fn(ctx, s + key, key_len, &k) || k == v)
       return false;
     k = skip_ws(s, n, k);
     if (k < n && s[k] == ',') {
@@ -1120,202 +1359,234 @@ static bool walk_object(const char *s, size_t n, size_t *i, member_fn fn, void *
   }
 }
 
-struct big_spans {
-  const char *doc;      /* the whole document */
-  size_t n;             /* its length */
-  struct span model;    /* top-level "model" value */
-  struct span vocab;    /* model.vocab value */
-  struct span merges;   /* model.merges value */
-  int n_model;          /* "model" keys seen */
-  int n_vocab, n_merges;/* keys seen inside model */
+struct layout {
+  const char *doc;       /* the whole document */
+  size_t n;              /* its length */
+  size_t per_piece;      /* members per piece */
+  struct pieces vocab;   /* model.vocab */
+  struct pieces merges;  /* model.merges */
+  int n_model;           /* "model" keys seen at the top level */
+  int n_vocab, n_merges; /* "vocab" and "merges" keys seen inside model */
+  size_t n_top, n_in_model; /* keys at the top level and inside model, as written */
 };
 
-static bool on_model_member(void *ctx, const char *key, size_t len, struct span v) {
-  struct big_spans *b = ctx;
-  if (len == 5 && memcmp(key, "vocab", 5) == 0) {
-    b->vocab = v;
-    b->n_vocab++;
-  } else if (len == 6 && memcmp(key, "merges", 6) == 0) {
-    b->merges = v;
-    b->n_merges++;
-  }
-  return true;
-}
-
-static bool on_top_member(void *ctx, const char *key, size_t len, struct span v) {
-  struct big_spans *b = ctx;
-  if (len == 5 && memcmp(key, "model", 5) == 0) {
-    b->model = v;
-    b->n_model++;
-    size_t i = v.off;
-    return walk_object(b->doc, b->n, &i, on_model_member, b) && i == v.off + v.len;
-  }
-  return true;
-}
-
-/* Finds model.vocab (an object) and model.merges (an array), vocab first; false otherwise. */
-static bool find_big_spans(const char *s, size_t n, struct big_spans *b) {
-  *b = (struct big_spans){.doc = s, .n = n};
-  size_t i = 0;
-  if (!walk_object(s, n, &i, on_top_member, b) || b->n_model != 1 || b->n_vocab != 1 ||
-      b->n_merges != 1)
+static bool on_model_member(void *ctx, const char *key, size_t len, size_t *i) {
+  struct layout *L = ctx;
+  L->n_in_model++;
+  if (*i >= L->n)
     return false;
-  return s[b->vocab.off] == '{' && s[b->merges.off] == '[' &&
-         b->vocab.off + b->vocab.len <= b->merges.off;
+  if (len == 5 && memcmp(key, "vocab", 5) == 0 && L->n_vocab++ == 0)
+    return L->doc[*i] == '{' && scan_value(L->doc, L->n, i, L->per_piece, &L->vocab);
+  if (len == 6 && memcmp(key, "merges", 6) == 0 && L->n_merges++ == 0)
+    return L->doc[*i] == '[' && scan_value(L->doc, L->n, i, L->per_piece, &L->merges);
+  return scan_value(L->doc, L->n, i, 0, NULL);
 }
 
-struct parse_job {
-  const char *s;       /* text to parse */
-  size_t n;            /* its length */
-  size_t base;         /* its offset in the file (for messages) */
-  json_object *obj;    /* result, NULL on error */
-  size_t err_at;       /* file offset of the error */
-  const char *err;     /* json-c's description */
-  pthread_t th;        /* thread, when run on one */
+static bool on_top_member(void *ctx, const char *key, size_t len, size_t *i) {
+  struct layout *L = ctx;
+  L->n_top++;
+  if (len == 5 && memcmp(key, "model", 5) == 0 && L->n_model++ == 0)
+    return walk_object(L->doc, L->n, i, on_model_member, L);
+  return scan_value(L->doc, L->n, i, 0, NULL);
+}
+
+/* Finds and cuts model.vocab (an object) and model.merges (an array), vocab first. */
+static bool find_layout(struct layout *L) {
+  size_t i = 0;
+  return walk_object(L->doc, L->n, &i, on_top_member, L) && L->n_model == 1 &&
+         L->n_vocab == 1 && L->n_merges == 1 &&
+         L->vocab.span.off + L->vocab.span.len <= L->merges.span.off;
+}
+
+/* Parses pieces one after the other with one tokener and hands each to `consume`. */
+struct piece_job {
+  const char *doc;         /* the file */
+  const struct pieces *p;  /* where to cut */
+  char open, close;        /* the container's brackets */
+  int (*consume)(void *ctx, json_object *piece, struct cm_diag *diag);
+  void *ctx;               /* consume's first argument */
+  int rc;                  /* 0, or the first error */
+  struct cm_diag diag;     /* its message */
+  pthread_t th;            /* thread, when run on one */
 };
 
-static void *parse_job_run(void *p) {
-  struct parse_job *j = p;
-  json_tokener *jt = json_tokener_new_ex(JSON_MAX_DEPTH);
-  if (!jt) {
-    j->err = "out of memory";
-    return NULL;
-  }
-  j->obj = json_tokener_parse_ex(jt, j->s, (int)j->n);
-  enum json_tokener_error e = json_tokener_get_error(jt);
-  size_t end = json_tokener_get_parse_end(jt);
-  if (!j->obj || e != json_tokener_success) {
-    j->err = json_tokener_error_desc(e);
-    j->err_at = j->base + end;
-    json_object_put(j->obj);
-    j->obj = NULL;
-  } else {
-    for (size_t i = end; i < j->n; i++) {
-      if (j->s[i] != ' ' && j->s[i] != '\t' && j->s[i] != '\r' && j->s[i] != '\n') {
-        j->err = "trailing bytes";
-        j->err_at = j->base + i;
-        json_object_put(j->obj);
-        j->obj = NULL;
+static void *piece_job_run(void *arg) {
+  struct piece_job *j = arg;
+  /* a piece sits two levels down in the document: allow no deeper nesting than the plain path */
+  json_tokener *jt = json_tokener_new_ex(JSON_MAX_DEPTH - 2);
+  char *buf = NULL;
+  size_t cap = 0;
+  j->rc = jt ? 0 : -ENOMEM;
+  for (size_t k = 0; k < j->p->n && !j->rc; k++) {
+    size_t from = j->p->bounds[k], len = j->p->bounds[k + 1] - 1 - from;
+    if (len + 2 > cap) {
+      size_t c = cap ? cap : 1 << 16;
+      while (c < len + 2)
+        c *= 2;
+      char *b = realloc(buf, c);
+      if (!b) {
+        j->rc = -ENOMEM;
         break;
       }
+      buf = b;
+      cap = c;
     }
+    buf[0] = j->open;
+    memcpy(buf + 1, j->doc + from, len);
+    buf[len + 1] = j->close;
+    json_tokener_reset(jt);
+    json_object *o = json_tokener_parse_ex(jt, buf, (int)(len + 2));
+    bool ok = o && json_tokener_get_error(jt) == json_tokener_success &&
+              json_tokener_get_parse_end(jt) == len + 2;
+    /* an empty piece between two commas would hide a syntax error of the whole */
+    if (ok && j->p->n > 1)
+      ok = j->open == '{' ? json_object_object_length(o) > 0 : json_object_array_length(o) > 0;
+    if (!ok)
+      j->rc = cm_diag_set(&j->diag, -CM_EFORMAT, "tokenizer.json: piece %zu at byte %zu", k,
+                          from);
+    else
+      j->rc = j->consume(j->ctx, o, &j->diag);
+    json_object_put(o);
   }
+  free(buf);
   json_tokener_free(jt);
   return NULL;
 }
 
-static void *put_run(void *p) {
-  json_object_put(p);
-  return NULL;
+static int consume_vocab(void *ctx, json_object *piece, struct cm_diag *diag) {
+  return vocab_add_piece(ctx, piece, diag);
 }
 
-/* Parses the document; the big containers on their own (in parallel) when the layout allows.
- * *ret_big gets the vocab and merges objects (also linked into the document) for parallel free. */
-static int parse_doc(const char *json, size_t n, json_object **ret_doc, json_object *ret_big[2],
-                     struct cm_diag *diag) {
-  struct big_spans b;
-  ret_big[0] = ret_big[1] = NULL;
-  if (n < ((size_t)1 << 20) || !find_big_spans(json, n, &b)) {
-    struct parse_job j = {.s = json, .n = n};
-    parse_job_run(&j);
-    if (!j.obj)
-      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s",
-                         j.err_at, j.err);
-    *ret_doc = j.obj;
-    return 0;
-  }
+static int consume_merges(void *ctx, json_object *piece, struct cm_diag *diag) {
+  return merges_add_piece(ctx, piece, diag);
+}
+
+/* Loads with the containers cut into pieces of per_piece members. Returns 1 when the layout does
+ * not allow it (nothing was done), 0 on success, or a negative code (tok is then half-built). */
+static int load_pieces(struct pp_tok *tok, const char *json, size_t n, size_t per_piece,
+                       struct cm_diag *diag) {
+  struct layout L = {.doc = json, .n = n, .per_piece = per_piece};
+  struct merge_list ml = {0};
+  struct parse_job pj = {.depth = JSON_MAX_DEPTH};
+  struct piece_job jobs[2] = {
+      {.doc = json, .p = &L.vocab, .open = '{', .close = '}', .consume = consume_vocab,
+       .ctx = tok},
+      {.doc = json, .p = &L.merges, .open = '[', .close = ']', .consume = consume_merges,
+       .ctx = &ml}};
+  char *rest = NULL;
+  int rc = 1;
+  if (!find_layout(&L))
+    goto out;
   /* the rest of the document, with {} and [] standing in for the two containers */
-  size_t v_end = b.vocab.off + b.vocab.len, m_end = b.merges.off + b.merges.len;
-  size_t rest_n = b.vocab.off + 2 + (b.merges.off - v_end) + 2 + (n - m_end);
-  char *rest = malloc(rest_n);
-  if (!rest)
-    return -ENOMEM;
-  size_t k = 0;
-  memcpy(rest, json, b.vocab.off);
-  k += b.vocab.off;
+  struct span v = L.vocab.span, m = L.merges.span;
+  size_t v_end = v.off + v.len, m_end = m.off + m.len;
+  size_t rest_n = v.off + 2 + (m.off - v_end) + 2 + (n - m_end), k = 0;
+  rc = -ENOMEM;
+  if (!(rest = malloc(rest_n)))
+    goto out;
+  memcpy(rest, json, v.off);
+  k += v.off;
   memcpy(rest + k, "{}", 2);
   k += 2;
-  memcpy(rest + k, json + v_end, b.merges.off - v_end);
-  k += b.merges.off - v_end;
+  memcpy(rest + k, json + v_end, m.off - v_end);
+  k += m.off - v_end;
   memcpy(rest + k, "[]", 2);
   k += 2;
   memcpy(rest + k, json + m_end, n - m_end);
-  struct parse_job jobs[3] = {
-      {.s = json + b.vocab.off, .n = b.vocab.len, .base = b.vocab.off},
-      {.s = json + b.merges.off, .n = b.merges.len, .base = b.merges.off},
-      {.s = rest, .n = rest_n, .base = 0},
-  };
-  bool threaded = pthread_create(&jobs[0].th, NULL, parse_job_run, &jobs[0]) == 0;
+  pj.s = rest;
+  pj.n = rest_n;
+  parse_job_run(&pj);
+  if (!pj.obj) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error: %s", pj.err);
+    goto out;
+  }
+  /* a key that json-c reads as another (escapes, U+0000) would make the stand-ins ambiguous */
+  json_object *model;
+  if (!json_object_object_get_ex(pj.obj, "model", &model) ||
+      (size_t)json_object_object_length(pj.obj) != L.n_top ||
+      !json_object_is_type(model, json_type_object) ||
+      (size_t)json_object_object_length(model) != L.n_in_model) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: keys differ after unescaping");
+    goto out;
+  }
+  struct model_head h;
+  if ((rc = load_head(tok, pj.obj, &h, diag)) || (rc = vocab_begin(tok, L.vocab.entries)))
+    goto out;
+  bool threaded = pthread_create(&jobs[0].th, NULL, piece_job_run, &jobs[0]) == 0;
   if (!threaded)
-    parse_job_run(&jobs[0]);
-  parse_job_run(&jobs[1]);
-  parse_job_run(&jobs[2]);
+    piece_job_run(&jobs[0]);
+  piece_job_run(&jobs[1]);
   if (threaded)
     pthread_join(jobs[0].th, NULL);
+  for (int i = 0; i < 2 && !rc; i++)
+    if ((rc = jobs[i].rc))
+      cm_diag_set(diag, rc, "%s", jobs[i].diag.msg ? jobs[i].diag.msg : "out of memory");
+  if (rc || (rc = vocab_finish(tok, &h, diag)) || (rc = merges_finish(tok, &ml, diag)) ||
+      (rc = load_rest(tok, pj.obj, &h, diag)))
+    goto out;
+out:
+  for (int i = 0; i < 2; i++)
+    cm_diag_fini(&jobs[i].diag);
+  merge_list_fini(&ml);
+  json_object_put(pj.obj);
   free(rest);
-  int rc = 0;
-  for (int i = 0; i < 3 && !rc; i++)
-    if (!jobs[i].obj)
-      rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s",
-                       jobs[i].err_at, jobs[i].err);
-  json_object *model = NULL;
-  if (!rc && (!json_object_object_get_ex(jobs[2].obj, "model", &model) ||
-              !json_object_is_type(model, json_type_object)))
-    rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model is not an object");
-  if (rc) {
-    for (int i = 0; i < 3; i++)
-      json_object_put(jobs[i].obj);
-    return rc;
-  }
-  json_object_object_add(model, "vocab", jobs[0].obj);
-  json_object_object_add(model, "merges", jobs[1].obj);
-  ret_big[0] = json_object_get(jobs[0].obj);
-  ret_big[1] = json_object_get(jobs[1].obj);
-  *ret_doc = jobs[2].obj;
-  return 0;
+  free(L.vocab.bounds);
+  free(L.merges.bounds);
+  return rc;
 }
 
-/* Frees the document, the two big trees on two threads. */
-static void free_doc(json_object *doc, json_object *big[2]) {
-  json_object_put(doc);
-  pthread_t th;
-  bool threaded = big[0] && pthread_create(&th, NULL, put_run, big[0]) == 0;
-  if (!threaded)
-    json_object_put(big[0]);
-  json_object_put(big[1]);
-  if (threaded)
-    pthread_join(th, NULL);
+/* ---- entry points ------------------------------------------------------------------------- */
+
+static struct pp_tok *tok_new(void) {
+  struct pp_tok *tok = calloc(1, sizeof(*tok));
+  if (tok)
+    pthread_mutex_init(&tok->lock, NULL);
+  return tok;
 }
 
-int pp_tok_load_buffer(const char *json, size_t n_bytes, struct pp_tok **ret_tok,
-                       struct cm_diag *diag) {
+int tok_load_buffer(const char *json, size_t n_bytes, size_t per_piece, struct pp_tok **ret_tok,
+                    struct cm_diag *diag) {
   if (n_bytes > PP_TOK_MAX_FILE_BYTES)
     return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: %zu bytes exceeds the limit of %zu",
                        n_bytes, PP_TOK_MAX_FILE_BYTES);
-  struct pp_tok *tok = calloc(1, sizeof(*tok));
-  json_object *doc = NULL, *big[2] = {NULL, NULL};
+  struct pp_tok *tok = tok_new();
   int rc = -ENOMEM;
   if (!tok)
     goto fail;
-  pthread_mutex_init(&tok->lock, NULL);
-  if ((rc = parse_doc(json, n_bytes, &doc, big, diag)))
-    goto fail;
-  if ((rc = load_doc(tok, doc, diag)))
+  rc = 1;
+  if (per_piece) {
+    struct cm_diag quiet = {0}; /* the plain path reports errors */
+    rc = load_pieces(tok, json, n_bytes, per_piece, &quiet);
+    cm_diag_fini(&quiet);
+    if (rc < 0) {
+      pp_tok_free(tok);
+      if (!(tok = tok_new())) {
+        rc = -ENOMEM;
+        goto fail;
+      }
+    }
+  }
+  tok->in_pieces = rc == 0;
+  if (rc && (rc = load_whole(tok, json, n_bytes, diag)))
     goto fail;
   if (pthread_key_create(&tok->key, tok_thread_destructor)) {
     rc = cm_diag_set(diag, -ENOMEM, "tokenizer: no thread key left");
     goto fail;
   }
   tok->key_made = true;
-  free_doc(doc, big);
   *ret_tok = tok;
   return 0;
 fail:
   if (rc == -ENOMEM)
     cm_diag_set(diag, -ENOMEM, "tokenizer.json: out of memory");
-  free_doc(doc, big);
   pp_tok_free(tok);
   return rc;
+}
+
+int pp_tok_load_buffer(const char *json, size_t n_bytes, struct pp_tok **ret_tok,
+                       struct cm_diag *diag) {
+  return tok_load_buffer(json, n_bytes, n_bytes >= PIECES_MIN_BYTES ? PIECE_ENTRIES : 0, ret_tok,
+                         diag);
 }
 
 int pp_tok_load_file(const char *path, struct pp_tok **ret_tok, struct cm_diag *diag) {
