@@ -5,6 +5,7 @@
 #include "pp_tok_unicode.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,14 +115,13 @@ static int map_grow(struct tok_map *m) {
   return 0;
 }
 
-/* Inserts key (already in the pool at off) -> value; *ret_prev gets the value it replaced, or -1.
- * The map keeps at most half its slots full, growing when needed. */
-static int map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t len,
-                   int32_t value, int32_t *ret_prev) {
+/* Inserts key (already in the pool at off, hash h = tok_hash of it) -> value; *ret_prev gets the
+ * value it replaced, or -1. The map keeps at most half its slots full, growing when needed. */
+static int map_put_hashed(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t len,
+                          uint64_t h, int32_t value, int32_t *ret_prev) {
   if ((m->n + 1) * 2 > m->mask + 1 && map_grow(m))
     return -ENOMEM;
   const char *s = tok->pool + off;
-  uint64_t h = tok_hash(s, len);
   for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
     struct tok_map_slot *sl = &m->slots[i];
     if (sl->len == UINT32_MAX) {
@@ -134,6 +134,80 @@ static int map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t
       *ret_prev = sl->value;
       sl->value = value;
       return 0;
+    }
+  }
+}
+
+static int map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t len,
+                   int32_t value, int32_t *ret_prev) {
+  return map_put_hashed(tok, m, off, len, tok_hash(tok->pool + off, len), value, ret_prev);
+}
+
+/* Keys waiting to be inserted: hashed and their home slots prefetched first, so that the cache
+ * misses of a batch overlap (the tables are larger than the caches). */
+#define MAP_BATCH 64
+struct map_batch {
+  size_t n;                 /* keys waiting */
+  uint64_t off[MAP_BATCH];  /* key offsets in tok->pool */
+  uint32_t len[MAP_BATCH];  /* key lengths */
+  uint64_t hash[MAP_BATCH]; /* tok_hash of each key */
+  int32_t value[MAP_BATCH]; /* values */
+};
+
+/* Inserts the waiting keys in order (a key already present takes the new value). With `unique`,
+ * the first such key stops it with -EEXIST and its old value in *ret_prev. */
+static int map_batch_flush(struct pp_tok *tok, struct tok_map *m, struct map_batch *b,
+                           bool unique, int32_t *ret_prev) {
+  size_t n = b->n;
+  b->n = 0;
+  for (size_t k = 0; k < n; k++) {
+    int32_t prev;
+    int rc = map_put_hashed(tok, m, b->off[k], b->len[k], b->hash[k], b->value[k], &prev);
+    if (rc)
+      return rc;
+    if (prev >= 0 && unique) {
+      *ret_prev = prev;
+      return -EEXIST;
+    }
+  }
+  return 0;
+}
+
+static void map_batch_add(const struct pp_tok *tok, const struct tok_map *m, struct map_batch *b,
+                          uint64_t off, uint32_t len, int32_t value) {
+  uint64_t h = tok_hash(tok->pool + off, len);
+  __builtin_prefetch(&m->slots[h & m->mask], 1);
+  b->off[b->n] = off;
+  b->len[b->n] = len;
+  b->hash[b->n] = h;
+  b->value[b->n++] = value;
+}
+
+/* Looks up n keys (s[k], len[k]) in m: ret[k] = value or -1. The same as tok_map_get each, with
+ * the home slots and then the pool bytes they point to prefetched for the whole batch first. */
+static void map_get_batch(const struct pp_tok *tok, const struct tok_map *m, size_t n,
+                          const char *const *s, const uint32_t *len, int32_t *ret) {
+  uint64_t h[3 * MAP_BATCH];
+  for (size_t k = 0; k < n; k++) {
+    h[k] = tok_hash(s[k], len[k]);
+    __builtin_prefetch(&m->slots[h[k] & m->mask]);
+  }
+  for (size_t k = 0; k < n; k++) {
+    const struct tok_map_slot *sl = &m->slots[h[k] & m->mask];
+    if (sl->len != UINT32_MAX)
+      __builtin_prefetch(tok->pool + sl->off);
+  }
+  for (size_t k = 0; k < n; k++) {
+    ret[k] = -1;
+    for (size_t i = h[k] & m->mask;; i = (i + 1) & m->mask) {
+      const struct tok_map_slot *sl = &m->slots[i];
+      if (sl->len == UINT32_MAX)
+        break;
+      if (sl->hash == (uint32_t)h[k] && sl->len == len[k] &&
+          memcmp(tok->pool + sl->off, s[k], len[k]) == 0) {
+        ret[k] = sl->value;
+        break;
+      }
     }
   }
 }
@@ -801,10 +875,13 @@ static int vocab_begin(struct pp_tok *tok, size_t n_entries) {
  * bytes. A spelling already added by an earlier piece is an error: one json-c object would have
  * kept the last id silently, so the fast path gives up and the whole document is parsed. */
 static int vocab_add_piece(struct pp_tok *tok, json_object *piece, struct cm_diag *diag) {
+  struct map_batch b;
+  int32_t prev = -1;
+  int rc = 0;
+  b.n = 0;
   json_object_object_foreach(piece, key, val) {
-    int32_t id, prev;
+    int32_t id;
     size_t len = strlen(key), bad;
-    int rc;
     if (get_id(val, &id))
       return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab[\"%s\"] is not an id",
                          key);
@@ -822,16 +899,40 @@ static int vocab_add_piece(struct pp_tok *tok, json_object *piece, struct cm_dia
     if ((rc = pool_add(tok, key, len, &e->off)))
       return rc;
     e->len = (uint32_t)len;
-    if ((rc = map_put(tok, &tok->vocab, e->off, e->len, id, &prev)))
-      return rc;
-    if (prev >= 0)
-      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab key \"%s\" given twice",
-                         key);
     if ((rc = spelling_to_raw(tok, e)))
       return rc;
     tok->n_model++;
+    map_batch_add(tok, &tok->vocab, &b, e->off, e->len, id);
+    if (b.n == MAP_BATCH && (rc = map_batch_flush(tok, &tok->vocab, &b, true, &prev)))
+      break;
   }
-  return 0;
+  if (!rc)
+    rc = map_batch_flush(tok, &tok->vocab, &b, true, &prev);
+  if (rc == -EEXIST)
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab key of id %d given twice",
+                       (int)prev);
+  return rc;
+}
+
+/* The decoded-bytes map of the vocabulary (for ignore_merges). Reads the vocabulary map and the
+ * pool without changing them, so it may run while other threads look words up. */
+static int vocab_raw_build(struct pp_tok *tok) {
+  struct map_batch b;
+  int32_t prev;
+  int rc = 0;
+  b.n = 0;
+  if (map_init(&tok->vocab_raw, tok->n_model))
+    return -ENOMEM;
+  for (int32_t i = 0; i < tok->n_ids && !rc; i++) {
+    const struct tok_entry *e = &tok->by_id[i];
+    if (e->len == UINT32_MAX || e->raw_off == e->off)
+      continue;
+    map_batch_add(tok, &tok->vocab_raw, &b, e->raw_off, e->raw_len, i);
+    if (b.n == MAP_BATCH)
+      rc = map_batch_flush(tok, &tok->vocab_raw, &b, false, &prev);
+  }
+  /* two spellings with the same bytes: the later id wins, as in one map filled in id order */
+  return rc ? rc : map_batch_flush(tok, &tok->vocab_raw, &b, false, &prev);
 }
 
 /* The merges as text, a then b back to back, before their tokens are looked up. */
@@ -916,67 +1017,79 @@ static int merges_add_piece(struct merge_list *l, json_object *piece, struct cm_
   return 0;
 }
 
-struct resolve_job {
-  const struct pp_tok *tok;     /* vocabulary (read-only here) */
-  const struct merge_list *l;   /* the merges as text */
-  size_t from, to;              /* range of merges to resolve */
-  int32_t *res;                 /* [n_merges][3]: left id, right id, merged id */
-  size_t bad;                   /* first merge using an unknown token, SIZE_MAX if none */
+/* Resolving the merges' tokens to ids, in chunks that any number of threads take from a shared
+ * counter. The vocabulary is read-only meanwhile. */
+#define RESOLVE_CHUNK 4096 /* merges per chunk */
+#define RESOLVE_BATCH 32   /* merges whose lookups are prefetched together */
+struct resolve {
+  const struct pp_tok *tok;   /* the vocabulary */
+  const struct merge_list *l; /* the merges as text */
+  int32_t *res;               /* [l->n][3]: left id, right id, merged id */
+  atomic_size_t next;         /* first merge of the next chunk to take */
 };
 
-/* Resolves merges [from, to) to ids; a and b lie back to back, so a + b needs no copy. */
-static void *resolve_run(void *p) {
-  struct resolve_job *j = p;
-  const struct pp_tok *tok = j->tok;
-  for (size_t i = j->from; i < j->to; i++) {
-    const struct merge_text *m = &j->l->m[i];
-    const char *a = j->l->bytes + m->off;
-    int32_t ia = tok_map_get(tok, &tok->vocab, a, m->na);
-    int32_t ib = tok_map_get(tok, &tok->vocab, a + m->na, m->nb);
-    int32_t inew = tok_map_get(tok, &tok->vocab, a, (size_t)m->na + m->nb);
-    if (ia < 0 || ib < 0 || inew < 0) {
-      j->bad = i;
-      return NULL;
+/* Resolves chunks until none is left. Returns SIZE_MAX, or the first merge using a token not in
+ * the vocabulary in the chunks this call took (chunks are taken in order, so the smallest such
+ * return over all callers is the first bad merge of all). a and b lie back to back in the text,
+ * so a + b needs no copy. */
+static size_t resolve_chunks(struct resolve *r) {
+  const struct merge_list *l = r->l;
+  const char *s[3 * RESOLVE_BATCH];
+  uint32_t len[3 * RESOLVE_BATCH];
+  int32_t ids[3 * RESOLVE_BATCH];
+  for (;;) {
+    size_t from = atomic_fetch_add(&r->next, RESOLVE_CHUNK);
+    if (from >= l->n)
+      return SIZE_MAX;
+    size_t to = l->n - from > RESOLVE_CHUNK ? from + RESOLVE_CHUNK : l->n;
+    for (size_t b = from; b < to; b += RESOLVE_BATCH) {
+      size_t nb = to - b > RESOLVE_BATCH ? RESOLVE_BATCH : to - b;
+      for (size_t k = 0; k < nb; k++) {
+        const struct merge_text *m = &l->m[b + k];
+        const char *a = l->bytes + m->off;
+        s[3 * k] = a;
+        len[3 * k] = m->na;
+        s[3 * k + 1] = a + m->na;
+        len[3 * k + 1] = m->nb;
+        s[3 * k + 2] = a;
+        len[3 * k + 2] = m->na + m->nb;
+      }
+      map_get_batch(r->tok, &r->tok->vocab, 3 * nb, s, len, ids);
+      for (size_t k = 0; k < 3 * nb; k++)
+        if (ids[k] < 0)
+          return b + k / 3;
+      memcpy(r->res + 3 * b, ids, 3 * nb * sizeof(int32_t));
     }
-    j->res[3 * i] = ia;
-    j->res[3 * i + 1] = ib;
-    j->res[3 * i + 2] = inew;
   }
+}
+
+struct resolve_thread {
+  struct resolve *r; /* shared work */
+  size_t bad;        /* resolve_chunks' result */
+};
+
+static void *resolve_thread_run(void *p) {
+  struct resolve_thread *t = p;
+  t->bad = resolve_chunks(t->r);
   return NULL;
 }
 
-/* Builds the merge-rank table from the merges as text. The three vocabulary lookups of each
- * merge are read-only, so two threads resolve one half each. */
-static int merges_finish(struct pp_tok *tok, const struct merge_list *l, struct cm_diag *diag) {
-  size_t n_merges = l->n, cap = 16;
+/* Builds the merge-rank table from the resolved ids (rank = position); bad is the first
+ * unresolvable merge or SIZE_MAX. */
+static int merges_table(struct pp_tok *tok, size_t n_merges, const int32_t *res, size_t bad,
+                        struct cm_diag *diag) {
+  if (bad != SIZE_MAX)
+    return cm_diag_set(diag, -CM_EFORMAT,
+                       "tokenizer.json: merges[%zu] uses a token not in the vocabulary", bad);
+  size_t cap = 16;
   while (cap < n_merges * 2 + 16)
     cap <<= 1;
   tok->merges = malloc(cap * sizeof(*tok->merges));
-  int32_t *res = malloc(sizeof(int32_t) * 3 * (n_merges ? n_merges : 1));
-  if (!tok->merges || !res) {
-    free(res);
+  if (!tok->merges)
     return -ENOMEM;
-  }
   for (size_t i = 0; i < cap; i++)
     tok->merges[i].key = UINT64_MAX;
   tok->merge_mask = cap - 1;
-  struct resolve_job jobs[2] = {{tok, l, 0, n_merges / 2, res, SIZE_MAX},
-                                {tok, l, n_merges / 2, n_merges, res, SIZE_MAX}};
-  pthread_t th;
-  bool threaded = n_merges > 4096 && pthread_create(&th, NULL, resolve_run, &jobs[0]) == 0;
-  if (!threaded)
-    resolve_run(&jobs[0]);
-  resolve_run(&jobs[1]);
-  if (threaded)
-    pthread_join(th, NULL);
-  for (int k = 0; k < 2; k++) {
-    if (jobs[k].bad != SIZE_MAX) {
-      free(res);
-      return cm_diag_set(diag, -CM_EFORMAT,
-                         "tokenizer.json: merges[%zu] uses a token not in the vocabulary",
-                         jobs[k].bad);
-    }
-  }
   for (size_t i = 0; i < n_merges; i++) {
     int32_t ia = res[3 * i], ib = res[3 * i + 1], inew = res[3 * i + 2];
     uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
@@ -986,8 +1099,25 @@ static int merges_finish(struct pp_tok *tok, const struct merge_list *l, struct 
     /* A repeated pair keeps the last rank, as the reference's map does. */
     tok->merges[j] = (struct tok_merge_slot){.key = key, .rank = (uint32_t)i, .new_id = inew};
   }
-  free(res);
   return 0;
+}
+
+/* Resolves the merges on two threads and builds the merge-rank table. */
+static int merges_finish(struct pp_tok *tok, const struct merge_list *l, struct cm_diag *diag) {
+  int32_t *res = malloc(sizeof(int32_t) * 3 * (l->n ? l->n : 1));
+  if (!res)
+    return -ENOMEM;
+  struct resolve r = {.tok = tok, .l = l, .res = res};
+  atomic_init(&r.next, 0);
+  struct resolve_thread t = {&r, SIZE_MAX};
+  pthread_t th;
+  bool threaded = l->n > 2 * RESOLVE_CHUNK && pthread_create(&th, NULL, resolve_thread_run, &t) == 0;
+  size_t bad = resolve_chunks(&r);
+  if (threaded)
+    pthread_join(th, NULL);
+  int rc = merges_table(tok, l->n, res, bad < t.bad ? bad : t.bad, diag);
+  free(res);
+  return rc;
 }
 
 /* ---- the document: model fields, then the other components ------------------------------- */
@@ -1057,8 +1187,10 @@ static int load_head(struct pp_tok *tok, json_object *doc, struct model_head *h,
   return 0;
 }
 
-/* After the vocabulary: room for the added ids, the decoded-bytes map, byte and unk ids. */
-static int vocab_finish(struct pp_tok *tok, const struct model_head *h, struct cm_diag *diag) {
+/* After the vocabulary: room for the added ids, the decoded-bytes map (unless built already),
+ * byte and unk ids. */
+static int vocab_finish(struct pp_tok *tok, const struct model_head *h, bool build_raw,
+                        struct cm_diag *diag) {
   json_object *v;
   int rc;
   if (h->added && json_object_is_type(h->added, json_type_array)) {
@@ -1071,17 +1203,8 @@ static int vocab_finish(struct pp_tok *tok, const struct model_head *h, struct c
     }
   }
   tok->n_distinct = tok->n_model;
-  if (tok->ignore_merges) {
-    if (map_init(&tok->vocab_raw, tok->n_model))
-      return -ENOMEM;
-    for (int32_t i = 0; i < tok->n_ids; i++) {
-      struct tok_entry *e = &tok->by_id[i];
-      int32_t prev;
-      if (e->len != UINT32_MAX && e->raw_off != e->off &&
-          map_put(tok, &tok->vocab_raw, e->raw_off, e->raw_len, i, &prev))
-        return -ENOMEM;
-    }
-  }
+  if (build_raw && tok->ignore_merges && (rc = vocab_raw_build(tok)))
+    return rc;
   for (int b = 0; b < 256; b++) {
     char u[4];
     utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)tok_byte_to_cp((uint8_t)b),
@@ -1189,7 +1312,7 @@ static int load_whole(struct pp_tok *tok, const char *json, size_t n, struct cm_
   int rc;
   if (!(rc = load_head(tok, pj.obj, &h, diag)) &&
       !(rc = vocab_begin(tok, (size_t)json_object_object_length(h.vocab))) &&
-      !(rc = vocab_add_piece(tok, h.vocab, diag)) && !(rc = vocab_finish(tok, &h, diag)) &&
+      !(rc = vocab_add_piece(tok, h.vocab, diag)) && !(rc = vocab_finish(tok, &h, true, diag)) &&
       !(rc = merges_add_piece(&ml, h.merges, diag)) && !(rc = merges_finish(tok, &ml, diag)))
     rc = load_rest(tok, pj.obj, &h, diag);
   merge_list_fini(&ml);
@@ -1461,6 +1584,51 @@ static int consume_merges(void *ctx, json_object *piece, struct cm_diag *diag) {
   return merges_add_piece(ctx, piece, diag);
 }
 
+/* The fast path's two threads: this one parses the merges, the second one the vocabulary and then
+ * its decoded-bytes map; both resolve the merges once both containers are in. */
+struct pieces_sync {
+  pthread_mutex_t mu;      /* guards the three flags */
+  pthread_cond_t cv;       /* broadcast when one is set */
+  bool vocab_done;         /* the vocabulary job ended (well or not) */
+  bool merges_done;        /* the merges job ended and resolve.res is allocated (or not) */
+  bool failed;             /* a job failed: skip the rest */
+  struct piece_job *vocab; /* the vocabulary job */
+  struct pp_tok *tok;      /* the tokenizer being built */
+  struct resolve r;        /* the merges' resolution */
+  size_t bad;              /* the second thread's resolve_chunks result */
+  int raw_rc;              /* vocab_raw_build's result */
+};
+
+static void sync_set(struct pieces_sync *y, bool *flag, bool failed) {
+  pthread_mutex_lock(&y->mu);
+  *flag = true;
+  y->failed |= failed;
+  pthread_cond_broadcast(&y->cv);
+  pthread_mutex_unlock(&y->mu);
+}
+
+/* Waits for *flag; true when nothing has failed so far. */
+static bool sync_wait(struct pieces_sync *y, const bool *flag) {
+  pthread_mutex_lock(&y->mu);
+  while (!*flag)
+    pthread_cond_wait(&y->cv, &y->mu);
+  bool ok = !y->failed;
+  pthread_mutex_unlock(&y->mu);
+  return ok;
+}
+
+static void *vocab_side_run(void *arg) {
+  struct pieces_sync *y = arg;
+  piece_job_run(y->vocab);
+  sync_set(y, &y->vocab_done, y->vocab->rc != 0);
+  /* the merges may still be parsing; the resolution below only reads the vocabulary */
+  if (!y->vocab->rc && y->tok->ignore_merges)
+    y->raw_rc = vocab_raw_build(y->tok);
+  if (sync_wait(y, &y->merges_done))
+    y->bad = resolve_chunks(&y->r);
+  return NULL;
+}
+
 /* Loads with the containers cut into pieces of per_piece members. Returns 1 when the layout does
  * not allow it (nothing was done), 0 on success, or a negative code (tok is then half-built). */
 static int load_pieces(struct pp_tok *tok, const char *json, size_t n, size_t per_piece,
@@ -1473,6 +1641,8 @@ static int load_pieces(struct pp_tok *tok, const char *json, size_t n, size_t pe
        .ctx = tok},
       {.doc = json, .p = &L.merges, .open = '[', .close = ']', .consume = consume_merges,
        .ctx = &ml}};
+  struct pieces_sync y;
+  bool sync_made = false;
   char *rest = NULL;
   int rc = 1;
   if (!find_layout(&L))
@@ -1512,19 +1682,38 @@ static int load_pieces(struct pp_tok *tok, const char *json, size_t n, size_t pe
   struct model_head h;
   if ((rc = load_head(tok, pj.obj, &h, diag)) || (rc = vocab_begin(tok, L.vocab.entries)))
     goto out;
-  bool threaded = pthread_create(&jobs[0].th, NULL, piece_job_run, &jobs[0]) == 0;
-  if (!threaded)
-    piece_job_run(&jobs[0]);
+  y = (struct pieces_sync){.vocab = &jobs[0], .tok = tok, .r = {.tok = tok, .l = &ml},
+                           .bad = SIZE_MAX};
+  atomic_init(&y.r.next, 0);
+  pthread_mutex_init(&y.mu, NULL);
+  pthread_cond_init(&y.cv, NULL);
+  sync_made = true;
+  pthread_t th;
+  if (pthread_create(&th, NULL, vocab_side_run, &y)) {
+    rc = cm_diag_set(diag, -EAGAIN, "tokenizer.json: no thread");
+    goto out;
+  }
   piece_job_run(&jobs[1]);
-  if (threaded)
-    pthread_join(jobs[0].th, NULL);
+  if (!jobs[1].rc && !(y.r.res = malloc(sizeof(int32_t) * 3 * (ml.n ? ml.n : 1))))
+    jobs[1].rc = -ENOMEM;
+  sync_set(&y, &y.merges_done, jobs[1].rc != 0);
+  size_t bad = SIZE_MAX;
+  if (sync_wait(&y, &y.vocab_done))
+    bad = resolve_chunks(&y.r);
+  pthread_join(th, NULL);
   for (int i = 0; i < 2 && !rc; i++)
     if ((rc = jobs[i].rc))
       cm_diag_set(diag, rc, "%s", jobs[i].diag.msg ? jobs[i].diag.msg : "out of memory");
-  if (rc || (rc = vocab_finish(tok, &h, diag)) || (rc = merges_finish(tok, &ml, diag)) ||
+  if (rc || (rc = y.raw_rc) || (rc = vocab_finish(tok, &h, false, diag)) ||
+      (rc = merges_table(tok, ml.n, y.r.res, bad < y.bad ? bad : y.bad, diag)) ||
       (rc = load_rest(tok, pj.obj, &h, diag)))
     goto out;
 out:
+  if (sync_made) {
+    pthread_mutex_destroy(&y.mu);
+    pthread_cond_destroy(&y.cv);
+    free(y.r.res);
+  }
   for (int i = 0; i < 2; i++)
     cm_diag_fini(&jobs[i].diag);
   merge_list_fini(&ml);
