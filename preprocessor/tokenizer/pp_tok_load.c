@@ -1327,8 +1327,8 @@ static int load_whole(struct pp_tok *tok, const char *json, size_t n, struct cm_
  * commas into pieces of PIECE_ENTRIES members; json-c parses each piece, wrapped in its own
  * brackets, as a document; its entries go into our tables and the piece is freed while it is
  * still in cache. The vocabulary is consumed on a second thread while this one does the merges.
- * Exactness: pieces that each parse on their own join, with the cut commas, into exactly the
- * container's text, so they hold the same members in the same order. Anything unexpected (a
+ * Exactness: pieces that each parse on their own as strict JSON join, with the cut commas, into
+ * exactly the container's text, so they hold the same members in the same order. Anything unexpected (a
  * layout the scan does not know, a piece json-c refuses or finds empty, a vocabulary key in two
  * pieces, any other error) makes the caller start again with load_whole, so errors and their
  * messages are always those of the plain path. tests/tokenizer/fuzz_tok_load.c checks both
@@ -1537,6 +1537,10 @@ static void *piece_job_run(void *arg) {
   struct piece_job *j = arg;
   /* a piece sits two levels down in the document: allow no deeper nesting than the plain path */
   json_tokener *jt = json_tokener_new_ex(JSON_MAX_DEPTH - 2);
+  /* strict JSON only: json-c's leniencies (a trailing comma, comments, single quotes) could let
+   * a piece parse that is no valid part of the whole */
+  if (jt)
+    json_tokener_set_flags(jt, JSON_TOKENER_STRICT);
   char *buf = NULL;
   size_t cap = 0;
   j->rc = jt ? 0 : -ENOMEM;
