@@ -1093,14 +1093,23 @@ static int merges_table(struct pp_tok *tok, size_t n_merges, const int32_t *res,
   for (size_t i = 0; i < cap; i++)
     tok->merges[i].key = UINT64_MAX;
   tok->merge_mask = cap - 1;
-  for (size_t i = 0; i < n_merges; i++) {
-    int32_t ia = res[3 * i], ib = res[3 * i + 1], inew = res[3 * i + 2];
-    uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
-    size_t j = merge_slot_hash(key) & tok->merge_mask;
-    while (tok->merges[j].key != UINT64_MAX && tok->merges[j].key != key)
-      j = (j + 1) & tok->merge_mask;
-    /* A repeated pair keeps the last rank, as the reference's map does. */
-    tok->merges[j] = (struct tok_merge_slot){.key = key, .rank = (uint32_t)i, .new_id = inew};
+  size_t home[MAP_BATCH];
+  for (size_t b = 0; b < n_merges; b += MAP_BATCH) {
+    size_t nb = n_merges - b > MAP_BATCH ? MAP_BATCH : n_merges - b;
+    for (size_t k = 0; k < nb; k++) {
+      uint64_t key = (uint64_t)(uint32_t)res[3 * (b + k)] << 32 | (uint32_t)res[3 * (b + k) + 1];
+      home[k] = merge_slot_hash(key) & tok->merge_mask;
+      __builtin_prefetch(&tok->merges[home[k]], 1);
+    }
+    for (size_t k = 0; k < nb; k++) {
+      size_t i = b + k, j = home[k];
+      uint64_t key = (uint64_t)(uint32_t)res[3 * i] << 32 | (uint32_t)res[3 * i + 1];
+      while (tok->merges[j].key != UINT64_MAX && tok->merges[j].key != key)
+        j = (j + 1) & tok->merge_mask;
+      /* A repeated pair keeps the last rank, as the reference's map does. */
+      tok->merges[j] =
+          (struct tok_merge_slot){.key = key, .rank = (uint32_t)i, .new_id = res[3 * i + 2]};
+    }
   }
   return 0;
 }
