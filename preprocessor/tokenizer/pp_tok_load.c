@@ -874,47 +874,121 @@ static int vocab_begin(struct pp_tok *tok, size_t n_entries) {
   return map_init(&tok->vocab, n_entries);
 }
 
-/* Adds the entries of one piece of model.vocab (spelling -> id), in order, with their decoded
- * bytes. A spelling already added by an earlier piece is an error: one json-c object would have
- * kept the last id silently, so the fast path gives up and the whole document is parsed. */
-static int vocab_add_piece(struct pp_tok *tok, json_object *piece, struct cm_diag *diag) {
-  struct map_batch b;
+/* Adds one vocabulary entry (spelling key[len] -> id) with its decoded bytes; the map insert waits
+ * in batch b (vocab_flush). A spelling added twice is an error: one json-c object would have kept
+ * the last id silently, so the fast path gives up and the whole document is parsed. */
+static int vocab_add(struct pp_tok *tok, struct map_batch *b, const char *key, size_t len,
+                     int32_t id, struct cm_diag *diag);
+
+static int vocab_flush(struct pp_tok *tok, struct map_batch *b, struct cm_diag *diag) {
   int32_t prev = -1;
-  int rc = 0;
-  b.n = 0;
-  json_object_object_foreach(piece, key, val) {
-    int32_t id;
-    size_t len = strlen(key), bad;
-    if (get_id(val, &id))
-      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab[\"%s\"] is not an id",
-                         key);
-    if (id >= PP_TOK_MAX_VOCAB)
-      return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: id %d exceeds the limit of %d",
-                         (int)id, (int)PP_TOK_MAX_VOCAB - 1);
-    if (!pp_tok_utf8_valid(key, len, &bad))
-      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: vocabulary entry is not UTF-8");
-    if ((rc = by_id_reserve(tok, id)))
-      return rc;
-    struct tok_entry *e = &tok->by_id[id];
-    if (e->len != UINT32_MAX)
-      return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: vocabulary id %d given twice",
-                         (int)id);
-    if ((rc = pool_add(tok, key, len, &e->off)))
-      return rc;
-    e->len = (uint32_t)len;
-    if ((rc = spelling_to_raw(tok, e)))
-      return rc;
-    tok->n_model++;
-    map_batch_add(tok, &tok->vocab, &b, e->off, e->len, id);
-    if (b.n == MAP_BATCH && (rc = map_batch_flush(tok, &tok->vocab, &b, true, &prev)))
-      break;
-  }
-  if (!rc)
-    rc = map_batch_flush(tok, &tok->vocab, &b, true, &prev);
+  int rc = map_batch_flush(tok, &tok->vocab, b, true, &prev);
   if (rc == -EEXIST)
     return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab key of id %d given twice",
                        (int)prev);
   return rc;
+}
+
+static int vocab_add(struct pp_tok *tok, struct map_batch *b, const char *key, size_t len,
+                     int32_t id, struct cm_diag *diag) {
+  size_t bad;
+  int rc;
+  if (id >= PP_TOK_MAX_VOCAB)
+    return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: id %d exceeds the limit of %d", (int)id,
+                       (int)PP_TOK_MAX_VOCAB - 1);
+  if (!pp_tok_utf8_valid(key, len, &bad))
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: vocabulary entry is not UTF-8");
+  if ((rc = by_id_reserve(tok, id)))
+    return rc;
+  struct tok_entry *e = &tok->by_id[id];
+  if (e->len != UINT32_MAX)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: vocabulary id %d given twice",
+                       (int)id);
+  if ((rc = pool_add(tok, key, len, &e->off)))
+    return rc;
+  e->len = (uint32_t)len;
+  if ((rc = spelling_to_raw(tok, e)))
+    return rc;
+  tok->n_model++;
+  map_batch_add(tok, &tok->vocab, b, e->off, e->len, id);
+  return b->n == MAP_BATCH ? vocab_flush(tok, b, diag) : 0;
+}
+
+/* Adds the entries of one piece of model.vocab, in order. */
+static int vocab_add_piece(struct pp_tok *tok, json_object *piece, struct cm_diag *diag) {
+  struct map_batch b;
+  b.n = 0;
+  json_object_object_foreach(piece, key, val) {
+    int32_t id;
+    int rc;
+    if (get_id(val, &id))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab[\"%s\"] is not an id",
+                         key);
+    if ((rc = vocab_add(tok, &b, key, strlen(key), id, diag)))
+      return rc;
+  }
+  return vocab_flush(tok, &b, diag);
+}
+
+/* A piece of model.vocab parsed by one thread for another to add: spellings back to back. */
+struct vocab_staged {
+  char *bytes;      /* the spellings */
+  size_t n_bytes;   /* used */
+  struct {
+    uint64_t off;   /* spelling offset in bytes */
+    uint32_t len;   /* its length */
+    int32_t id;     /* its id */
+  } *e;             /* [n] entries, in order */
+  size_t n;         /* entries */
+};
+
+static void vocab_staged_fini(struct vocab_staged *st) {
+  free(st->bytes);
+  free(st->e);
+  *st = (struct vocab_staged){0};
+}
+
+/* Copies the entries of one piece of model.vocab into st (ids checked here, the rest when added). */
+static int vocab_stage_piece(void *ctx, json_object *piece, struct cm_diag *diag) {
+  struct vocab_staged *st = ctx;
+  size_t n = (size_t)json_object_object_length(piece), cap_bytes = 1024;
+  st->e = malloc((n ? n : 1) * sizeof(*st->e));
+  st->bytes = malloc(cap_bytes);
+  if (!st->e || !st->bytes)
+    return -ENOMEM;
+  json_object_object_foreach(piece, key, val) {
+    size_t len = strlen(key);
+    int32_t id;
+    if (get_id(val, &id))
+      return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: model.vocab[\"%s\"] is not an id",
+                         key);
+    if (st->n_bytes + len > cap_bytes) {
+      while (st->n_bytes + len > cap_bytes)
+        cap_bytes *= 2;
+      char *p = realloc(st->bytes, cap_bytes);
+      if (!p)
+        return -ENOMEM;
+      st->bytes = p;
+    }
+    memcpy(st->bytes + st->n_bytes, key, len);
+    st->e[st->n].off = st->n_bytes;
+    st->e[st->n].len = (uint32_t)len;
+    st->e[st->n++].id = id;
+    st->n_bytes += len;
+  }
+  return 0;
+}
+
+static int vocab_add_staged(struct pp_tok *tok, const struct vocab_staged *st,
+                            struct cm_diag *diag) {
+  struct map_batch b;
+  b.n = 0;
+  for (size_t k = 0; k < st->n; k++) {
+    int rc = vocab_add(tok, &b, st->bytes + st->e[k].off, st->e[k].len, st->e[k].id, diag);
+    if (rc)
+      return rc;
+  }
+  return vocab_flush(tok, &b, diag);
 }
 
 /* The decoded-bytes map of the vocabulary (for ignore_merges). Reads the vocabulary map and the
@@ -1503,6 +1577,8 @@ struct layout {
   int n_model;           /* "model" keys seen at the top level */
   int n_vocab, n_merges; /* "vocab" and "merges" keys seen inside model */
   size_t n_top, n_in_model; /* keys at the top level and inside model, as written */
+  bool (*on_vocab)(struct layout *L); /* called once model.vocab is cut (may start its work) */
+  void *ctx;             /* for on_vocab */
 };
 
 static bool on_model_member(void *ctx, const char *key, size_t len, size_t *i) {
@@ -1511,7 +1587,8 @@ static bool on_model_member(void *ctx, const char *key, size_t len, size_t *i) {
   if (*i >= L->n)
     return false;
   if (len == 5 && memcmp(key, "vocab", 5) == 0 && L->n_vocab++ == 0)
-    return L->doc[*i] == '{' && scan_value(L->doc, L->n, i, L->per_piece, &L->vocab);
+    return L->doc[*i] == '{' && scan_value(L->doc, L->n, i, L->per_piece, &L->vocab) &&
+           (!L->on_vocab || L->on_vocab(L));
   if (len == 6 && memcmp(key, "merges", 6) == 0 && L->n_merges++ == 0)
     return L->doc[*i] == '[' && scan_value(L->doc, L->n, i, L->per_piece, &L->merges);
   return scan_value(L->doc, L->n, i, 0, NULL);
@@ -1533,63 +1610,61 @@ static bool find_layout(struct layout *L) {
          L->vocab.span.off + L->vocab.span.len <= L->merges.span.off;
 }
 
-/* Parses pieces one after the other with one tokener and hands each to `consume`. */
-struct piece_job {
-  const char *doc;         /* the file */
-  const struct pieces *p;  /* where to cut */
-  char open, close;        /* the container's brackets */
-  int (*consume)(void *ctx, json_object *piece, struct cm_diag *diag);
-  void *ctx;               /* consume's first argument */
-  int rc;                  /* 0, or the first error */
-  struct cm_diag diag;     /* its message */
-  pthread_t th;            /* thread, when run on one */
+/* One thread's json-c tokener (strict, reused) and the buffer a piece is wrapped in. */
+struct piece_parser {
+  json_tokener *jt; /* strict JSON only */
+  char *buf;        /* '{' or '[', the piece, '}' or ']' */
+  size_t cap;       /* allocated buf */
 };
 
-static void *piece_job_run(void *arg) {
-  struct piece_job *j = arg;
+static int piece_parser_init(struct piece_parser *pp) {
   /* a piece sits two levels down in the document: allow no deeper nesting than the plain path */
-  json_tokener *jt = json_tokener_new_ex(JSON_MAX_DEPTH - 2);
-  /* strict JSON only: json-c's leniencies (a trailing comma, comments, single quotes) could let
-   * a piece parse that is no valid part of the whole */
-  if (jt)
-    json_tokener_set_flags(jt, JSON_TOKENER_STRICT);
-  char *buf = NULL;
-  size_t cap = 0;
-  j->rc = jt ? 0 : -ENOMEM;
-  for (size_t k = 0; k < j->p->n && !j->rc; k++) {
-    size_t from = j->p->bounds[k], len = j->p->bounds[k + 1] - 1 - from;
-    if (len + 2 > cap) {
-      size_t c = cap ? cap : 1 << 16;
-      while (c < len + 2)
-        c *= 2;
-      char *b = realloc(buf, c);
-      if (!b) {
-        j->rc = -ENOMEM;
-        break;
-      }
-      buf = b;
-      cap = c;
-    }
-    buf[0] = j->open;
-    memcpy(buf + 1, j->doc + from, len);
-    buf[len + 1] = j->close;
-    json_tokener_reset(jt);
-    json_object *o = json_tokener_parse_ex(jt, buf, (int)(len + 2));
-    bool ok = o && json_tokener_get_error(jt) == json_tokener_success &&
-              json_tokener_get_parse_end(jt) == len + 2;
-    /* an empty piece between two commas would hide a syntax error of the whole */
-    if (ok && j->p->n > 1)
-      ok = j->open == '{' ? json_object_object_length(o) > 0 : json_object_array_length(o) > 0;
-    if (!ok)
-      j->rc = cm_diag_set(&j->diag, -CM_EFORMAT, "tokenizer.json: piece %zu at byte %zu", k,
-                          from);
-    else
-      j->rc = j->consume(j->ctx, o, &j->diag);
-    json_object_put(o);
+  pp->jt = json_tokener_new_ex(JSON_MAX_DEPTH - 2);
+  if (!pp->jt)
+    return -ENOMEM;
+  /* strict JSON only: json-c's leniencies (a trailing comma above all) could let a piece parse
+   * that is no valid part of the whole */
+  json_tokener_set_flags(pp->jt, JSON_TOKENER_STRICT);
+  return 0;
+}
+
+static void piece_parser_fini(struct piece_parser *pp) {
+  if (pp->jt)
+    json_tokener_free(pp->jt);
+  free(pp->buf);
+}
+
+/* Parses piece k of p, wrapped in `open` and its closing bracket, and hands it to consume. Any
+ * piece json-c refuses, does not end at the closing bracket, or finds empty (beside others) is an
+ * error. */
+static int piece_parse(struct piece_parser *pp, const char *doc, const struct pieces *p, size_t k,
+                       char open, int (*consume)(void *, json_object *, struct cm_diag *),
+                       void *ctx, struct cm_diag *diag) {
+  size_t from = p->bounds[k], len = p->bounds[k + 1] - 1 - from;
+  if (len + 2 > pp->cap) {
+    size_t c = pp->cap ? pp->cap : 1 << 16;
+    while (c < len + 2)
+      c *= 2;
+    char *b = realloc(pp->buf, c);
+    if (!b)
+      return -ENOMEM;
+    pp->buf = b;
+    pp->cap = c;
   }
-  free(buf);
-  json_tokener_free(jt);
-  return NULL;
+  pp->buf[0] = open;
+  memcpy(pp->buf + 1, doc + from, len);
+  pp->buf[len + 1] = open == '{' ? '}' : ']';
+  json_tokener_reset(pp->jt);
+  json_object *o = json_tokener_parse_ex(pp->jt, pp->buf, (int)(len + 2));
+  bool ok = o && json_tokener_get_error(pp->jt) == json_tokener_success &&
+            json_tokener_get_parse_end(pp->jt) == len + 2;
+  /* an empty piece between two commas would hide a syntax error of the whole */
+  if (ok && p->n > 1)
+    ok = open == '{' ? json_object_object_length(o) > 0 : json_object_array_length(o) > 0;
+  int rc = ok ? consume(ctx, o, diag)
+              : cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: piece %zu at byte %zu", k, from);
+  json_object_put(o);
+  return rc;
 }
 
 static int consume_vocab(void *ctx, json_object *piece, struct cm_diag *diag) {
@@ -1600,22 +1675,42 @@ static int consume_merges(void *ctx, json_object *piece, struct cm_diag *diag) {
   return merges_add_piece(ctx, piece, diag);
 }
 
-/* The fast path's two threads: this one parses the merges, the second one the vocabulary and then
- * its decoded-bytes map; both resolve the merges once both containers are in. */
+/* The fast path's two threads. The second one sizes the tables and adds vocabulary pieces from the
+ * front; this one parses the merges, then takes vocabulary pieces from the back and stages them
+ * (json-c parse, spellings copied) for the second one to add. The second one then builds the
+ * decoded-bytes map while this one starts resolving the merges, and both finish that. Only the
+ * second thread writes the vocabulary tables; everything it reads afterwards is read-only. */
 struct pieces_sync {
-  pthread_mutex_t mu;      /* guards the three flags */
-  pthread_cond_t cv;       /* broadcast when one is set */
-  bool vocab_done;         /* the vocabulary job ended (well or not) */
-  bool merges_done;        /* the merges job ended and resolve.res is allocated (or not) */
-  bool failed;             /* a job failed: skip the rest */
-  struct piece_job *vocab; /* the vocabulary job */
+  pthread_mutex_t mu;      /* guards the fields up to `ready` */
+  pthread_cond_t cv;       /* broadcast on every change of them */
+  bool failed;             /* a step failed: both threads stop */
+  bool head_done;          /* the small fields are loaded (tok->ignore_merges is set) */
+  bool vocab_done;         /* every vocabulary piece is added */
+  bool merges_done;        /* the merges are listed and r.res is allocated */
+  size_t front, back;      /* vocabulary pieces [front, back) are not taken yet */
+  size_t n_added_staged;   /* staged pieces the second thread has added */
+  size_t n_ready;          /* staged pieces waiting in ready */
+  size_t *ready;           /* [vocab pieces] indices of staged pieces to add */
+  struct vocab_staged *staged; /* [vocab pieces] */
+  const char *doc;         /* the file */
+  const struct pieces *vocab; /* model.vocab's pieces */
+  size_t n_entries;        /* its members as counted by the scan (sizes the tables) */
   struct pp_tok *tok;      /* the tokenizer being built */
   struct resolve r;        /* the merges' resolution */
   size_t bad;              /* the second thread's resolve_chunks result */
-  int raw_rc;              /* vocab_raw_build's result */
-  size_t n_entries;        /* vocabulary members the scan counted (sizes the tables) */
+  int rc;                  /* the second thread's first error */
+  bool spawned;            /* the second thread runs */
+  pthread_t th;            /* it */
 };
 
+static void sync_fail(struct pieces_sync *y) {
+  pthread_mutex_lock(&y->mu);
+  y->failed = true;
+  pthread_cond_broadcast(&y->cv);
+  pthread_mutex_unlock(&y->mu);
+}
+
+/* Sets *flag (and failed when `failed`); wakes the other thread. */
 static void sync_set(struct pieces_sync *y, bool *flag, bool failed) {
   pthread_mutex_lock(&y->mu);
   *flag = true;
@@ -1624,10 +1719,10 @@ static void sync_set(struct pieces_sync *y, bool *flag, bool failed) {
   pthread_mutex_unlock(&y->mu);
 }
 
-/* Waits for *flag; true when nothing has failed so far. */
+/* Waits for *flag or a failure; true when nothing has failed. */
 static bool sync_wait(struct pieces_sync *y, const bool *flag) {
   pthread_mutex_lock(&y->mu);
-  while (!*flag)
+  while (!*flag && !y->failed)
     pthread_cond_wait(&y->cv, &y->mu);
   bool ok = !y->failed;
   pthread_mutex_unlock(&y->mu);
@@ -1636,35 +1731,81 @@ static bool sync_wait(struct pieces_sync *y, const bool *flag) {
 
 static void *vocab_side_run(void *arg) {
   struct pieces_sync *y = arg;
-  if ((y->vocab->rc = vocab_begin(y->tok, y->n_entries)) == 0)
-    piece_job_run(y->vocab);
-  sync_set(y, &y->vocab_done, y->vocab->rc != 0);
-  /* the merges may still be parsing; the resolution below only reads the vocabulary */
-  if (!y->vocab->rc && y->tok->ignore_merges)
-    y->raw_rc = vocab_raw_build(y->tok);
-  if (sync_wait(y, &y->merges_done))
+  struct piece_parser pp = {0};
+  struct cm_diag quiet = {0}; /* the fast path's messages are never shown */
+  int rc = vocab_begin(y->tok, y->n_entries);
+  if (!rc)
+    rc = piece_parser_init(&pp);
+  pthread_mutex_lock(&y->mu);
+  while (!rc && !y->failed) {
+    if (y->front < y->back) {
+      size_t k = y->front++;
+      pthread_mutex_unlock(&y->mu);
+      rc = piece_parse(&pp, y->doc, y->vocab, k, '{', consume_vocab, y->tok, &quiet);
+      pthread_mutex_lock(&y->mu);
+    } else if (y->n_ready) {
+      size_t k = y->ready[--y->n_ready];
+      pthread_mutex_unlock(&y->mu);
+      rc = vocab_add_staged(y->tok, &y->staged[k], &quiet);
+      vocab_staged_fini(&y->staged[k]);
+      pthread_mutex_lock(&y->mu);
+      y->n_added_staged++;
+    } else if (y->n_added_staged == y->vocab->n - y->back) {
+      break; /* every piece was taken, and the other thread's are added */
+    } else {
+      pthread_cond_wait(&y->cv, &y->mu);
+    }
+  }
+  pthread_mutex_unlock(&y->mu);
+  piece_parser_fini(&pp);
+  sync_set(y, &y->vocab_done, rc != 0);
+  /* the merges may still be parsing; their resolution below only reads the vocabulary */
+  if (!rc && sync_wait(y, &y->head_done) && y->tok->ignore_merges &&
+      (rc = vocab_raw_build(y->tok)))
+    sync_fail(y);
+  if (!rc && sync_wait(y, &y->merges_done))
     y->bad = resolve_chunks(&y->r);
+  y->rc = rc;
+  cm_diag_fini(&quiet);
   return NULL;
 }
 
+/* on_vocab of the layout scan: starts the second thread as soon as model.vocab is cut. */
+static bool start_vocab(struct layout *L) {
+  struct pieces_sync *y = L->ctx;
+  size_t n = L->vocab.n;
+  y->staged = calloc(n, sizeof(*y->staged));
+  y->ready = malloc(n * sizeof(*y->ready));
+  if (!y->staged || !y->ready)
+    return false;
+  y->vocab = &L->vocab;
+  y->n_entries = L->vocab.entries;
+  y->front = 0;
+  y->back = n;
+  y->spawned = pthread_create(&y->th, NULL, vocab_side_run, y) == 0;
+  return y->spawned;
+}
+
 /* Loads with the containers cut into pieces of per_piece members. Returns 1 when the layout does
- * not allow it (nothing was done), 0 on success, or a negative code (tok is then half-built). */
+ * not allow it and tok is untouched, 0 on success, or a negative code (tok is then half-built). */
 static int load_pieces(struct pp_tok *tok, const char *json, size_t n, size_t per_piece,
                        struct cm_diag *diag) {
-  struct layout L = {.doc = json, .n = n, .per_piece = per_piece};
+  struct pieces_sync y = {.doc = json, .tok = tok, .bad = SIZE_MAX, .r = {.tok = tok}};
+  struct layout L = {.doc = json, .n = n, .per_piece = per_piece, .on_vocab = start_vocab,
+                     .ctx = &y};
   struct merge_list ml = {0};
   struct parse_job pj = {.depth = JSON_MAX_DEPTH};
-  struct piece_job jobs[2] = {
-      {.doc = json, .p = &L.vocab, .open = '{', .close = '}', .consume = consume_vocab,
-       .ctx = tok},
-      {.doc = json, .p = &L.merges, .open = '[', .close = ']', .consume = consume_merges,
-       .ctx = &ml}};
-  struct pieces_sync y;
-  bool sync_made = false;
+  struct piece_parser pp = {0};
   char *rest = NULL;
-  int rc = 1;
-  if (!find_layout(&L))
+  int rc;
+  pthread_mutex_init(&y.mu, NULL);
+  pthread_cond_init(&y.cv, NULL);
+  atomic_init(&y.r.next, 0);
+  y.r.l = &ml;
+  if (!find_layout(&L)) {
+    rc = y.spawned ? -EAGAIN : 1;
     goto out;
+  }
   /* the rest of the document, with {} and [] standing in for the two containers */
   struct span v = L.vocab.span, m = L.merges.span;
   size_t v_end = v.off + v.len, m_end = m.off + m.len;
@@ -1698,42 +1839,52 @@ static int load_pieces(struct pp_tok *tok, const char *json, size_t n, size_t pe
     goto out;
   }
   struct model_head h;
-  if ((rc = load_head(tok, pj.obj, &h, diag)))
+  rc = load_head(tok, pj.obj, &h, diag);
+  sync_set(&y, &y.head_done, rc != 0);
+  if (rc || (rc = piece_parser_init(&pp)))
     goto out;
-  y = (struct pieces_sync){.vocab = &jobs[0], .tok = tok, .r = {.tok = tok, .l = &ml},
-                           .bad = SIZE_MAX, .n_entries = L.vocab.entries};
-  atomic_init(&y.r.next, 0);
-  pthread_mutex_init(&y.mu, NULL);
-  pthread_cond_init(&y.cv, NULL);
-  sync_made = true;
-  pthread_t th;
-  if (pthread_create(&th, NULL, vocab_side_run, &y)) {
-    rc = cm_diag_set(diag, -EAGAIN, "tokenizer.json: no thread");
-    goto out;
+  for (size_t i = 0; i < L.merges.n && !rc; i++)
+    rc = piece_parse(&pp, json, &L.merges, i, '[', consume_merges, &ml, diag);
+  if (!rc && !(y.r.res = malloc(sizeof(int32_t) * 3 * (ml.n ? ml.n : 1))))
+    rc = -ENOMEM;
+  sync_set(&y, &y.merges_done, rc != 0);
+  /* take vocabulary pieces from the back while the second thread works from the front */
+  pthread_mutex_lock(&y.mu);
+  while (!rc && !y.failed && y.front < y.back) {
+    size_t i = --y.back;
+    pthread_mutex_unlock(&y.mu);
+    rc = piece_parse(&pp, json, &L.vocab, i, '{', vocab_stage_piece, &y.staged[i], diag);
+    pthread_mutex_lock(&y.mu);
+    if (rc)
+      y.failed = true;
+    else
+      y.ready[y.n_ready++] = i;
+    pthread_cond_broadcast(&y.cv);
   }
-  piece_job_run(&jobs[1]);
-  if (!jobs[1].rc && !(y.r.res = malloc(sizeof(int32_t) * 3 * (ml.n ? ml.n : 1))))
-    jobs[1].rc = -ENOMEM;
-  sync_set(&y, &y.merges_done, jobs[1].rc != 0);
+  pthread_mutex_unlock(&y.mu);
   size_t bad = SIZE_MAX;
-  if (sync_wait(&y, &y.vocab_done))
+  if (!rc && sync_wait(&y, &y.vocab_done))
     bad = resolve_chunks(&y.r);
-  pthread_join(th, NULL);
-  for (int i = 0; i < 2 && !rc; i++)
-    if ((rc = jobs[i].rc))
-      cm_diag_set(diag, rc, "%s", jobs[i].diag.msg ? jobs[i].diag.msg : "out of memory");
-  if (rc || (rc = y.raw_rc) || (rc = vocab_finish(tok, &h, false, diag)) ||
+  pthread_join(y.th, NULL);
+  y.spawned = false;
+  if (rc || (rc = y.rc) || (y.failed && (rc = -EAGAIN)) ||
+      (rc = vocab_finish(tok, &h, false, diag)) ||
       (rc = merges_table(tok, ml.n, y.r.res, bad < y.bad ? bad : y.bad, diag)) ||
       (rc = load_rest(tok, pj.obj, &h, diag)))
     goto out;
 out:
-  if (sync_made) {
-    pthread_mutex_destroy(&y.mu);
-    pthread_cond_destroy(&y.cv);
-    free(y.r.res);
+  if (y.spawned) {
+    sync_fail(&y);
+    pthread_join(y.th, NULL);
   }
-  for (int i = 0; i < 2; i++)
-    cm_diag_fini(&jobs[i].diag);
+  for (size_t i = 0; y.staged && i < L.vocab.n; i++)
+    vocab_staged_fini(&y.staged[i]);
+  free(y.staged);
+  free(y.ready);
+  free(y.r.res);
+  pthread_mutex_destroy(&y.mu);
+  pthread_cond_destroy(&y.cv);
+  piece_parser_fini(&pp);
   merge_list_fini(&ml);
   json_object_put(pj.obj);
   free(rest);
