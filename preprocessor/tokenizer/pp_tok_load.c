@@ -1054,6 +1054,17 @@ static int merge_list_add(struct merge_list *l, const char *a, size_t na, const 
   return 0;
 }
 
+/* Room for n merges of n_bytes of text in all (a hint: the list still grows past it). */
+static int merge_list_reserve(struct merge_list *l, size_t n, size_t n_bytes) {
+  l->m = malloc((n ? n : 1) * sizeof(*l->m));
+  l->bytes = malloc(n_bytes ? n_bytes : 1);
+  if (!l->m || !l->bytes)
+    return -ENOMEM;
+  l->cap = n ? n : 1;
+  l->cap_bytes = n_bytes ? n_bytes : 1;
+  return 0;
+}
+
 static void merge_list_fini(struct merge_list *l) {
   free(l->m);
   free(l->bytes);
@@ -1841,7 +1852,9 @@ static int load_pieces(struct pp_tok *tok, const char *json, size_t n, size_t pe
   struct model_head h;
   rc = load_head(tok, pj.obj, &h, diag);
   sync_set(&y, &y.head_done, rc != 0);
-  if (rc || (rc = piece_parser_init(&pp)))
+  /* the decoded strings are no longer than the text they come from */
+  if (rc || (rc = piece_parser_init(&pp)) ||
+      (rc = merge_list_reserve(&ml, L.merges.entries, L.merges.span.len)))
     goto out;
   for (size_t i = 0; i < L.merges.n && !rc; i++)
     rc = piece_parse(&pp, json, &L.merges, i, '[', consume_merges, &ml, diag);
