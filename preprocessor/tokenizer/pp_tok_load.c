@@ -5,12 +5,12 @@
 #include "pp_tok_unicode.h"
 
 #include <errno.h>
-#include <stdatomic.h>
+#include <fcntl.h>
 #include <json-c/json.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,8 +141,8 @@ static int map_put_hashed(struct pp_tok *tok, struct tok_map *m, uint64_t off, u
   }
 }
 
-static int map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t len,
-                   int32_t value, int32_t *ret_prev) {
+static int map_put(struct pp_tok *tok, struct tok_map *m, uint64_t off, uint32_t len, int32_t value,
+                   int32_t *ret_prev) {
   return map_put_hashed(tok, m, off, len, tok_hash(tok->pool + off, len), value, ret_prev);
 }
 
@@ -159,8 +159,8 @@ struct map_batch {
 
 /* Inserts the waiting keys in order (a key already present takes the new value). With `unique`,
  * the first such key stops it with -EEXIST and its old value in *ret_prev. */
-static int map_batch_flush(struct pp_tok *tok, struct tok_map *m, struct map_batch *b,
-                           bool unique, int32_t *ret_prev) {
+static int map_batch_flush(struct pp_tok *tok, struct tok_map *m, struct map_batch *b, bool unique,
+                           int32_t *ret_prev) {
   size_t n = b->n;
   b->n = 0;
   for (size_t k = 0; k < n; k++) {
@@ -931,15 +931,16 @@ static int vocab_add_piece(struct pp_tok *tok, json_object *piece, struct cm_dia
 }
 
 /* A piece of model.vocab parsed by one thread for another to add: spellings back to back. */
+struct vocab_staged_entry {
+  uint64_t off; /* spelling offset in vocab_staged.bytes */
+  uint32_t len; /* its length */
+  int32_t id;   /* its id */
+};
 struct vocab_staged {
-  char *bytes;      /* the spellings */
-  size_t n_bytes;   /* used */
-  struct {
-    uint64_t off;   /* spelling offset in bytes */
-    uint32_t len;   /* its length */
-    int32_t id;     /* its id */
-  } *e;             /* [n] entries, in order */
-  size_t n;         /* entries */
+  char *bytes;                  /* the spellings */
+  size_t n_bytes;               /* used */
+  struct vocab_staged_entry *e; /* [n] entries, in order */
+  size_t n;                     /* entries */
 };
 
 static void vocab_staged_fini(struct vocab_staged *st) {
@@ -948,7 +949,7 @@ static void vocab_staged_fini(struct vocab_staged *st) {
   *st = (struct vocab_staged){0};
 }
 
-/* Copies the entries of one piece of model.vocab into st (ids checked here, the rest when added). */
+/* Copies one piece of model.vocab into st (ids are checked now, the rest when added). */
 static int vocab_stage_piece(void *ctx, json_object *piece, struct cm_diag *diag) {
   struct vocab_staged *st = ctx;
   size_t n = (size_t)json_object_object_length(piece), cap_bytes = 1024;
@@ -1083,8 +1084,7 @@ static int merges_add_piece(struct merge_list *l, json_object *piece, struct cm_
       a = json_object_get_string(mo);
       const char *sp = memchr(a, ' ', len);
       if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - a)))
-        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] is not \"a b\"",
-                           l->n);
+        return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: merges[%zu] is not \"a b\"", l->n);
       na = (size_t)(sp - a);
       b = sp + 1;
       nb = len - na - 1;
@@ -1208,7 +1208,8 @@ static int merges_finish(struct pp_tok *tok, const struct merge_list *l, struct 
   atomic_init(&r.next, 0);
   struct resolve_thread t = {&r, SIZE_MAX};
   pthread_t th;
-  bool threaded = l->n > 2 * RESOLVE_CHUNK && pthread_create(&th, NULL, resolve_thread_run, &t) == 0;
+  bool threaded =
+      l->n > 2 * RESOLVE_CHUNK && pthread_create(&th, NULL, resolve_thread_run, &t) == 0;
   size_t bad = resolve_chunks(&r);
   if (threaded)
     pthread_join(th, NULL);
@@ -1360,13 +1361,13 @@ static int load_rest(struct pp_tok *tok, json_object *doc, const struct model_he
 /* ---- JSON text: scanning and parsing -------------------------------------------------------- */
 
 struct parse_job {
-  const char *s;       /* text to parse */
-  size_t n;            /* its length */
-  size_t base;         /* its offset in the file (for messages) */
-  int depth;           /* json-c nesting limit */
-  json_object *obj;    /* result, NULL on error */
-  size_t err_at;       /* file offset of the error */
-  const char *err;     /* json-c's description */
+  const char *s;    /* text to parse */
+  size_t n;         /* its length */
+  size_t base;      /* its offset in the file (for messages) */
+  int depth;        /* json-c nesting limit */
+  json_object *obj; /* result, NULL on error */
+  size_t err_at;    /* file offset of the error */
+  const char *err;  /* json-c's description */
 };
 
 static void parse_job_run(struct parse_job *j) {
@@ -1404,8 +1405,8 @@ static int load_whole(struct pp_tok *tok, const char *json, size_t n, struct cm_
   struct model_head h;
   parse_job_run(&pj);
   if (!pj.obj)
-    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s",
-                       pj.err_at, pj.err);
+    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: JSON error at byte %zu: %s", pj.err_at,
+                       pj.err);
   int rc;
   if (!(rc = load_head(tok, pj.obj, &h, diag)) &&
       !(rc = vocab_begin(tok, (size_t)json_object_object_length(h.vocab))) &&
@@ -1418,20 +1419,22 @@ static int load_whole(struct pp_tok *tok, const char *json, size_t n, struct cm_
 }
 
 /* ---- the fast path: model.vocab and model.merges cut into pieces ----------------------------
- * Parsing and freeing one json-c tree of 248k vocabulary entries and one of 248k merges is most
- * of a load (the trees outgrow the caches and json-c's hash table rehashes as it grows). A scan
- * that follows only strings and nesting finds the two containers and cuts them at top-level
- * commas into pieces of PIECE_ENTRIES members; json-c parses each piece, wrapped in its own
- * brackets, as a document; its entries go into our tables and the piece is freed while it is
- * still in cache. The vocabulary is consumed on a second thread while this one does the merges.
+ * Parsing and freeing one json-c tree of 248k vocabulary entries and one of 248k merges was most
+ * of a load (the trees outgrow the caches, json-c's hash table rehashes as it grows, and freeing
+ * a million small objects costs as much again). A scan that follows only strings and nesting
+ * finds the two containers and cuts them at top-level commas into pieces of PIECE_ENTRIES
+ * members; json-c parses each piece, wrapped in its own brackets, as a document; its entries go
+ * into our tables and the piece is freed while it is still in cache. Two threads share the work
+ * (struct pieces_sync).
  * Exactness: pieces that each parse on their own as strict JSON join, with the cut commas, into
- * exactly the container's text, so they hold the same members in the same order. Anything unexpected (a
- * layout the scan does not know, a piece json-c refuses or finds empty, a vocabulary key in two
- * pieces, any other error) makes the caller start again with load_whole, so errors and their
- * messages are always those of the plain path. tests/tokenizer/fuzz_tok_load.c checks both
- * paths agree. */
+ * exactly the container's text, so they hold the same members in the same order. Anything
+ * unexpected (a layout the scan does not know, a piece json-c refuses or finds empty, a key that
+ * json-c would read as another, a vocabulary key in two pieces, any other error) makes the caller
+ * start again with load_whole, so errors and their messages are always those of the plain path.
+ * tests/tokenizer/test_tok_unit.c (documents made to trip the scan), fuzz_tok_load.c and the
+ * golden tests (the real files, table by table) check that both paths agree. */
 
-#define PIECE_ENTRIES 256 /* members per piece (128..1024 measured alike; 16384 is 1.8x slower) */
+#define PIECE_ENTRIES 256 /* members per piece (64..1024 measured alike; 16384 is 1.8x slower) */
 #define PIECES_MIN_BYTES ((size_t)1 << 20) /* smaller files take the plain path */
 
 struct span {
@@ -1481,8 +1484,8 @@ static bool scan_value(const char *s, size_t n, size_t *i, size_t per_piece, str
   if (s[k] == '"' && !p)
     return skip_string(s, n, i);
   if (s[k] == '{' || s[k] == '[') {
-    static const char special[256] = {['"'] = 1, ['{'] = 1, ['['] = 1,
-                                      ['}'] = 1, [']'] = 1, [','] = 1};
+    static const char special[256] = {
+        ['"'] = 1, ['{'] = 1, ['['] = 1, ['}'] = 1, [']'] = 1, [','] = 1};
     size_t depth = 0, commas = 0;
     if (p) {
       p->n = 0;
@@ -1580,16 +1583,16 @@ static bool walk_object(const char *s, size_t n, size_t *i, member_fn fn, void *
 }
 
 struct layout {
-  const char *doc;       /* the whole document */
-  size_t n;              /* its length */
-  size_t per_piece;      /* members per piece */
-  struct pieces vocab;   /* model.vocab */
-  struct pieces merges;  /* model.merges */
-  int n_model;           /* "model" keys seen at the top level */
-  int n_vocab, n_merges; /* "vocab" and "merges" keys seen inside model */
-  size_t n_top, n_in_model; /* keys at the top level and inside model, as written */
+  const char *doc;                    /* the whole document */
+  size_t n;                           /* its length */
+  size_t per_piece;                   /* members per piece */
+  struct pieces vocab;                /* model.vocab */
+  struct pieces merges;               /* model.merges */
+  int n_model;                        /* "model" keys seen at the top level */
+  int n_vocab, n_merges;              /* "vocab" and "merges" keys seen inside model */
+  size_t n_top, n_in_model;           /* keys at the top level and inside model, as written */
   bool (*on_vocab)(struct layout *L); /* called once model.vocab is cut (may start its work) */
-  void *ctx;             /* for on_vocab */
+  void *ctx;                          /* for on_vocab */
 };
 
 static bool on_model_member(void *ctx, const char *key, size_t len, size_t *i) {
@@ -1616,9 +1619,8 @@ static bool on_top_member(void *ctx, const char *key, size_t len, size_t *i) {
 /* Finds and cuts model.vocab (an object) and model.merges (an array), vocab first. */
 static bool find_layout(struct layout *L) {
   size_t i = 0;
-  return walk_object(L->doc, L->n, &i, on_top_member, L) && L->n_model == 1 &&
-         L->n_vocab == 1 && L->n_merges == 1 &&
-         L->vocab.span.off + L->vocab.span.len <= L->merges.span.off;
+  return walk_object(L->doc, L->n, &i, on_top_member, L) && L->n_model == 1 && L->n_vocab == 1 &&
+         L->n_merges == 1 && L->vocab.span.off + L->vocab.span.len <= L->merges.span.off;
 }
 
 /* One thread's json-c tokener (strict, reused) and the buffer a piece is wrapped in. */
@@ -1692,26 +1694,26 @@ static int consume_merges(void *ctx, json_object *piece, struct cm_diag *diag) {
  * decoded-bytes map while this one starts resolving the merges, and both finish that. Only the
  * second thread writes the vocabulary tables; everything it reads afterwards is read-only. */
 struct pieces_sync {
-  pthread_mutex_t mu;      /* guards the fields up to `ready` */
-  pthread_cond_t cv;       /* broadcast on every change of them */
-  bool failed;             /* a step failed: both threads stop */
-  bool head_done;          /* the small fields are loaded (tok->ignore_merges is set) */
-  bool vocab_done;         /* every vocabulary piece is added */
-  bool merges_done;        /* the merges are listed and r.res is allocated */
-  size_t front, back;      /* vocabulary pieces [front, back) are not taken yet */
-  size_t n_added_staged;   /* staged pieces the second thread has added */
-  size_t n_ready;          /* staged pieces waiting in ready */
-  size_t *ready;           /* [vocab pieces] indices of staged pieces to add */
+  pthread_mutex_t mu;          /* guards the fields up to `ready` */
+  pthread_cond_t cv;           /* broadcast on every change of them */
+  bool failed;                 /* a step failed: both threads stop */
+  bool head_done;              /* the small fields are loaded (tok->ignore_merges is set) */
+  bool vocab_done;             /* every vocabulary piece is added */
+  bool merges_done;            /* the merges are listed and r.res is allocated */
+  size_t front, back;          /* vocabulary pieces [front, back) are not taken yet */
+  size_t n_added_staged;       /* staged pieces the second thread has added */
+  size_t n_ready;              /* staged pieces waiting in ready */
+  size_t *ready;               /* [vocab pieces] indices of staged pieces to add */
   struct vocab_staged *staged; /* [vocab pieces] */
-  const char *doc;         /* the file */
-  const struct pieces *vocab; /* model.vocab's pieces */
-  size_t n_entries;        /* its members as counted by the scan (sizes the tables) */
-  struct pp_tok *tok;      /* the tokenizer being built */
-  struct resolve r;        /* the merges' resolution */
-  size_t bad;              /* the second thread's resolve_chunks result */
-  int rc;                  /* the second thread's first error */
-  bool spawned;            /* the second thread runs */
-  pthread_t th;            /* it */
+  const char *doc;             /* the file */
+  const struct pieces *vocab;  /* model.vocab's pieces */
+  size_t n_entries;            /* its members as counted by the scan (sizes the tables) */
+  struct pp_tok *tok;          /* the tokenizer being built */
+  struct resolve r;            /* the merges' resolution */
+  size_t bad;                  /* the second thread's resolve_chunks result */
+  int rc;                      /* the second thread's first error */
+  bool spawned;                /* the second thread runs */
+  pthread_t th;                /* it */
 };
 
 static void sync_fail(struct pieces_sync *y) {
@@ -1771,8 +1773,7 @@ static void *vocab_side_run(void *arg) {
   piece_parser_fini(&pp);
   sync_set(y, &y->vocab_done, rc != 0);
   /* the merges may still be parsing; their resolution below only reads the vocabulary */
-  if (!rc && sync_wait(y, &y->head_done) && y->tok->ignore_merges &&
-      (rc = vocab_raw_build(y->tok)))
+  if (!rc && sync_wait(y, &y->head_done) && y->tok->ignore_merges && (rc = vocab_raw_build(y->tok)))
     sync_fail(y);
   if (!rc && sync_wait(y, &y->merges_done))
     y->bad = resolve_chunks(&y->r);
@@ -1802,8 +1803,8 @@ static bool start_vocab(struct layout *L) {
 static int load_pieces(struct pp_tok *tok, const char *json, size_t n, size_t per_piece,
                        struct cm_diag *diag) {
   struct pieces_sync y = {.doc = json, .tok = tok, .bad = SIZE_MAX, .r = {.tok = tok}};
-  struct layout L = {.doc = json, .n = n, .per_piece = per_piece, .on_vocab = start_vocab,
-                     .ctx = &y};
+  struct layout L = {
+      .doc = json, .n = n, .per_piece = per_piece, .on_vocab = start_vocab, .ctx = &y};
   struct merge_list ml = {0};
   struct parse_job pj = {.depth = JSON_MAX_DEPTH};
   struct piece_parser pp = {0};

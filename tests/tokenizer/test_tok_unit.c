@@ -161,8 +161,8 @@ static int both_ways(const char *json, size_t n, size_t per_piece, int pieces, c
   if (!rp && plain->in_pieces)
     diff = "plain path";
   if (diff) {
-    fprintf(stderr, "%s, %zu per piece: %s differs (fast %d %s / plain %d %s)\n", what,
-            per_piece, diff, rf, df.msg ? df.msg : "", rp, dp.msg ? dp.msg : "");
+    fprintf(stderr, "%s, %zu per piece: %s differs (fast %d %s / plain %d %s)\n", what, per_piece,
+            diff, rf, df.msg ? df.msg : "", rp, dp.msg ? dp.msg : "");
     failures++;
   }
   pp_tok_free(fast);
@@ -191,14 +191,15 @@ static void fast_path_cases(void) {
       {"vocab again as an escaped key", V, M, ", \"voc\\u0061b\": " V2, 0, 1},
       {"merges again as an escaped key", V, M, ", \"merge\\u0073\": []", 0, 1},
       {"key cut by U+0000", V, M, ", \"vocab\\u0000x\": " V2, 0, 1},
-      {"comment with a comma", "{\"a\": 0, /* , */ \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]",
-       "", 0, -1},
+      {"comment with a comma", "{\"a\": 0, /* , */ \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", 0,
+       -1},
       {"trailing comma", "{\"a\": 0, \"b\": 1, \"ab\": 3,}", "[[\"a\", \"b\"]]", "", 0, -1},
       {"two commas", "{\"a\": 0,, \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", 0, 0},
       {"missing comma", "{\"a\": 0 \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", 0, 0},
       {"bracket closes early", "{\"a\": 0}, \"b\": {\"ab\": 3}", "[[\"a\", \"b\"]]", "", 0, 0},
       {"single-quoted key", "{'a': 0, \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", -1, -1},
-      {"single-quoted key with a comma", "{'a,\"': 0, \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", 0, -1},
+      {"single-quoted key with a comma", "{'a,\"': 0, \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "",
+       0, -1},
       {"trailing comma inside a piece", "{\"a\": 0,, \"b\": 1, \"ab\": 3, \"c\": 4}",
        "[[\"a\", \"b\"]]", "", 0, 0},
       {"trailing comma in a merge", V, "[[\"a\", \"b\",], \"b c\"]", "", 0, -1},
