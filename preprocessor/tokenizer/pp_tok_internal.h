@@ -120,11 +120,11 @@ struct pp_tok {
   struct tok_thread *threads; /* every scratch made for this tokenizer */
 };
 
-/* pp_tok_load_buffer with the fast path's piece size chosen: per_piece members of model.vocab
- * and model.merges per json-c parse (0: parse the whole document at once). Whatever per_piece,
+/* pp_tok_load_buffer with the fast path's piece sizes chosen: members of model.vocab and of
+ * model.merges per json-c parse (0 and 0: parse the whole document at once). Whatever the sizes,
  * the result or the error is the plain path's; tok->in_pieces tells which path built it. */
-int tok_load_buffer(const char *json, size_t n_bytes, size_t per_piece, struct pp_tok **ret_tok,
-                    struct cm_diag *diag);
+int tok_load_buffer(const char *json, size_t n_bytes, size_t vocab_per_piece,
+                    size_t merges_per_piece, struct pp_tok **ret_tok, struct cm_diag *diag);
 
 /* Hash of a byte string (also used by the encoder's cache). */
 uint64_t tok_hash(const void *p, size_t n);

@@ -156,7 +156,7 @@ static void check_fast_path(const struct pp_tok *tok, const char *json, size_t n
     fprintf(stderr, "%s: not loaded by the fast path\n", what);
     failures++;
   }
-  if (tok_load_buffer(json, n, 0, &plain, &d)) {
+  if (tok_load_buffer(json, n, 0, 0, &plain, &d)) {
     fprintf(stderr, "%s: plain load failed: %s\n", what, d.msg);
     failures++;
   } else if (plain->in_pieces) {

@@ -150,8 +150,8 @@ static char *small_doc(const char *vocab, const char *merges, const char *model_
 static int both_ways(const char *json, size_t n, size_t per_piece, int pieces, const char *what) {
   struct pp_tok *fast = NULL, *plain = NULL;
   struct cm_diag df = {0}, dp = {0};
-  int rf = tok_load_buffer(json, n, per_piece, &fast, &df);
-  int rp = tok_load_buffer(json, n, 0, &plain, &dp);
+  int rf = tok_load_buffer(json, n, per_piece, per_piece, &fast, &df);
+  int rp = tok_load_buffer(json, n, 0, 0, &plain, &dp);
   const char *diff = NULL;
   if (rf != rp || (rf && strcmp(df.msg, dp.msg) != 0))
     diff = "result";
