@@ -222,6 +222,31 @@ static void fast_path_cases(void) {
     }
     free(doc);
   }
+  /* a long vocabulary with few merges (the merges thread then stages most vocabulary pieces for
+   * the other to add) and the reverse (a repeated pair: the last rank counts) */
+  {
+    size_t cap = 64 * 4000, n = 0;
+    char *vocab = malloc(cap), *merges = malloc(cap);
+    n += (size_t)snprintf(vocab + n, cap - n, "{\"a\": 0, \"b\": 1, \"ab\": 2");
+    for (int i = 10; i < 4000; i++) /* id 9 is the added token's */
+      n += (size_t)snprintf(vocab + n, cap - n, ", \"w%d\": %d", i, i);
+    snprintf(vocab + n, cap - n, "}");
+    char *doc = small_doc(vocab, "[[\"a\", \"b\"]]", "");
+    for (size_t per = 1; per <= 64; per *= 4)
+      CHECK(both_ways(doc, strlen(doc), per, 1, "long vocabulary") == 0);
+    free(doc);
+    n = 0;
+    n += (size_t)snprintf(merges + n, cap - n, "[\"a b\"");
+    for (int i = 1; i < 4000; i++)
+      n += (size_t)snprintf(merges + n, cap - n, i % 2 ? ", [\"a\", \"b\"]" : ", \"a b\"");
+    snprintf(merges + n, cap - n, "]");
+    doc = small_doc("{\"a\": 0, \"b\": 1, \"ab\": 2}", merges, "");
+    for (size_t per = 1; per <= 64; per *= 4)
+      CHECK(both_ways(doc, strlen(doc), per, 1, "long merges") == 0);
+    free(doc);
+    free(vocab);
+    free(merges);
+  }
   /* layouts the scan does not take: merges before vocab, model twice, trailing bytes */
   static const char *const odd[] = {
       "{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {\"a\": 0}}, "
