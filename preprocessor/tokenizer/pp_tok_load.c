@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +34,46 @@ uint32_t tok_byte_to_cp(uint8_t b) {
   return 256 + n;
 }
 
-int tok_cp_to_byte(uint32_t cp) {
-  /* code points 256..323 stand for the non-printable bytes, in byte order */
-  static const uint8_t table[68] = {
-      0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d,
-      0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b,
-      0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x7f, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87,
-      0x88, 0x89, 0x8a, 0x8b, 0x8c, 0x8d, 0x8e, 0x8f, 0x90, 0x91, 0x92, 0x93, 0x94, 0x95,
-      0x96, 0x97, 0x98, 0x99, 0x9a, 0x9b, 0x9c, 0x9d, 0x9e, 0x9f, 0xa0, 0xad};
+/* Code points 256..323 stand for the non-printable bytes, in byte order. */
+static const uint8_t NONPRINTABLE_BYTES[68] = {
+    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d,
+    0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b,
+    0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x7f, 0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87,
+    0x88, 0x89, 0x8a, 0x8b, 0x8c, 0x8d, 0x8e, 0x8f, 0x90, 0x91, 0x92, 0x93, 0x94, 0x95,
+    0x96, 0x97, 0x98, 0x99, 0x9a, 0x9b, 0x9c, 0x9d, 0x9e, 0x9f, 0xa0, 0xad};
+
+static inline int cp_byte(uint32_t cp) {
   if (cp < 256)
     return byte_is_printable(cp) ? (int)cp : -1;
-  return cp < 256 + 68 ? table[cp - 256] : -1;
+  return cp < 256 + 68 ? NONPRINTABLE_BYTES[cp - 256] : -1;
+}
+
+int tok_cp_to_byte(uint32_t cp) {
+  return cp_byte(cp);
+}
+
+/* The bytes of spelling s[n] when every character in it is a byte-level one (s is then valid
+ * UTF-8 too): writes them to out (n bytes at most) and returns their count; -1 when a character
+ * is not byte-level or not valid UTF-8. Byte-level characters are U+0021..U+0143, one or two
+ * UTF-8 bytes. */
+static ptrdiff_t byte_level_decode(const uint8_t *s, size_t n, uint8_t *out) {
+  size_t nb = 0;
+  for (size_t i = 0; i < n;) {
+    int b;
+    if (s[i] < 0x80) {
+      b = cp_byte(s[i]);
+      i++;
+    } else if (s[i] >= 0xc2 && s[i] <= 0xdf && i + 1 < n && (s[i + 1] & 0xc0) == 0x80) {
+      b = cp_byte((uint32_t)(s[i] & 0x1f) << 6 | (s[i + 1] & 0x3f));
+      i += 2;
+    } else {
+      return -1;
+    }
+    if (b < 0)
+      return -1;
+    out[nb++] = (uint8_t)b;
+  }
+  return (ptrdiff_t)nb;
 }
 
 /* ---- hashing and maps --------------------------------------------------------------------- */
@@ -794,38 +824,25 @@ static int finish_added(struct pp_tok *tok, struct cm_diag *diag) {
 }
 
 /* Decoded bytes of a vocabulary spelling: byte-level characters back to bytes; a spelling with
- * any other character decodes to its own UTF-8 (as the ByteLevel decoder does). */
-static int spelling_to_raw(struct pp_tok *tok, struct tok_entry *e) {
-  const uint8_t *s = (const uint8_t *)tok->pool + e->off;
-  size_t n = e->len, nb = 0;
-  uint8_t small[256];
-  uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
-  if (!buf)
-    return -ENOMEM;
-  bool all = true;
-  for (size_t i = 0; i < n && all;) {
-    /* byte-level characters are U+0021..U+0143: one or two UTF-8 bytes */
-    int b = -1;
-    if (s[i] < 0x80) {
-      b = tok_cp_to_byte(s[i]);
-      i++;
-    } else if ((s[i] & 0xe0) == 0xc0 && i + 1 < n) {
-      b = tok_cp_to_byte((uint32_t)(s[i] & 0x1f) << 6 | (s[i + 1] & 0x3f));
-      i += 2;
-    }
-    if (b < 0)
-      all = false;
-    else
-      buf[nb++] = (uint8_t)b;
-  }
-  int rc = 0;
-  if (all) {
-    rc = pool_add(tok, (const char *)buf, nb, &e->raw_off);
-    e->raw_len = (uint32_t)nb;
-  } else {
+ * any other character decodes to its own UTF-8 (as the ByteLevel decoder does). raw[nb] are its
+ * bytes from byte_level_decode, nb < 0 when it is not all byte-level. */
+static int set_raw(struct pp_tok *tok, struct tok_entry *e, const uint8_t *raw, ptrdiff_t nb) {
+  if (nb < 0) {
     e->raw_off = e->off;
     e->raw_len = e->len;
+    return 0;
   }
+  e->raw_len = (uint32_t)nb;
+  return pool_add(tok, (const char *)raw, (size_t)nb, &e->raw_off);
+}
+
+static int spelling_to_raw(struct pp_tok *tok, struct tok_entry *e) {
+  uint8_t small[256];
+  uint8_t *buf = e->len <= sizeof(small) ? small : malloc(e->len);
+  if (!buf)
+    return -ENOMEM;
+  ptrdiff_t nb = byte_level_decode((const uint8_t *)tok->pool + e->off, e->len, buf);
+  int rc = set_raw(tok, e, buf, nb);
   if (buf != small)
     free(buf);
   return rc;
@@ -891,23 +908,30 @@ static int vocab_flush(struct pp_tok *tok, struct map_batch *b, struct cm_diag *
 
 static int vocab_add(struct pp_tok *tok, struct map_batch *b, const char *key, size_t len,
                      int32_t id, struct cm_diag *diag) {
+  uint8_t small[256];
+  uint8_t *raw = len <= sizeof(small) ? small : malloc(len);
   size_t bad;
   int rc;
+  if (!raw)
+    return -ENOMEM;
+  /* a spelling of byte-level characters only (nearly all) is valid UTF-8 already */
+  ptrdiff_t nb = byte_level_decode((const uint8_t *)key, len, raw);
+  struct tok_entry *e = NULL;
   if (id >= PP_TOK_MAX_VOCAB)
-    return cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: id %d exceeds the limit of %d", (int)id,
-                       (int)PP_TOK_MAX_VOCAB - 1);
-  if (!pp_tok_utf8_valid(key, len, &bad))
-    return cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: vocabulary entry is not UTF-8");
-  if ((rc = by_id_reserve(tok, id)))
-    return rc;
-  struct tok_entry *e = &tok->by_id[id];
-  if (e->len != UINT32_MAX)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: vocabulary id %d given twice",
-                       (int)id);
-  if ((rc = pool_add(tok, key, len, &e->off)))
-    return rc;
-  e->len = (uint32_t)len;
-  if ((rc = spelling_to_raw(tok, e)))
+    rc = cm_diag_set(diag, -CM_ELIMIT, "tokenizer.json: id %d exceeds the limit of %d", (int)id,
+                     (int)PP_TOK_MAX_VOCAB - 1);
+  else if (nb < 0 && !pp_tok_utf8_valid(key, len, &bad))
+    rc = cm_diag_set(diag, -CM_EFORMAT, "tokenizer.json: vocabulary entry is not UTF-8");
+  else if (!(rc = by_id_reserve(tok, id)) && (e = &tok->by_id[id])->len != UINT32_MAX)
+    rc = cm_diag_set(diag, -CM_EUNSUPPORTED, "tokenizer.json: vocabulary id %d given twice",
+                     (int)id);
+  if (!rc && !(rc = pool_add(tok, key, len, &e->off))) {
+    e->len = (uint32_t)len;
+    rc = set_raw(tok, e, raw, nb);
+  }
+  if (raw != small)
+    free(raw);
+  if (rc)
     return rc;
   tok->n_model++;
   map_batch_add(tok, &tok->vocab, b, e->off, e->len, id);
