@@ -37,11 +37,15 @@ struct pp_tok_text {
   size_t cap;  /* allocated capacity, in bytes */
 };
 
-/* Loads a tokenizer.json from a file path.
+/* Loads a tokenizer.json from a file path (mapped read-only while loading, read where mapping
+ * fails). A file of 1 MiB or more is loaded on two threads (this one and one it starts and joins):
+ * json-c parses model.vocab and model.merges in pieces, and any surprise falls back to one parse
+ * of the whole document, so the result and the errors are those of that parse.
  * Ownership: *ret_tok is heap-owned by the caller, freed with pp_tok_free.
  * Returns 0; -ENOENT/-EIO if the file cannot be read; -CM_ELIMIT if it exceeds
- * PP_TOK_MAX_FILE_BYTES or an id reaches PP_TOK_MAX_VOCAB; -CM_EFORMAT for malformed JSON or fields; -CM_EUNSUPPORTED naming the
- * component (e.g. "normalizer Lowercase") this implementation refuses; -ENOMEM.
+ * PP_TOK_MAX_FILE_BYTES or an id reaches PP_TOK_MAX_VOCAB; -CM_EFORMAT for malformed JSON or
+ * fields; -CM_EUNSUPPORTED naming the component (e.g. "normalizer Lowercase") this implementation
+ * refuses; -ENOMEM.
  * Source: tokenizers 0.23.2 TokenizerImpl::from_file. */
 int pp_tok_load_file(const char *path, struct pp_tok **ret_tok, struct cm_diag *diag);
 

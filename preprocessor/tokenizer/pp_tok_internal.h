@@ -92,6 +92,8 @@ struct pp_tok {
   size_t pool_cap;         /* bytes allocated */
   struct tok_entry *by_id; /* [n_ids] */
   int32_t n_ids;           /* highest id + 1 */
+  size_t by_id_cap;        /* entries allocated in by_id (grows while loading) */
+  bool in_pieces;          /* loaded by the fast path (vocab and merges parsed in pieces) */
   size_t n_model;          /* entries in the model vocabulary */
   size_t n_distinct;       /* distinct tokens with the added ones */
   struct tok_map vocab;    /* model vocabulary: spelling -> id */
@@ -117,6 +119,12 @@ struct pp_tok {
   pthread_mutex_t lock;    /* guards `threads` */
   struct tok_thread *threads; /* every scratch made for this tokenizer */
 };
+
+/* pp_tok_load_buffer with the fast path's piece sizes chosen: members of model.vocab and of
+ * model.merges per json-c parse (0 and 0: parse the whole document at once). Whatever the sizes,
+ * the result or the error is the plain path's; tok->in_pieces tells which path built it. */
+int tok_load_buffer(const char *json, size_t n_bytes, size_t vocab_per_piece,
+                    size_t merges_per_piece, struct pp_tok **ret_tok, struct cm_diag *diag);
 
 /* Hash of a byte string (also used by the encoder's cache). */
 uint64_t tok_hash(const void *p, size_t n);

@@ -2,8 +2,11 @@
  * (fixtures from tests/oracle/tokenizer_golden.py), for one tokenizer file and key ("qwen3" or
  * "qwen35"); with a variants file, also Qwen3's vocabulary under other components. The golden
  * strings are encoded from several threads at once to check that a loaded tokenizer is shareable.
+ * Every file (and variant) must load by the loader's fast path (vocab and merges in pieces) and
+ * give the same tables as a parse of the whole document (tok_compare.h).
  * usage: test_tok_golden GOLDEN.jsonl TOKENIZER.json KEY [VARIANTS.jsonl] */
 #include "pp_tok.h"
+#include "tok_compare.h"
 
 #include <json-c/json.h>
 #include <pthread.h>
@@ -144,6 +147,32 @@ static char *slurp(const char *path, size_t *ret_n) {
   return b;
 }
 
+/* tok (loaded from json[n]) came from the fast path and equals the plain path's tokenizer. */
+static void check_fast_path(const struct pp_tok *tok, const char *json, size_t n,
+                            const char *what) {
+  struct pp_tok *plain = NULL;
+  struct cm_diag d = {0};
+  if (!tok->in_pieces) {
+    fprintf(stderr, "%s: not loaded by the fast path\n", what);
+    failures++;
+  }
+  if (tok_load_buffer(json, n, 0, 0, &plain, &d)) {
+    fprintf(stderr, "%s: plain load failed: %s\n", what, d.msg);
+    failures++;
+  } else if (plain->in_pieces) {
+    fprintf(stderr, "%s: plain load took the fast path\n", what);
+    failures++;
+  } else {
+    const char *diff = tok_tables_differ(tok, plain);
+    if (diff) {
+      fprintf(stderr, "%s: fast and plain loads differ in %s\n", what, diff);
+      failures++;
+    }
+  }
+  pp_tok_free(plain);
+  cm_diag_fini(&d);
+}
+
 static void run_variants(const char *variants_path, const char *tok_path) {
   size_t n_lines, n_json;
   json_object **lines;
@@ -186,6 +215,7 @@ static void run_variants(const char *variants_path, const char *tok_path) {
       fprintf(stderr, "variant %s: load failed: %s\n", json_object_get_string(name), d.msg);
       failures++;
     } else {
+      check_fast_path(tok, s, len, json_object_get_string(name));
       size_t n = json_object_array_length(cases);
       struct row *rows = calloc(n, sizeof(*rows));
       for (size_t i = 0; i < n; i++) {
@@ -246,6 +276,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "load %s: %s\n", argv[2], d.msg);
     return 1;
   }
+  size_t n_json;
+  char *json = slurp(argv[2], &n_json);
+  if (!json) {
+    fprintf(stderr, "%s: cannot read\n", argv[2]);
+    return 1;
+  }
+  check_fast_path(tok, json, n_json, argv[2]);
+  free(json);
   int bad = check_rows(tok, rows, n, true, key);
   printf("%s golden: %zu strings, %d mismatches\n", key, n, bad);
   failures += bad;

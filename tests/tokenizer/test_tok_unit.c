@@ -1,8 +1,11 @@
 /* Unit tests of the tokenizer on a small hand-built tokenizer.json (all 256 byte symbols plus a
  * few merges in both spellings): merge order, lookups, appending, invalid UTF-8 offsets, refused
  * components named in the message, lossy decode, limits, and a 1 MiB whitespace run through the
- * Qwen split regex (JIT stack). */
+ * Qwen split regex (JIT stack). The loader's fast path (vocab and merges parsed in pieces) is
+ * checked against the plain one on documents made to trip it: it must give the same tokenizer or
+ * the same error, and fall back where the pieces could disagree with one json-c parse. */
 #include "pp_tok.h"
+#include "tok_compare.h"
 
 #include <errno.h>
 #include <json-c/json.h>
@@ -128,7 +131,147 @@ static void expect_refused(const char *key, const char *value, int code, const c
   json_object_put(doc);
 }
 
+/* A small document around the given vocab and merges texts. */
+static char *small_doc(const char *vocab, const char *merges, const char *model_extra) {
+  static const char fmt[] =
+      "{\n  \"model\": {\"type\": \"BPE\", \"vocab\": %s,\n \"merges\": %s%s},\n"
+      "  \"added_tokens\": [{\"id\": 9, \"content\": \"<|x|>\", \"special\": true}],\n"
+      "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+      "\"use_regex\": false},\n  \"decoder\": {\"type\": \"ByteLevel\"}\n}\n";
+  size_t n = sizeof(fmt) + strlen(vocab) + strlen(merges) + strlen(model_extra);
+  char *s = malloc(n);
+  snprintf(s, n, fmt, vocab, merges, model_extra);
+  return s;
+}
+
+/* Loads json both ways (pieces of per_piece members, and one parse) and checks that they agree:
+ * same code, same message or same tables; `pieces` says whether the fast path must hold (1), must
+ * fall back (0), or may do either (-1). Returns the plain path's code. */
+static int both_ways(const char *json, size_t n, size_t per_piece, int pieces, const char *what) {
+  struct pp_tok *fast = NULL, *plain = NULL;
+  struct cm_diag df = {0}, dp = {0};
+  int rf = tok_load_buffer(json, n, per_piece, per_piece, &fast, &df);
+  int rp = tok_load_buffer(json, n, 0, 0, &plain, &dp);
+  const char *diff = NULL;
+  if (rf != rp || (rf && strcmp(df.msg, dp.msg) != 0))
+    diff = "result";
+  else if (!rf && (diff = tok_tables_differ(fast, plain)) == NULL && pieces >= 0 &&
+           fast->in_pieces != (pieces == 1))
+    diff = pieces ? "path (fell back)" : "path (pieces kept)";
+  if (!rp && plain->in_pieces)
+    diff = "plain path";
+  if (diff) {
+    fprintf(stderr, "%s, %zu per piece: %s differs (fast %d %s / plain %d %s)\n", what, per_piece,
+            diff, rf, df.msg ? df.msg : "", rp, dp.msg ? dp.msg : "");
+    failures++;
+  }
+  pp_tok_free(fast);
+  pp_tok_free(plain);
+  cm_diag_fini(&df);
+  cm_diag_fini(&dp);
+  return rp;
+}
+
+static void fast_path_cases(void) {
+  static const char V[] = "{\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"bc\": 4, \"abc\": 5}";
+  static const char M[] = "[[\"a\", \"b\"], \"b c\", [\"a\", \"bc\"]]";
+#define V2 "{\"a\": 5, \"b\": 4, \"c\": 3, \"ab\": 2, \"bc\": 1, \"abc\": 0}"
+  static const struct {
+    const char *what, *vocab, *merges, *extra;
+    int pieces; /* at 1 member per piece: 1 fast path, 0 falls back, -1 either */
+    int ok;     /* the plain path loads it */
+  } cases[] = {
+      {"plain", V, M, "", 1, 1},
+      {"string merges", V, "[\"a b\", \"b c\", \"a bc\"]", "", 1, 1},
+      {"escapes and commas in keys", "{\"a\": 0, \"b\": 1, \"a\\\"b,\": 2, \"\\u0062\\\\\": 3}",
+       "[[\"a\", \"b\"]]", "", 1, 0},
+      {"empty containers", "{}", "[ ]", "", 1, 1},
+      {"vocab key in two pieces (last wins)", "{\"a\": 0, \"b\": 1, \"ab\": 3, \"a\": 7}",
+       "[[\"a\", \"b\"]]", "", 0, 1},
+      {"vocab again as an escaped key", V, M, ", \"voc\\u0061b\": " V2, 0, 1},
+      {"merges again as an escaped key", V, M, ", \"merge\\u0073\": []", 0, 1},
+      {"key cut by U+0000", V, M, ", \"vocab\\u0000x\": " V2, 0, 1},
+      {"comment with a comma", "{\"a\": 0, /* , */ \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", 0,
+       -1},
+      {"trailing comma", "{\"a\": 0, \"b\": 1, \"ab\": 3,}", "[[\"a\", \"b\"]]", "", 0, -1},
+      {"two commas", "{\"a\": 0,, \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", 0, 0},
+      {"missing comma", "{\"a\": 0 \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", 0, 0},
+      {"bracket closes early", "{\"a\": 0}, \"b\": {\"ab\": 3}", "[[\"a\", \"b\"]]", "", 0, 0},
+      {"single-quoted key", "{'a': 0, \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "", -1, -1},
+      {"single-quoted key with a comma", "{'a,\"': 0, \"b\": 1, \"ab\": 3}", "[[\"a\", \"b\"]]", "",
+       0, -1},
+      {"trailing comma inside a piece", "{\"a\": 0,, \"b\": 1, \"ab\": 3, \"c\": 4}",
+       "[[\"a\", \"b\"]]", "", 0, 0},
+      {"trailing comma in a merge", V, "[[\"a\", \"b\",], \"b c\"]", "", 0, -1},
+      {"NaN id", "{\"a\": 0, \"b\": NaN}", "[]", "", 0, 0},
+      {"unknown merge token", V, "[[\"a\", \"b\"], [\"x\", \"b\"]]", "", 0, 0},
+      {"malformed merge", V, "[[\"a\", \"b\"], [\"b\"]]", "", 0, 0},
+      {"vocab id twice", "{\"a\": 0, \"b\": 0}", "[]", "", 0, 0},
+      {"id not a number", "{\"a\": 0, \"b\": \"1\"}", "[]", "", 0, 0},
+      {"nested value", "{\"a\": 0, \"b\": [[[1]]]}", "[]", "", 0, 0},
+      {"model type", V, M, ", \"type\": \"WordPiece\"", 0, 0},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char *doc = small_doc(cases[i].vocab, cases[i].merges, cases[i].extra);
+    for (size_t per = 1; per <= 4; per++) {
+      int rc = both_ways(doc, strlen(doc), per, per == 1 ? cases[i].pieces : -1, cases[i].what);
+      if (cases[i].ok >= 0 && (rc == 0) != (cases[i].ok == 1)) {
+        fprintf(stderr, "%s: plain load gave %d\n", cases[i].what, rc);
+        failures++;
+      }
+    }
+    free(doc);
+  }
+  /* a long vocabulary with few merges (the merges thread then stages most vocabulary pieces for
+   * the other to add) and the reverse (a repeated pair: the last rank counts) */
+  {
+    size_t cap = 64 * 4000, n = 0;
+    char *vocab = malloc(cap), *merges = malloc(cap);
+    n += (size_t)snprintf(vocab + n, cap - n, "{\"a\": 0, \"b\": 1, \"ab\": 2");
+    for (int i = 10; i < 4000; i++) /* id 9 is the added token's */
+      n += (size_t)snprintf(vocab + n, cap - n, ", \"w%d\": %d", i, i);
+    snprintf(vocab + n, cap - n, "}");
+    char *doc = small_doc(vocab, "[[\"a\", \"b\"]]", "");
+    for (size_t per = 1; per <= 64; per *= 4)
+      CHECK(both_ways(doc, strlen(doc), per, 1, "long vocabulary") == 0);
+    free(doc);
+    n = 0;
+    n += (size_t)snprintf(merges + n, cap - n, "[\"a b\"");
+    for (int i = 1; i < 4000; i++)
+      n += (size_t)snprintf(merges + n, cap - n, i % 2 ? ", [\"a\", \"b\"]" : ", \"a b\"");
+    snprintf(merges + n, cap - n, "]");
+    doc = small_doc("{\"a\": 0, \"b\": 1, \"ab\": 2}", merges, "");
+    for (size_t per = 1; per <= 64; per *= 4)
+      CHECK(both_ways(doc, strlen(doc), per, 1, "long merges") == 0);
+    free(doc);
+    free(vocab);
+    free(merges);
+  }
+  /* layouts the scan does not take: merges before vocab, model twice, trailing bytes */
+  static const char *const odd[] = {
+      "{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {\"a\": 0}}, "
+      "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}}",
+      "{\"model\": 1, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+      "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}}",
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+      "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}} x",
+  };
+  for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+    both_ways(odd[i], strlen(odd[i]), 1, 0, "odd layout");
+  /* the tiny document of this file, pretty-printed and compact */
+  json_object *doc = tiny_doc();
+  for (int pretty = 0; pretty < 2; pretty++) {
+    size_t n;
+    const char *s = json_object_to_json_string_length(
+        doc, pretty ? JSON_C_TO_STRING_PRETTY : JSON_C_TO_STRING_PLAIN, &n);
+    for (size_t per = 1; per <= 300; per = per * 3 + 1)
+      CHECK(both_ways(s, n, per, 1, pretty ? "tiny pretty" : "tiny compact") == 0);
+  }
+  json_object_put(doc);
+}
+
 int main(void) {
+  fast_path_cases();
   json_object *doc = tiny_doc();
   struct pp_tok *tok = NULL;
   struct cm_diag d = {0};
