@@ -196,12 +196,12 @@ def run_family(case, bindir, logdir, device, tokdir, tok35, work, log):
         t0 = time.time()
         t.start("ex", [t.bin("s1-executor"), "--model", t.model, "--device", device, "--listen",
                        t.ex_url] + os.environ.get("S1_TRIO_EXECUTOR_ARGS", "").split())
-        t.start_frontend(max_body=case["max_body"])
+        t.start_frontend(max_body=case["max_body"], timeout_ms=400000)  # 255 rows under ASan
         t.start_preprocessor()
         wait_ready(t, 180)
         ready = time.time() - t0
         for r, cpu in zip(case["requests"], case["cpu"]):
-            s, _, b = t.post(r["body"], timeout=300)
+            s, _, b = t.post(r["body"], timeout=430)
             try:
                 a = json.loads(b)
             except ValueError:

@@ -61,7 +61,7 @@ def serve_cpu(build, shared, model, reqs, max_body):
     try:
         t.start("ex", [t.bin("executor/server/s1-executor"), "--model", model, "--device", "cpu",
                        "--bf16-rounding", "--listen", t.ex_url])
-        t.start_frontend(max_body=max_body)
+        t.start_frontend(max_body=max_body, timeout_ms=400000)  # 255 rows under ASan
         t.start_preprocessor()
         t.wait_health(200, timeout=300)
         for r in reqs:
