@@ -11,6 +11,7 @@
 #include "exc_bf16.h"
 
 #include "cuda_check.h"
+#include "s1_forward_images.h"
 #include "cuda_vision.h"
 #include "exc_qwen35.h"
 #include "s1_forward_cuda.h"
@@ -141,14 +142,6 @@ out:
 int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const float *pixels,
                            int64_t n_patches, const int32_t *grid_thw, int n_images,
                            float *ret_embeds, struct cm_diag *diag) {
-  json_object *vc = NULL;
-  if (!dir->vision)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED,
-                       "%s: the model directory has no vision tower "
-                       "(exported without vision weights)",
-                       dir->path);
-  if (!json_object_object_get_ex(dir->config, "vision_config", &vc))
-    return cm_diag_set(diag, -CM_EMISSING, "%s: config has no vision_config", dir->path);
   struct ex_vision_config cfg;
   struct ex_vision *host = NULL;
   struct exc_gemm *gemm = NULL;
@@ -158,8 +151,7 @@ int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const flo
   int segs = 0, r;
   for (int i = 0; i < n_images; i++)
     segs += grid_thw[3 * i];
-  if ((r = ex_vision_config_parse(vc, &cfg, diag)) ||
-      (r = ex_vision_new(&cfg, dir->weights, NULL, &host, diag)) ||
+  if ((r = s1_forward_vision_load(dir, &cfg, &host, diag)) ||
       (r = ex_vision_count(host, grid_thw, n_images, NULL, &n_merged, diag)))
     goto out;
   if ((r = EXC_CUDA(cudaSetDevice(device))) || (r = exc_gemm_new(32u << 20, &gemm))) {

@@ -6,9 +6,8 @@
 
 #include "ex_vision.h"
 
-int s1_forward_vision(const struct cm_model_dir *dir, const float *pixels, int64_t n_patches,
-                      const int32_t *grid_thw, int n_images, float *ret_embeds,
-                      struct cm_diag *diag) {
+int s1_forward_vision_load(const struct cm_model_dir *dir, struct ex_vision_config *ret_cfg,
+                           struct ex_vision **ret_vision, struct cm_diag *diag) {
   json_object *vc = NULL;
   if (!dir->vision)
     return cm_diag_set(diag, -CM_EUNSUPPORTED,
@@ -17,11 +16,16 @@ int s1_forward_vision(const struct cm_model_dir *dir, const float *pixels, int64
                        dir->path);
   if (!json_object_object_get_ex(dir->config, "vision_config", &vc))
     return cm_diag_set(diag, -CM_EMISSING, "%s: config has no vision_config", dir->path);
+  int r = ex_vision_config_parse(vc, ret_cfg, diag);
+  return r ? r : ex_vision_new(ret_cfg, dir->weights, NULL, ret_vision, diag);
+}
+
+int s1_forward_vision(const struct cm_model_dir *dir, const float *pixels, int64_t n_patches,
+                      const int32_t *grid_thw, int n_images, float *ret_embeds,
+                      struct cm_diag *diag) {
   struct ex_vision_config cfg;
   struct ex_vision *v = NULL;
-  int r = ex_vision_config_parse(vc, &cfg, diag);
-  if (!r)
-    r = ex_vision_new(&cfg, dir->weights, NULL, &v, diag);
+  int r = s1_forward_vision_load(dir, &cfg, &v, diag);
   if (!r)
     r = ex_vision_forward(v, pixels, n_patches, grid_thw, n_images, ret_embeds, diag);
   ex_vision_free(v);

@@ -6,6 +6,14 @@
 #include <stdint.h>
 
 #include "cm_model_dir.h"
+#include "ex_vision.h"
+
+/* The model directory's vision tower on the host: vision_config parsed into *ret_cfg, weights
+ * under model.visual. loaded into *ret_vision (heap, ex_vision_free). Returns 0; -CM_EUNSUPPORTED
+ * (exported without vision weights), -CM_EMISSING (no vision_config), or the parser's/loader's
+ * code, named in diag. Shared by the CPU and CUDA image steps. */
+int s1_forward_vision_load(const struct cm_model_dir *dir, struct ex_vision_config *ret_cfg,
+                           struct ex_vision **ret_vision, struct cm_diag *diag);
 
 /* Runs the vision tower of the model directory over packed pixel rows.
  * Shapes: pixels [n_patches, 1536] float32; grid_thw [n_images][3]; ret_embeds
