@@ -24,6 +24,15 @@ struct ex_backend {
   void (*rms_norm)(const float *x, const float *w, float eps, float *y, size_t n, size_t d);
   void (*gated_rms_norm)(const float *x, const float *z, const float *w, float eps, float *y,
                          size_t n, size_t d);
+  /* the bf16 reference's form of the ops above and below that chain several torch ops (one
+   * rounding per op, spec/qwen3_5.md §3.5): used when the model rounds as a bf16 oracle */
+  void (*gated_rms_norm_bf16)(const float *x, const float *z, const float *w, float eps, float *y,
+                              size_t n, size_t d);
+  void (*swiglu_bf16)(const float *gate, const float *up, float *out, size_t n);
+  void (*rope_apply_bf16)(float *x, size_t n, size_t n_heads, size_t head_dim, size_t rot_dims,
+                          const float *cos_t, const float *sin_t);
+  void (*causal_conv1d_silu_bf16)(const float *x, const float *w, float *window, float *y,
+                                  size_t n, size_t c, size_t kernel);
   /* silu(gate)·up and bf16 rounding: cpu_act.h */
   void (*swiglu)(const float *gate, const float *up, float *out, size_t n);
   void (*round_bf16)(float *x, size_t n);
@@ -36,6 +45,9 @@ struct ex_backend {
   void (*attention_gated)(const float *q, const float *gate, const float *k, const float *v,
                           float *out, float *scratch, size_t n, size_t n_past, size_t n_heads,
                           size_t n_kv, size_t head_dim, float scale);
+  void (*attention_gated_bf16)(const float *q, const float *gate, const float *k, const float *v,
+                               float *out, float *scratch, size_t n, size_t n_past,
+                               size_t n_heads, size_t n_kv, size_t head_dim, float scale);
   /* depthwise causal conv1d + SiLU with carried window: cpu_conv1d.h */
   void (*causal_conv1d_silu)(const float *x, const float *w, float *window, float *y, size_t n,
                              size_t c, size_t kernel);

@@ -191,13 +191,16 @@ static void attn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_l
   rnd(m, w->q, n * hq * d);
   m->be->rms_norm(kc, l->k_norm, c->rms_eps, kc, n * hkv, d);
   rnd(m, kc, n * hkv * d);
-  m->be->rope_apply(w->q, n, hq, d, (size_t)c->rot_dims, w->cos_t, w->sin_t);
-  rnd(m, w->q, n * hq * d);
-  m->be->rope_apply(kc, n, hkv, d, (size_t)c->rot_dims, w->cos_t, w->sin_t);
-  rnd(m, kc, n * hkv * d);
-  m->be->attention_gated(w->q, w->gate, ls->k, ls->v, w->o, w->scratch, n, n_past, hq, hkv, d,
-                         (float)(1.0 / sqrt((double)d)));
-  rnd(m, w->o, n * hq * d);
+  /* bf16: R(R(x·c) ∓ R(x'·s)) per element (spec §5.1 step 4) */
+  (m->round_bf16 ? m->be->rope_apply_bf16 : m->be->rope_apply)(w->q, n, hq, d,
+                                                               (size_t)c->rot_dims, w->cos_t,
+                                                               w->sin_t);
+  (m->round_bf16 ? m->be->rope_apply_bf16 : m->be->rope_apply)(kc, n, hkv, d, (size_t)c->rot_dims,
+                                                               w->cos_t, w->sin_t);
+  /* bf16: sdpa's rounded weights, R(o), R(R(o)·R(sigmoid(gate))) (spec §5.1 steps 6-7) */
+  (m->round_bf16 ? m->be->attention_gated_bf16 : m->be->attention_gated)(
+      w->q, w->gate, ls->k, ls->v, w->o, w->scratch, n, n_past, hq, hkv, d,
+      (float)(1.0 / sqrt((double)d)));
   lin(m, &l->o, w->o, n, w->mix, w->lora);
 }
 
@@ -212,8 +215,9 @@ static void gdn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_la
   lin(m, &l->z, w->a, n, w->gate, w->lora);
   lin(m, &l->b, w->a, n, w->beta, w->lora);
   lin(m, &l->a, w->a, n, w->g, w->lora);
-  m->be->causal_conv1d_silu(w->big, l->conv, ls->conv, w->big2, n, cd, (size_t)c->conv_kernel);
-  rnd(m, w->big2, n * cd);
+  /* bf16: the convolution and the SiLU each round (spec §4.2) */
+  (m->round_bf16 ? m->be->causal_conv1d_silu_bf16 : m->be->causal_conv1d_silu)(
+      w->big, l->conv, ls->conv, w->big2, n, cd, (size_t)c->conv_kernel);
   /* split the conv output into contiguous q [n,Hk,dk], k [n,Hk,dk], v [n,Hv,dv] */
   float *v = w->mix; /* reused: mix is free until out_proj */
   for (size_t t = 0; t < n; t++) {
@@ -232,8 +236,9 @@ static void gdn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_la
     m->be->gdn_chunked(w->q, w->k, v, w->beta, w->g, ls->s, w->o, n, EX_QWEN35_GDN_CHUNK, &dims,
                        w->scratch);
   rnd(m, w->o, n * vd);
-  m->be->gated_rms_norm(w->o, w->gate, l->gdn_norm, c->rms_eps, w->o, n * hv, dims.dv);
-  rnd(m, w->o, n * vd);
+  /* bf16: three roundings (spec §4.8) */
+  (m->round_bf16 ? m->be->gated_rms_norm_bf16 : m->be->gated_rms_norm)(
+      w->o, w->gate, l->gdn_norm, c->rms_eps, w->o, n * hv, dims.dv);
   lin(m, &l->out, w->o, n, w->mix, w->lora);
 }
 
@@ -242,8 +247,8 @@ static void mlp(const struct ex_qwen35_model *m, const struct ex_qwen35_layer *l
   size_t in = (size_t)m->cfg.intermediate_size;
   lin(m, &l->gate, w->a, n, w->big, w->lora);
   lin(m, &l->up, w->a, n, w->big2, w->lora);
-  m->be->swiglu(w->big, w->big2, w->big, n * in);
-  rnd(m, w->big, n * in);
+  /* bf16: p = R(R(silu(g))·u) (spec §3.4) */
+  (m->round_bf16 ? m->be->swiglu_bf16 : m->be->swiglu)(w->big, w->big2, w->big, n * in);
   lin(m, &l->down, w->big, n, w->mix, w->lora);
 }
 

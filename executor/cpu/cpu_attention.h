@@ -17,4 +17,14 @@ void ex_cpu_attention_gated(const float *q, const float *gate, const float *k, c
                             float *out, float *scratch, size_t n, size_t n_past, size_t n_heads,
                             size_t n_kv, size_t head_dim, float scale);
 
+/* As ex_cpu_attention_gated, evaluated as the bf16 reference does (inputs bf16 values): sdpa's
+ * flash path rounds the unnormalised weights e^(s_j − max s) to bf16 before P·V (their float32 sum
+ * normalises), o is rounded, then out = R(o · R(sigmoid(gate))). With all keys in one block this
+ * is the flash form exactly; the CUDA kernel's block-wise running maximum can round differently.
+ * Shapes, units, ownership as there. Source: spec/qwen3_5.md §5.1 steps 6 (sdpa) and 7. */
+void ex_cpu_attention_gated_bf16(const float *q, const float *gate, const float *k,
+                                 const float *v, float *out, float *scratch, size_t n,
+                                 size_t n_past, size_t n_heads, size_t n_kv, size_t head_dim,
+                                 float scale);
+
 #endif

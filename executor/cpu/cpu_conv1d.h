@@ -15,4 +15,10 @@
 void ex_cpu_causal_conv1d_silu(const float *x, const float *w, float *window, float *y, size_t n,
                                size_t c, size_t kernel);
 
+/* As ex_cpu_causal_conv1d_silu, evaluated as the bf16 reference does (x and w bf16 values; the
+ * convolution and the SiLU are two ops): y[t,c] = R(silu(R(Σ_j w[c,j]·x[…]))), the sum in
+ * float32. Shapes, window and ownership as there. Source: spec/qwen3_5.md §4.2, §0.2. */
+void ex_cpu_causal_conv1d_silu_bf16(const float *x, const float *w, float *window, float *y,
+                                    size_t n, size_t c, size_t kernel);
+
 #endif

@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include "cpu_act.h"
+
 static float inv_rms(const float *x, size_t d, float eps) {
   float ss = 0.0f;
   for (size_t i = 0; i < d; i++)
@@ -31,6 +33,21 @@ void ex_cpu_gated_rms_norm(const float *x, const float *z, const float *w, float
     for (size_t i = 0; i < d; i++) {
       float s = zr[i] / (1.0f + expf(-zr[i]));
       yr[i] = (w[i] * (xr[i] * inv)) * s;
+    }
+  }
+}
+
+void ex_cpu_gated_rms_norm_bf16(const float *x, const float *z, const float *w, float eps,
+                                float *y, size_t n, size_t d) {
+  for (size_t r = 0; r < n; r++) {
+    const float *xr = x + r * d;
+    const float *zr = z + r * d;
+    float *yr = y + r * d;
+    float inv = inv_rms(xr, d, eps);
+    for (size_t i = 0; i < d; i++) {
+      float s = zr[i] / (1.0f + expf(-zr[i]));
+      float nrm = ex_cpu_bf16(ex_cpu_bf16(xr[i] * inv) * w[i]);
+      yr[i] = ex_cpu_bf16(nrm * s);
     }
   }
 }

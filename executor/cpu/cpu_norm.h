@@ -19,4 +19,11 @@ void ex_cpu_rms_norm(const float *x, const float *w, float eps, float *y, size_t
 void ex_cpu_gated_rms_norm(const float *x, const float *z, const float *w, float eps, float *y,
                            size_t n, size_t d);
 
+/* Gated RMSNorm as the bf16 reference evaluates it (x, z and w bf16 values): per element,
+ * nrm = R(R(x · rsqrt(mean(x²) + eps)) · w), y = R(nrm · silu(z)) with the sum of squares, rsqrt,
+ * silu and the last product in float32: three roundings. Shapes and ownership as
+ * ex_cpu_gated_rms_norm. Source: spec/qwen3_5.md §4.8 (Qwen3_5RMSNormGated in bf16). */
+void ex_cpu_gated_rms_norm_bf16(const float *x, const float *z, const float *w, float eps,
+                                float *y, size_t n, size_t d);
+
 #endif

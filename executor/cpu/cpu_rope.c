@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <math.h>
 
+#include "cpu_act.h"
+
 int ex_cpu_mrope_tables(const int32_t *pos, size_t n, int rot_dims, double theta,
                         const int section[3], float *cos_t, float *sin_t) {
   if (rot_dims <= 0 || rot_dims % 2)
@@ -39,6 +41,23 @@ void ex_cpu_rope_apply(float *x, size_t n, size_t n_heads, size_t head_dim, size
         float a = v[j], b = v[j + f];
         v[j] = a * c[j] - b * s[j];
         v[j + f] = b * c[j] + a * s[j];
+      }
+    }
+  }
+}
+
+void ex_cpu_rope_apply_bf16(float *x, size_t n, size_t n_heads, size_t head_dim, size_t rot_dims,
+                            const float *cos_t, const float *sin_t) {
+  size_t f = rot_dims / 2;
+  for (size_t t = 0; t < n; t++) {
+    const float *c = cos_t + t * f;
+    const float *s = sin_t + t * f;
+    for (size_t h = 0; h < n_heads; h++) {
+      float *v = x + (t * n_heads + h) * head_dim;
+      for (size_t j = 0; j < f; j++) {
+        float a = v[j], b = v[j + f];
+        v[j] = ex_cpu_bf16(ex_cpu_bf16(a * c[j]) - ex_cpu_bf16(b * s[j]));
+        v[j + f] = ex_cpu_bf16(ex_cpu_bf16(b * c[j]) + ex_cpu_bf16(a * s[j]));
       }
     }
   }

@@ -24,4 +24,11 @@ int ex_cpu_mrope_tables(const int32_t *pos, size_t n, int rot_dims, double theta
 void ex_cpu_rope_apply(float *x, size_t n, size_t n_heads, size_t head_dim, size_t rot_dims,
                        const float *cos_t, const float *sin_t);
 
+/* As ex_cpu_rope_apply, evaluated as the bf16 reference does (torch eager, one rounding per op,
+ * x and the tables already bf16 values): x'_j = R(R(x_j·c_j) − R(x_{j+F}·s_j)),
+ * x'_{j+F} = R(R(x_{j+F}·c_j) + R(x_j·s_j)). Shapes and ownership as ex_cpu_rope_apply.
+ * Source: spec/qwen3_5.md §5.1 step 4 (the bf16 form), §0.2. */
+void ex_cpu_rope_apply_bf16(float *x, size_t n, size_t n_heads, size_t head_dim, size_t rot_dims,
+                            const float *cos_t, const float *sin_t);
+
 #endif

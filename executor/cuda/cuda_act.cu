@@ -13,11 +13,15 @@ static __global__ void swiglu_kernel(const float *gate, const float *up, size_t 
     return;
   size_t t = i / width, c = i % width;
   float g = gate[t * ld_in + c], u = up[t * ld_in + c];
-  if (round_in) {
+  float a;
+  if (round_in) { /* the bf16 reference: R(R(silu(R(g))) · R(u)), spec §3.4 */
     g = __bfloat162float(__float2bfloat16_rn(g));
     u = __bfloat162float(__float2bfloat16_rn(u));
+    a = __bfloat162float(__float2bfloat16_rn(g / (1.0f + expf(-g))));
+  } else {
+    a = g / (1.0f + expf(-g));
   }
-  out[i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+  out[i] = __float2bfloat16_rn(a * u);
 }
 
 int exc_swiglu(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,

@@ -21,10 +21,11 @@ extern "C" {
 int exc_swiglu(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,
                __nv_bfloat16 *out, size_t n, size_t width);
 
-/* As exc_swiglu with gate and up rounded to bf16 as they are read (the bf16 reference's gate_proj
- * and up_proj outputs): out[t, i] = bf16(silu(bf16(gate)) · bf16(up)), the unrounded inputs left
- * as they are. Shapes, ownership, returns as exc_swiglu. Source: spec/qwen3_5.md §3.4, §3.5;
- * twin ex_cpu_round_bf16 of both, ex_cpu_swiglu, ex_cpu_round_bf16. */
+/* As exc_swiglu, evaluated as the bf16 reference does, with gate and up rounded to bf16 as they
+ * are read (the reference's gate_proj and up_proj outputs) and the SiLU rounded before the
+ * product: out[t, i] = R(R(silu(R(gate))) · R(up)), the unrounded inputs left as they are.
+ * Shapes, ownership, returns as exc_swiglu. Source: spec/qwen3_5.md §3.4, §3.5;
+ * twin ex_cpu_round_bf16 of both, then ex_cpu_swiglu_bf16. */
 int exc_swiglu_rounded(cudaStream_t stream, const float *gate, const float *up, size_t ld_in,
                        __nv_bfloat16 *out, size_t n, size_t width);
 

@@ -2,6 +2,7 @@
  * channel walks 16 rows of one sequence with the last K−1 inputs in registers, so each input is
  * read about once; taps accumulate in ascending j as the twin does. A second small launch writes
  * the carried windows. Kernels up to 8 taps (Qwen3.5 uses 4). */
+#include <cuda_bf16.h>
 #include <errno.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@ struct conv_params {
   struct exc_conv_seq seqs[EXC_MAX_SEQS]; /* host copy */
   int32_t tile_start[EXC_MAX_SEQS + 1];   /* prefix sum of ⌈n / CONV_ROWS⌉ */
   int32_t n_seqs;
+  int32_t rounded; /* the bf16 reference's R(silu(R(sum))) (spec §4.2) */
 };
 
 __device__ static int find_seq(const struct conv_params &p, int tile) {
@@ -65,7 +67,13 @@ __global__ __launch_bounds__(CONV_NT) static void conv_kernel(const __grid_const
 #pragma unroll
     for (int j = 0; j < K; j++)
       acc += wv[j] * hist[j];
-    y[((size_t)sq.start + t) * c + ch] = acc / (1.0f + expf(-acc));
+    if (p.rounded) {
+      acc = __bfloat162float(__float2bfloat16_rn(acc));
+      y[((size_t)sq.start + t) * c + ch] =
+          __bfloat162float(__float2bfloat16_rn(acc / (1.0f + expf(-acc))));
+    } else {
+      y[((size_t)sq.start + t) * c + ch] = acc / (1.0f + expf(-acc));
+    }
 #pragma unroll
     for (int j = 0; j < K - 1; j++)
       hist[j] = hist[j + 1];
@@ -101,9 +109,9 @@ static int conv_launch(cudaStream_t stream, const struct conv_params &p, const f
   return EXC_CUDA(cudaGetLastError());
 }
 
-extern "C" int exc_causal_conv1d_silu(cudaStream_t stream, const float *x, const float *w,
-                                      float *y, const struct exc_conv_seq *seqs, int n_seqs,
-                                      size_t c, size_t kernel) {
+static int conv1d_silu(cudaStream_t stream, const float *x, const float *w, float *y,
+                       const struct exc_conv_seq *seqs, int n_seqs, size_t c, size_t kernel,
+                       bool rounded) {
   if (n_seqs < 1 || n_seqs > EXC_MAX_SEQS || c == 0 || c > (1u << 24) || kernel < 2 ||
       kernel > CONV_MAX_K)
     return -EINVAL;
@@ -119,6 +127,7 @@ extern "C" int exc_causal_conv1d_silu(cudaStream_t stream, const float *x, const
   }
   p.tile_start[n_seqs] = tiles;
   p.n_seqs = n_seqs;
+  p.rounded = rounded;
   int rc;
   switch (kernel) {
   case 2: rc = conv_launch<2>(stream, p, x, w, y, (int)c); break;
@@ -136,4 +145,16 @@ extern "C" int exc_causal_conv1d_silu(cudaStream_t stream, const float *x, const
   conv_window_kernel<<<dim3(blocks, (unsigned)n_seqs), 256, 0, stream>>>(p, x, (int)c,
                                                                         (int)kernel);
   return EXC_CUDA(cudaGetLastError());
+}
+
+extern "C" int exc_causal_conv1d_silu(cudaStream_t stream, const float *x, const float *w,
+                                      float *y, const struct exc_conv_seq *seqs, int n_seqs,
+                                      size_t c, size_t kernel) {
+  return conv1d_silu(stream, x, w, y, seqs, n_seqs, c, kernel, false);
+}
+
+extern "C" int exc_causal_conv1d_silu_rounded(cudaStream_t stream, const float *x, const float *w,
+                                              float *y, const struct exc_conv_seq *seqs,
+                                              int n_seqs, size_t c, size_t kernel) {
+  return conv1d_silu(stream, x, w, y, seqs, n_seqs, c, kernel, true);
 }

@@ -28,6 +28,14 @@ struct exc_conv_seq {
 int exc_causal_conv1d_silu(cudaStream_t stream, const float *x, const float *w, float *y,
                            const struct exc_conv_seq *seqs, int n_seqs, size_t c, size_t kernel);
 
+/* As exc_causal_conv1d_silu, evaluated as the bf16 reference does (x, w and windows already bf16
+ * values; the convolution and the SiLU are two ops): y = R(silu(R(Σ taps))), float32 storage.
+ * Shapes, ownership, returns as there. Source: spec/qwen3_5.md §4.2, §0.2; twin
+ * ex_cpu_causal_conv1d_silu_bf16. */
+int exc_causal_conv1d_silu_rounded(cudaStream_t stream, const float *x, const float *w, float *y,
+                                   const struct exc_conv_seq *seqs, int n_seqs, size_t c,
+                                   size_t kernel);
+
 #ifdef __cplusplus
 }
 #endif

@@ -50,7 +50,7 @@ int exc_rms_norm(cudaStream_t stream, float *x, const float *add, const float *w
 
 static __global__ void gated_norm_kernel(const float *x, const float *z, size_t ld_z,
                                          const float *w, float eps, __nv_bfloat16 *y,
-                                         size_t n_heads, size_t dv) {
+                                         size_t n_heads, size_t dv, bool rounded) {
   __shared__ float red[33];
   size_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const float *xr = x + (size_t)blockIdx.x * dv;
@@ -63,17 +63,31 @@ static __global__ void gated_norm_kernel(const float *x, const float *z, size_t 
   for (size_t i = threadIdx.x; i < dv; i += blockDim.x) {
     float zv = zr[i];
     float s = zv / (1.0f + expf(-zv));
-    y[(size_t)blockIdx.x * dv + i] = __float2bfloat16_rn((w[i] * (xr[i] * inv)) * s);
+    /* the bf16 reference rounds the normalised value and its product with w (spec §4.8) */
+    float nrm = rounded ? exc_r16(exc_r16(xr[i] * inv) * w[i]) : w[i] * (xr[i] * inv);
+    y[(size_t)blockIdx.x * dv + i] = __float2bfloat16_rn(nrm * s);
   }
+}
+
+static int gated_rms_norm(cudaStream_t stream, const float *x, const float *z, size_t ld_z,
+                          const float *w, float eps, __nv_bfloat16 *y, size_t n, size_t n_heads,
+                          size_t dv, bool rounded) {
+  if (!n || !n_heads || !dv || n * n_heads > 0x7fffffffu || ld_z < n_heads * dv)
+    return -EINVAL;
+  unsigned threads = dv >= 128 ? 128 : 32;
+  gated_norm_kernel<<<(unsigned)(n * n_heads), threads, 0, stream>>>(x, z, ld_z, w, eps, y, n_heads,
+                                                                     dv, rounded);
+  return EXC_CUDA(cudaGetLastError());
 }
 
 int exc_gated_rms_norm(cudaStream_t stream, const float *x, const float *z, size_t ld_z,
                        const float *w, float eps, __nv_bfloat16 *y, size_t n, size_t n_heads,
                        size_t dv) {
-  if (!n || !n_heads || !dv || n * n_heads > 0x7fffffffu || ld_z < n_heads * dv)
-    return -EINVAL;
-  unsigned threads = dv >= 128 ? 128 : 32;
-  gated_norm_kernel<<<(unsigned)(n * n_heads), threads, 0, stream>>>(x, z, ld_z, w, eps, y, n_heads,
-                                                                     dv);
-  return EXC_CUDA(cudaGetLastError());
+  return gated_rms_norm(stream, x, z, ld_z, w, eps, y, n, n_heads, dv, false);
+}
+
+int exc_gated_rms_norm_rounded(cudaStream_t stream, const float *x, const float *z, size_t ld_z,
+                               const float *w, float eps, __nv_bfloat16 *y, size_t n,
+                               size_t n_heads, size_t dv) {
+  return gated_rms_norm(stream, x, z, ld_z, w, eps, y, n, n_heads, dv, true);
 }

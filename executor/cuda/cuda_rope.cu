@@ -86,12 +86,20 @@ static __global__ void attn_prep_kernel(const float *qg, const float *k, const f
   const float *c = cos_t + t * f, *s = sin_t + t * f;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
     float o;
-    if (i < f)
+    if (round_norm) { /* the bf16 reference: R(R(x·c) ∓ R(x'·s)), spec §5.1 step 4 */
+      if (i < f)
+        o = exc_r16(exc_r16(vec[i] * c[i]) - exc_r16(vec[i + f] * s[i]));
+      else if (i < rot_dims)
+        o = exc_r16(exc_r16(vec[i] * c[i - f]) + exc_r16(vec[i - f] * s[i - f]));
+      else
+        o = vec[i];
+    } else if (i < f) {
       o = vec[i] * c[i] - vec[i + f] * s[i];
-    else if (i < rot_dims)
+    } else if (i < rot_dims) {
       o = vec[i] * c[i - f] + vec[i - f] * s[i - f];
-    else
+    } else {
       o = vec[i];
+    }
     dst[i] = __float2bfloat16_rn(o);
   }
 }

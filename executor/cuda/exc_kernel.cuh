@@ -46,6 +46,11 @@ __device__ inline float exc_block_max(float v, float *red) {
   return red[32];
 }
 
+/* R(x) of spec/qwen3_5.md §0.2: x rounded to bf16 (nearest even), as float32. */
+__device__ inline float exc_r16(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
 /* Number of blocks of `threads` covering n items, as an unsigned grid size. */
 static inline unsigned exc_blocks(size_t n, unsigned threads) {
   return (unsigned)((n + threads - 1) / threads);

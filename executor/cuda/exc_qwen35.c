@@ -827,9 +827,9 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
                                       .state_in = populated ? sl->s[li] : NULL,
                                       .state_out = seqs[i].advance ? sl->s[li] : NULL};
   }
-  if ((r = exc_causal_conv1d_silu(e->stream, e->proj, l->conv, e->convout, e->cseq, ns, e->cd,
-                                  e->kconv)) ||
-      (r = round_rows(e, e->convout, e->cd, t, e->cd)))
+  /* ref-bf16: the convolution and the SiLU each round (spec §4.2), inside the kernel */
+  if ((r = (ref_bf16(e) ? exc_causal_conv1d_silu_rounded : exc_causal_conv1d_silu)(
+           e->stream, e->proj, l->conv, e->convout, e->cseq, ns, e->cd, e->kconv)))
     return r;
   prof(e, EXC_OP_CONV);
   for (int i = 0; i < ns && !r; i++)
@@ -849,8 +849,10 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
       (r = round_rows(e, e->gout, e->vd, t, e->vd)))
     return r;
   prof(e, EXC_OP_GDN);
-  if ((r = exc_gated_rms_norm(e->stream, e->gout, e->zba, e->m_zba, l->gdn_norm, e->cfg.rms_eps,
-                              e->mix, t, e->hv, e->dv)))
+  /* ref-bf16: three roundings (spec §4.8) */
+  if ((r = (ref_bf16(e) ? exc_gated_rms_norm_rounded : exc_gated_rms_norm)(
+           e->stream, e->gout, e->zba, e->m_zba, l->gdn_norm, e->cfg.rms_eps, e->mix, t, e->hv,
+           e->dv)))
     return r;
   prof(e, EXC_OP_GATED_NORM);
   r = out_proj(e, li, EXC_LORA_GDN_OUT, e->mix, e->vd, l->w_o, t);

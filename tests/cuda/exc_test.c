@@ -152,6 +152,22 @@ bool xt_close(const char *what, const float *got, const float *want, size_t n, d
   return true;
 }
 
+bool xt_bf16_twin(const char *what, const float *got, const float *want, size_t n, double abs_tol,
+                  double rel_tol, double min_exact) {
+  bool ok = xt_close(what, got, want, n, abs_tol, rel_tol);
+  size_t exact = 0;
+  for (size_t i = 0; i < n; i++)
+    exact += got[i] == want[i] || (got[i] == 0.0f && want[i] == 0.0f);
+  double frac = n ? (double)exact / (double)n : 1.0;
+  printf("%s: %zu of %zu bit-equal (%.4f)\n", what, exact, n, frac);
+  if (frac < min_exact) {
+    xt_fail("%s: only %.4f of the outputs bit-equal (need %.4f): a rounding step differs", what,
+            frac, min_exact);
+    ok = false;
+  }
+  return ok;
+}
+
 double xt_rel_l2(const float *got, const float *want, size_t n) {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {

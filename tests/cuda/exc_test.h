@@ -49,6 +49,14 @@ void xt_down_bf16(float *dst, const void *dev, size_t n);
  * prints the worst element and counts a failure. Returns true when all pass. */
 bool xt_close(const char *what, const float *got, const float *want, size_t n, double abs_tol,
               double rel_tol);
+/* For ops that round as the bf16 reference does (got and want both bf16 values): every element
+ * within abs_tol + rel_tol·|want| as xt_close, AND at least min_exact of them bit-equal. The second
+ * condition is what proves the rounding points: the same roundings on both sides differ only
+ * where a float32 intermediate straddles a rounding boundary (a few in a thousand), while a
+ * missing or extra rounding step changes a large fraction of the outputs by one bf16 ulp.
+ * Prints the exact fraction. Returns true when both hold. */
+bool xt_bf16_twin(const char *what, const float *got, const float *want, size_t n, double abs_tol,
+                  double rel_tol, double min_exact);
 /* Relative L2 error ‖got − want‖ / ‖want‖ (NaN if any got is not finite). */
 double xt_rel_l2(const float *got, const float *want, size_t n);
 /* Records a failure with a message. */

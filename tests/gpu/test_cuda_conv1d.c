@@ -1,6 +1,7 @@
 /* Twin test of exc_causal_conv1d_silu against ex_cpu_causal_conv1d_silu on fresh random inputs:
  * odd and chunk-boundary lengths, several packed sequences with and without carried windows, rows
- * sharing one window (each equal to its own launch), and a continuation equal to the one-pass run.
+ * sharing one window (each equal to its own launch), a continuation equal to the one-pass run, and
+ * the ref-bf16 variant (exc_causal_conv1d_silu_rounded) against ex_cpu_causal_conv1d_silu_bf16.
  * Tolerance (fp32 both sides, taps in the same order): |d| ≤ 1e-5·(1 + |ref|); the only
  * differences are CUDA's expf (≤ 2 ulp) and fused multiply-adds, ~1e-7 relative. */
 #include "cpu_conv1d.h"
@@ -122,6 +123,42 @@ static void run_continuation(size_t c, int n1, int n2) {
   cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dwin);
 }
 
+/* The ref-bf16 variant on bf16-valued inputs, weights and window: y = R(silu(R(Σ taps))) against
+ * ex_cpu_causal_conv1d_silu_bf16. Within one bf16 ulp everywhere, and bit-equal on at least 99 %
+ * of the outputs (the taps differ from the CPU's only by fused multiply-adds, so a rounding
+ * boundary is rarely straddled; a missing rounding step would leave ~70 % equal). */
+static void run_rounded(size_t c, int n) {
+  float *x = malloc((size_t)n * c * 4), *w = malloc(c * K * 4), *win = malloc((K - 1) * c * 4);
+  for (size_t i = 0; i < (size_t)n * c; i++)
+    x[i] = tw_bf2f(tw_f2bf(tw_normal(1.0f)));
+  for (size_t i = 0; i < c * K; i++)
+    w[i] = tw_bf2f(tw_f2bf(tw_uniform(-0.5f, 0.5f)));
+  for (size_t i = 0; i < (K - 1) * c; i++)
+    win[i] = tw_bf2f(tw_f2bf(tw_normal(1.0f)));
+  float *dx = tw_dmalloc((size_t)n * c * 4), *dw = tw_dmalloc(c * K * 4);
+  float *dy = tw_dmalloc((size_t)n * c * 4), *dwin = tw_dmalloc((K - 1) * c * 4);
+  TW_CUDA(cudaMemcpy(dx, x, (size_t)n * c * 4, cudaMemcpyHostToDevice));
+  TW_CUDA(cudaMemcpy(dw, w, c * K * 4, cudaMemcpyHostToDevice));
+  TW_CUDA(cudaMemcpy(dwin, win, (K - 1) * c * 4, cudaMemcpyHostToDevice));
+  TW_CUDA(cudaMemset(dy, 0xff, (size_t)n * c * 4));
+  struct exc_conv_seq a = {0, n, dwin, NULL};
+  TW_OK(exc_causal_conv1d_silu_rounded(0, dx, dw, dy, &a, 1, c, K));
+  float *y = malloc((size_t)n * c * 4), *yr = malloc((size_t)n * c * 4);
+  TW_CUDA(cudaMemcpy(y, dy, (size_t)n * c * 4, cudaMemcpyDeviceToHost));
+  ex_cpu_causal_conv1d_silu_bf16(x, w, win, yr, (size_t)n, c, K);
+  size_t exact = 0, total = (size_t)n * c;
+  for (size_t i = 0; i < total; i++)
+    exact += y[i] == yr[i];
+  struct tw_err e = tw_compare(y, yr, total, 1e-6, 1.0 / 128);
+  double frac = (double)exact / (double)total;
+  int bad = e.n_bad || e.n_over || frac < 0.99;
+  printf("rounded c=%-6zu T=%-5d bit-equal %.4f max|d|=%.3g %s\n", c, n, frac, e.max_abs,
+         bad ? "FAIL" : "ok");
+  failures += bad;
+  free(x), free(w), free(win), free(y), free(yr);
+  cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dwin);
+}
+
 int main(void) {
   tw_require_gpu();
   tw_seed("test_cuda_conv1d");
@@ -144,6 +181,9 @@ int main(void) {
   run_continuation(8192, 2, 1);
   run_continuation(160, 100, 77);
   run_continuation(10240, 64, 129);
+  run_rounded(160, 65);
+  run_rounded(8192, 129);
+  run_rounded(10240, 3400);
   if (failures) {
     printf("test_cuda_conv1d: %d FAILED\n", failures);
     return 1;

@@ -4,8 +4,11 @@
  * question, LABEL_LOGITS) and finish. Checks: in float32 each question's label logits equal those
  * of its own full forward (one row from the empty state for text; an unshared prefix + last-token
  * row with images) to 1e-5 of the logit scale; with bf16 rounding (where the split point moves
- * rounding inside the layers) every logit is a bf16 value and within 3% of the logit scale of the
- * bf16 full forward; the answers parse with the expected keys and usage;
+ * rounding inside the layers) every logit is a bf16 value and within 8% of the logit scale of the
+ * bf16 full forward (an off-grid split changes float32 last bits in the GDN chunks, which flip
+ * bf16 roundings that spread through this 64-wide model: measured 1.25% with the fused rounding of
+ * before 2026-11-30, 5.3% with every rounding step of the bf16 reference; a wrong state or window
+ * moves label logits by their whole scale); the answers parse with the expected keys and usage;
  * and it reports the merged-vs-unmerged difference of the bf16 label logits.
  * usage: test_jemm_cpu UNMERGED_DIR MERGED_DIR RENDER.jsonl */
 #include <math.h>
@@ -150,7 +153,7 @@ int main(int argc, char **argv) {
   char *line = NULL;
   size_t cap = 0;
   int n_run = 0;
-  double max_merge_diff = 0.0;
+  double max_merge_diff = 0.0, max_split_ratio = 0.0;
   while (f && getline(&line, &cap, f) > 0) {
     json_object *c = json_tokener_parse(line), *root = NULL;
     const char *name = json_object_get_string(get(c, "name"));
@@ -206,9 +209,11 @@ int main(int argc, char **argv) {
                "%s: %s label %zu: continuation %.9g, full forward %.9g", name, r->questions[q].id,
                i, got[i], ref[i]);
         EXPECT(is_bf16(b[i]) && is_bf16(refb[i]) &&
-                   fabs((double)b[i] - refb[i]) <= 0.03 * scale + bf16_step(refb[i]),
+                   fabs((double)b[i] - refb[i]) <= 0.08 * scale + bf16_step(refb[i]),
                "%s: %s label %zu: bf16 continuation %.9g, bf16 full forward %.9g", name,
                r->questions[q].id, i, b[i], refb[i]);
+        double ratio = fabs((double)b[i] - refb[i]) / scale;
+        max_split_ratio = ratio > max_split_ratio ? ratio : max_split_ratio;
         double dm = fabs((double)resm.outputs[q][i] - b[i]);
         max_merge_diff = dm > max_merge_diff ? dm : max_merge_diff;
       }
@@ -237,8 +242,9 @@ int main(int argc, char **argv) {
     json_object_put(root);
     json_object_put(c);
   }
-  printf("%d requests; merged vs unmerged: largest label-logit difference %.6g\n", n_run,
-         max_merge_diff);
+  printf("%d requests; merged vs unmerged: largest label-logit difference %.6g; bf16 continuation "
+         "vs full forward: largest difference %.4f of the logit scale\n",
+         n_run, max_merge_diff, max_split_ratio);
   EXPECT(n_run == (int)(sizeof wanted / sizeof *wanted), "ran %d of the wanted cases", n_run);
   EXPECT(max_merge_diff > 0.0, "merging changed nothing: the adapter is not applied");
   free(line);

@@ -6,7 +6,9 @@ issue 8). Runs on the GPU machine; the model directory comes from s1-mkmodel + s
 Checks, on seeded random prompts (ids below 151643, ordinary Qwen3 BPE tokens):
   - final-norm hidden rows at the readout positions: ||s1 - hf|| / ||hf|| <= 2e-2 per row;
   - the top-5 logit ids at the last position identical (as a set; the order is reported) on at
-    least 95 % of prompts;
+    least 95 % of prompts, an exchange at the fifth place counting as equal when the other side
+    ranks the exchanged id within one bf16 step of its own fifth logit (bf16 logits of a random
+    model often tie there; the strict count is reported beside it);
   - continuation: s1-forward with prefix_len equals its own one-pass forward within bf16 rounding
     (||cont - full|| / ||full|| <= 2^-7 per row; in the ref-bf16 numerics a split off the 64-token
     chunk grid is judged against the parity bound 2e-2 instead: the fp32-ulp difference of the
@@ -23,6 +25,8 @@ Usage: qwen35_bf16_parity.py --model DIR --forward S1_FORWARD --work DIR [--prom
                              [--max-len N] [--image] [--fp32-context] [--device cuda:0]
                              [--numerics ref-bf16|fp32-residual] [--numerics-context]
                              [--out FILE.json]
+--device cpu runs both sides on the CPU (s1-forward --bf16-rounding, transformers bf16 on the
+CPU): a check of the rounding steps on a machine without a GPU (bounds as on the GPU).
 Exit status 0 only when every check passes; 1 otherwise (a machine without a GPU fails here too).
 Leaves out: LoRA adapters, padding-row logits beyond the top 20 s1-forward prints.
 """
@@ -68,7 +72,9 @@ def run_s1(forward, model, device, work, case, numerics=None):
     with open(inp, "w") as f:
         json.dump(body, f)
     cmd = [forward, "--model", model, "--device", device, "--input", inp, "--output", outp]
-    if numerics:
+    if device == "cpu":  # the CPU twin: float32 ops with the bf16 reference's rounding steps
+        cmd += ["--bf16-rounding"]
+    elif numerics:
         cmd += ["--numerics", numerics]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -88,13 +94,16 @@ def model_folder(path, tmp):
     return tmp, m
 
 
+HF_DEVICE = "cuda"  # "cpu" with --device cpu (a check of the rounding steps without a GPU)
+
+
 def hf_load(path, dtype="bfloat16"):
     import torch
     from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
     with tempfile.TemporaryDirectory() as tmp:
         folder, man = model_folder(path, tmp)
         model, info = mq.Qwen3_5ForConditionalGeneration.from_pretrained(
-            folder, dtype=getattr(torch, dtype), attn_implementation="sdpa", device_map="cuda",
+            folder, dtype=getattr(torch, dtype), attn_implementation="sdpa", device_map=HF_DEVICE,
             output_loading_info=True)
     model.eval()
     missing = list(info.get("missing_keys", []))
@@ -115,19 +124,46 @@ def hf_load(path, dtype="bfloat16"):
 def hf_run(model, cap, case, pixels):
     import torch
     ids = case["hf_ids"] if "hf_ids" in case else case["tokens"]
-    kw = dict(input_ids=torch.tensor([ids], device="cuda"), use_cache=False)
+    kw = dict(input_ids=torch.tensor([ids], device=HF_DEVICE), use_cache=False)
     if pixels is not None:
         img = model.config.image_token_id
-        kw.update(pixel_values=torch.from_numpy(pixels).to("cuda", model.dtype),
-                  image_grid_thw=torch.tensor([case["images"][0]["grid_thw"]], device="cuda"),
+        kw.update(pixel_values=torch.from_numpy(pixels).to(HF_DEVICE, model.dtype),
+                  image_grid_thw=torch.tensor([case["images"][0]["grid_thw"]], device=HF_DEVICE),
                   mm_token_type_ids=torch.tensor([[1 if t == img else 0 for t in ids]],
-                                                 device="cuda"))
+                                                 device=HF_DEVICE))
     with torch.no_grad():
         out = model(**kw)
     hid = cap["h"][0].float().cpu().numpy()
     last = out.logits[0, -1].float()
     top = torch.topk(last, 5)
+    hf_run.last_logits = last.cpu().numpy()
     return hid, [int(i) for i in top.indices.tolist()], [float(v) for v in top.values.tolist()]
+
+
+def bf16_step(x):
+    """The spacing of bf16 values at |x| (8 significant bits)."""
+    x = abs(float(x))
+    return 2.0 ** (np.floor(np.log2(x)) - 7) if x > 0 else 2.0 ** -133
+
+
+def top5_tie_equal(s1_ids, s1_vals, hf_top5, hf_logits):
+    """Top-5 sets equal up to a tie at the fifth place: the logits are bf16 values (one rounding of
+    the LM head on both sides), and on a random-weight model the fifth and sixth logits are often
+    one bf16 step apart or equal. An id in one set and not the other passes only when the other
+    side ranks it within one bf16 step of its own fifth logit; everything else must match."""
+    s5 = s1_ids[:5]
+    if set(s5) == set(hf_top5):
+        return True
+    h5 = float(hf_logits[hf_top5[4]])
+    for x in set(s5) - set(hf_top5):
+        if float(hf_logits[x]) < h5 - bf16_step(h5):
+            return False
+    s1v = dict(zip(s1_ids, s1_vals))
+    v5 = float(s1_vals[4])
+    for y in set(hf_top5) - set(s5):
+        if y not in s1v or s1v[y] < v5 - bf16_step(v5):
+            return False
+    return True
 
 
 def rel(a, b):
@@ -155,6 +191,8 @@ def main():
     ap.add_argument("--numerics-context", action="store_true",
                     help="also run s1-forward --numerics fp32-residual and report its distance")
     a = ap.parse_args()
+    global HF_DEVICE
+    HF_DEVICE = "cpu" if a.device == "cpu" else "cuda"
     os.makedirs(a.work, exist_ok=True)
     rng = np.random.default_rng(a.seed)
     t0 = time.monotonic()
@@ -199,18 +237,23 @@ def main():
 
     model, cap = hf_load(a.model)
     results, fails = [], []
-    n_top_ok = 0
+    n_top_ok = n_strict_ok = 0
     for c in cases:
         hid, top5, top5v = hf_run(model, cap, c, pixels if c["name"] == "image" else None)
         o = s1[c["name"]]
         pos = o["readout"]
         errs = [rel(h, hid[p]) for h, p in zip(o["hidden"], pos)]
         s1_top5 = [int(x) for x in o["logits_top"][-1]["ids"][:5]]
-        top_ok = set(s1_top5) == set(top5)
+        strict_ok = set(s1_top5) == set(top5)
+        top_ok = top5_tie_equal([int(x) for x in o["logits_top"][-1]["ids"]],
+                                [float(x) for x in o["logits_top"][-1]["logits"]], top5,
+                                hf_run.last_logits)
         n_top_ok += top_ok
+        n_strict_ok += strict_ok
         r = {"case": c["name"], "n": len(c.get("hf_ids", c["tokens"])), "readout": pos,
              "hidden_rel": errs, "top5_s1": s1_top5, "top5_hf": top5, "top5_hf_logits": top5v,
-             "top5_set_equal": top_ok, "top5_order_equal": s1_top5 == top5,
+             "top5_set_equal": strict_ok, "top5_equal_up_to_tie": top_ok,
+             "top5_order_equal": s1_top5 == top5,
              "_hf_hidden": (hid, None, None)}
         if c["name"] in s1_fp32res:
             o2 = s1_fp32res[c["name"]]
@@ -224,7 +267,8 @@ def main():
         if "fp32_residual_hidden_rel" in r:
             ctx = (f"  [fp32-residual: {max(r['fp32_residual_hidden_rel']):.3e}, top5 set "
                    f"{'=' if r['fp32_residual_top5_set_equal'] else '!='}]")
-        print(f"{c['name']:>16}: hidden rel max {max(errs):.3e}  top5 set {'=' if top_ok else '!='}"
+        print(f"{c['name']:>16}: hidden rel max {max(errs):.3e}  top5 set {'=' if strict_ok else '!='}"
+              f" (up to a fifth-place tie {'=' if top_ok else '!='})"
               f" order {'=' if r['top5_order_equal'] else '!='}  s1 {s1_top5} hf {top5}{ctx}",
               flush=True)
     if a.fp32_context:
@@ -245,7 +289,8 @@ def main():
         r.pop("_hf_hidden", None)
     rate = n_top_ok / len(cases)
     if rate < TOP5_RATE:
-        fails.append(f"top-5 identical on {n_top_ok}/{len(cases)} prompts < {TOP5_RATE:.0%}")
+        fails.append(f"top-5 identical (up to a fifth-place tie) on {n_top_ok}/{len(cases)} "
+                     f"prompts < {TOP5_RATE:.0%}")
     for c in conts:
         full, part = s1[c["full"]], s1[c["name"]]
         by_pos = dict(zip(full["readout"], full["hidden"]))
@@ -260,7 +305,8 @@ def main():
             fails.append(f"{c['name']}: continuation rel {max(errs):.3e} > {tol:.3e}")
     summary = {"model": os.path.abspath(a.model), "numerics": a.numerics or "ref-bf16 (default)",
                "prompts": len(cases),
-               "top5_set_equal": n_top_ok, "worst_hidden_rel": max(
+               "top5_equal_up_to_tie": n_top_ok, "top5_set_equal": n_strict_ok,
+               "worst_hidden_rel": max(
                    max(r["hidden_rel"]) for r in results if "hidden_rel" in r),
                "s1_seconds": t_s1, "total_seconds": time.monotonic() - t0,
                "fails": fails, "results": results}
@@ -284,8 +330,8 @@ def main():
         with open(a.out, "w") as f:
             json.dump(summary, f, indent=1)
     print(f"parity {os.path.basename(a.model.rstrip('/'))} ({a.numerics or 'ref-bf16'}): "
-          f"{len(cases)} prompts, top-5 set equal "
-          f"{n_top_ok}/{len(cases)}, worst hidden rel {summary['worst_hidden_rel']:.3e}: "
+          f"{len(cases)} prompts, top-5 equal up to a fifth-place tie {n_top_ok}/{len(cases)} "
+          f"(strict set {n_strict_ok}/{len(cases)}), worst hidden rel {summary['worst_hidden_rel']:.3e}: "
           f"{'PASS' if not fails else 'FAIL: ' + '; '.join(fails)}", flush=True)
     return 1 if fails else 0
 
