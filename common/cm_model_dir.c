@@ -360,6 +360,33 @@ int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
   return 0;
 }
 
+json_object *cm_model_dir_manifest_new(const char *family, json_object *config, bool vision,
+                                       const char *tokenizer_file, json_object *image_processor) {
+  json_object *m = json_object_new_object();
+  if (!m)
+    return NULL;
+  json_object_object_add(m, "format", json_object_new_string(CM_MODEL_FORMAT));
+  json_object_object_add(m, "family", json_object_new_string(family));
+  json_object_object_add(m, "config", json_object_get(config));
+  json_object_object_add(m, "vision", json_object_new_boolean(vision));
+  json_object *tok = json_object_new_object();
+  json_object_object_add(tok, "file", json_object_new_string(tokenizer_file));
+  json_object_object_add(m, "tokenizer", tok);
+  json_object *chat = json_object_new_object();
+  json_object_object_add(chat, "prefix", json_object_new_string(""));
+  json_object_object_add(chat, "suffix", json_object_new_string(""));
+  json_object_object_add(m, "chat", chat);
+  json_object_object_add(m, "image_processor", json_object_get(image_processor));
+  json_object_object_add(m, "calibration", json_object_new_object());
+  json_object *lim = json_object_new_object();
+  json_object_object_add(lim, "max_prompt_tokens", json_object_new_int(CM_LIMIT_MAX_PROMPT_TOKENS));
+  json_object_object_add(lim, "max_images", json_object_new_int(CM_LIMIT_MAX_IMAGES));
+  json_object_object_add(lim, "max_image_pixels", json_object_new_int(CM_LIMIT_MAX_IMAGE_PIXELS));
+  json_object_object_add(lim, "max_rows", json_object_new_int(CM_LIMIT_MAX_ROWS));
+  json_object_object_add(m, "limits", lim);
+  return m;
+}
+
 int cm_model_dir_write_manifest(const char *dir, json_object *manifest, struct cm_diag *diag) {
   char *p = join(dir, CM_MODEL_MANIFEST);
   if (!p)

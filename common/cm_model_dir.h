@@ -48,6 +48,15 @@ bool cm_model_family_known(const char *family);
 int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
                           struct cm_diag *diag);
 
+/* Builds the head of a manifest in the key order s1-export writes: format, family, config, vision,
+ * tokenizer {"file": tokenizer_file}, chat {"prefix": "", "suffix": ""} (placeholders the families
+ * fill), image_processor (or null), calibration {}, limits (the CM_LIMIT_* defaults above). The
+ * caller adds upstream, the adapter block and files (s1-export, s1-mkmodel --s1-out).
+ * Ownership: takes a new reference on config and image_processor (NULL: null); the result is the
+ * caller's (json_object_put). Returns NULL when out of memory. */
+json_object *cm_model_dir_manifest_new(const char *family, json_object *config, bool vision,
+                                       const char *tokenizer_file, json_object *image_processor);
+
 /* Writes `manifest` to dir/s1-model.json (pretty, 2-space indent). Returns 0 or -EIO. */
 int cm_model_dir_write_manifest(const char *dir, json_object *manifest, struct cm_diag *diag);
 
