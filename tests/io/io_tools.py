@@ -1,7 +1,7 @@
 """Integration tests of s1-mkmodel, s1-export and the model-directory open (issue 3, I/O half).
 
 usage: io_tools.py CASE MKMODEL EXPORT OPEN_DIR TOKENIZER
-CASE is one of: mkmodel, baddir, lora, refuse. Checkpoints are regenerated in a temporary folder
+CASE is one of: mkmodel, baddir, lora, refuse, s1out. Checkpoints are regenerated in a temporary folder
 (the tiny shape with the real 248320-row vocabulary, ~64 MB each) and removed afterwards. The
 LoRA merge is recomputed here independently with numpy in float64 and rounded to bfloat16 with
 numpy's round-half-even, then compared bit for bit with s1-export's output.
@@ -442,9 +442,63 @@ def case_refuse(tmp):
           "[3, 64], expected [r=4, in=64]", f"rank mismatch: {r.stderr!r}")
 
 
+def without_upstream(text):
+    """The manifest's text less its top-level "upstream" block (the one part --s1-out writes
+    differently: it names the generator instead of the Hugging Face files read)."""
+    lines, out, skip = text.split("\n"), [], False
+    for ln in lines:
+        if ln == '  "upstream": {':
+            skip = True
+        elif skip and ln in ("  },", "  }"):
+            skip = False
+        elif not skip:
+            out.append(ln)
+    return "\n".join(out)
+
+
+def case_s1out(tmp):
+    """s1-mkmodel --s1-out writes what s1-mkmodel --out + s1-export write: the same
+    weights.safetensors and tokenizer.json bytes, the same manifest text outside "upstream"."""
+    for name, extra in (("tiny", ()), ("tiny-vision", ("--vision",)), ("tied-causal", ("--tied", "--causal"))):
+        hf, ex, s1 = (os.path.join(tmp, f"{x}-{name}") for x in ("hf", "ex", "s1"))
+        mkmodel(hf, "--seed", "11", *extra)
+        export("--base", hf, "--out", ex)
+        run(MKMODEL, "--shape", "tiny", "--tokenizer", TOKENIZER, "--s1-out", s1, "--seed", "11",
+            "--threads", "3", *extra)
+        check(sorted(os.listdir(s1)) == ["s1-model.json", "tokenizer.json", "weights.safetensors"],
+              f"{name}: --s1-out writes three files ({sorted(os.listdir(s1))})")
+        for f in ("weights.safetensors", "tokenizer.json"):
+            check(sha(os.path.join(ex, f)) == sha(os.path.join(s1, f)),
+                  f"{name}: {f} byte-identical to mkmodel + export")
+        mt_ex, mt_s1 = open(ex + "/s1-model.json").read(), open(s1 + "/s1-model.json").read()
+        m_ex, m_s1 = json.loads(mt_ex), json.loads(mt_s1)
+        check(m_ex["files"] == m_s1["files"], f"{name}: manifest files (SHA-256, bytes) equal")
+        check(m_s1["files"]["weights.safetensors"]["sha256"] == sha(s1 + "/weights.safetensors"),
+              f"{name}: manifest hash is the file's")
+        check(without_upstream(mt_ex) == without_upstream(mt_s1) and len(without_upstream(mt_s1)) <
+              len(mt_s1) and "upstream" not in without_upstream(mt_s1),
+              f"{name}: manifest text equal outside upstream")
+        up = m_s1["upstream"]
+        check(up["text_prefix"] == m_ex["upstream"]["text_prefix"] and up["generator"]["seed"] == 11
+              and up["generator"]["vision"] == ("--vision" in extra)
+              and up["sources"][0]["sha256"] == sha(TOKENIZER), f"{name}: upstream names the generator")
+        want = "ok qwen3_5 " + {"tiny": "56", "tiny-vision": "89 vision", "tied-causal": "55"}[name]
+        r = run(OPEN_DIR, s1)
+        check(r.stdout.strip() == want, f"{name}: --s1-out directory opens: {r.stdout!r}")
+    r = run(MKMODEL, "--shape", "tiny", "--tokenizer", TOKENIZER, "--s1-out", tmp + "/x", "--out",
+            tmp + "/y", ok=False)
+    check(r.returncode == 2 and not os.path.exists(tmp + "/x"), "--s1-out with --out is refused")
+    r = run(MKMODEL, "--shape", "tiny", "--tokenizer", TOKENIZER, "--s1-out", tmp + "/x",
+            "--adapter-out", tmp + "/a", "--adapter-rank", "2", "--adapter-alpha", "2",
+            "--adapter-targets", "q_proj", ok=False)
+    check(r.returncode == 2 and "--adapter-out needs --out" in r.stderr, f"--s1-out with an adapter "
+          f"is refused: {r.stderr!r}")
+
+
 tmp = tempfile.mkdtemp(prefix="s1-io-")
 try:
-    {"mkmodel": case_mkmodel, "baddir": case_baddir, "lora": case_lora, "refuse": case_refuse}[CASE](tmp)
+    {"mkmodel": case_mkmodel, "baddir": case_baddir, "lora": case_lora, "refuse": case_refuse,
+     "s1out": case_s1out}[CASE](tmp)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 print(f"{CASE}: {len(failures)} failures")
