@@ -21,6 +21,8 @@ struct cm_model_dir {
   bool vision;                    /* manifest "vision": the weights hold the vision tower */
   struct cm_safetensors *adapter; /* the kept LoRA file of manifest "adapter", owned; NULL if none */
   json_object *adapter_info;      /* manifest "adapter" {rank, alpha, scale, file}; borrowed; or NULL */
+  int n_files_hashed;             /* listed files whose SHA-256 this open computed */
+  int n_files_cached;             /* listed files the verified-file cache vouched for, unread */
 };
 
 #define CM_MODEL_FORMAT "s1serve-model/1"
@@ -33,6 +35,13 @@ struct cm_model_dir {
 #define CM_LIMIT_MAX_ROWS 256               /* continuation rows per request */
 
 /* Opens and verifies a model directory (format, family known, every file's SHA-256, required keys).
+ * A listed file is not re-hashed when the verified-file cache (cm_verify_cache.h) records it with
+ * the manifest's SHA-256 and the same st_dev, st_ino, st_size, st_mtim and st_ctim; every other file
+ * is hashed (the first open always hashes everything) and, when it matches and was last changed at
+ * least 2 s before, recorded. Cache: $S1_CACHE_DIR, else $XDG_CACHE_HOME/s1serve, else
+ * $HOME/.cache/s1serve, file verified-files.json; S1_VERIFY=always turns it off. A missing or
+ * corrupt cache only means hashing; a cache never turns a mismatch into a pass.
+ * n_files_hashed / n_files_cached count what this open did.
  * Ownership: *ret_dir is heap-owned, freed with cm_model_dir_free.
  * Returns: 0; -ENOENT / -CM_EMISSING (file or key absent), -CM_EFORMAT (bad JSON or format id),
  * -CM_EHASH (hash mismatch), -CM_EUNSUPPORTED (unknown family), or a cm_safetensors_open error.
