@@ -519,10 +519,17 @@ def case_cache(tmp):
         check(r.returncode == 1, f"refused: {r.stdout!r}")
         return lines[0] if lines else ""
 
-    # written just now: hashed, not recorded (a change within the timestamp tick could hide)
+    # a file whose mtime is not 2 s in the past is hashed but not recorded (a change within the
+    # timestamp tick could hide); the future stands in for "just now" without depending on speed
+    files = [d + "/weights.safetensors", d + "/tokenizer.json"]
+    st = [os.stat(f) for f in files]
+    for f, s0 in zip(files, st):
+        os.utime(f, ns=(s0.st_atime_ns, time.time_ns() + 3600 * 10**9))
     check(opened() == "hashed 2 cached 0", "first open hashes both files")
-    check(not os.path.exists(cfile), "files changed < 2 s ago are not recorded")
-    time.sleep(2.2)
+    check(not os.path.exists(cfile), "files with a recent (here: future) mtime are not recorded")
+    for f, s0 in zip(files, st):
+        os.utime(f, ns=(s0.st_atime_ns, s0.st_mtime_ns))
+    time.sleep(2.2)  # the ctime set just now settles
     check(opened() == "hashed 2 cached 0", "open after settling hashes both files")
     c = json.load(open(cfile))
     m = json.load(open(d + "/s1-model.json"))
@@ -561,9 +568,8 @@ def case_cache(tmp):
     with open(w, "r+b") as f:  # restore the byte: hashed again, then recorded again
         f.seek(-5, 2)
         f.write(b)
-    check(opened() == "hashed 1 cached 1", "restored weights hashed, tokenizer from the cache")
     time.sleep(2.2)
-    check(opened() == "hashed 1 cached 1", "weights settled: hashed and recorded")
+    check(opened() == "hashed 1 cached 1", "restored weights hashed, tokenizer from the cache")
     check(opened() == "hashed 0 cached 2", "then cached")
     # garbage cache files are ignored and replaced
     for junk in (b"\x00garbage{", b'{"format":"s1serve-verified/1","files":[1,2]}',
