@@ -5,14 +5,17 @@
 #include "cm_model_dir.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cm_qwen35.h"
 #include "cm_sha256.h"
+#include "cm_verify_cache.h"
 
 /* Family names without a loader in this build, refused with their own message; NULL-terminated
  * (every planned family has one now). */
@@ -116,9 +119,19 @@ static int need(json_object *obj, const char *key, json_type t, const char *mpat
   return 0;
 }
 
-/* Checks one listed file's size and SHA-256. */
-static int verify_file(const char *dir, const char *mpath, const char *name, json_object *entry,
+static bool same_file_state(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+         a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+         a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* Checks one listed file's size and SHA-256. With a verified-file cache (vc) and the directory's
+ * absolute path (abs_dir), a file recorded there unchanged with the manifest's hash is not read;
+ * a file hashed and matched is recorded when its state did not change while it was read. */
+static int verify_file(struct cm_model_dir *md, const char *abs_dir, struct cm_verify_cache *vc,
+                       const char *mpath, const char *name, json_object *entry,
                        struct cm_diag *diag) {
+  const char *dir = md->path;
   json_object *jh, *jb;
   char prefix[300];
   snprintf(prefix, sizeof prefix, "files.%s.", name);
@@ -132,10 +145,13 @@ static int verify_file(const char *dir, const char *mpath, const char *name, jso
     rc = need(entry, "bytes", json_type_int, mpath, prefix, &jb, diag);
   if (rc)
     return rc;
-  char *p = join(dir, name);
-  if (!p)
-    return -ENOMEM;
-  struct stat sb;
+  char *p = join(dir, name), *abs = abs_dir && vc ? join(abs_dir, name) : NULL;
+  int fd = -1;
+  if (!p || (abs_dir && vc && !abs)) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  struct stat sb, sb_read, sb_after;
   if (stat(p, &sb) != 0) {
     rc = cm_diag_set(diag, -CM_EMISSING, "%s: missing (listed in %s)", p, mpath);
     goto out;
@@ -146,16 +162,35 @@ static int verify_file(const char *dir, const char *mpath, const char *name, jso
                      (long long)sb.st_size, mpath, (long long)want_bytes);
     goto out;
   }
+  if (abs && cm_verify_cache_hit(vc, abs, &sb, json_object_get_string(jh))) {
+    md->n_files_cached++;
+    goto out;
+  }
+  fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &sb_read) != 0) {
+    int e = -errno;
+    rc = cm_diag_set(diag, e, "%s: cannot open: %s", p, strerror(-e));
+    goto out;
+  }
   uint8_t dg[CM_SHA256_BYTES];
   char hex[CM_SHA256_HEX];
-  rc = cm_sha256_file(p, dg, NULL, diag);
+  rc = cm_sha256_fd(fd, p, dg, NULL, diag);
   if (rc)
     goto out;
+  md->n_files_hashed++;
   cm_sha256_hex(dg, hex);
-  if (strcmp(hex, json_object_get_string(jh)) != 0)
+  if (strcmp(hex, json_object_get_string(jh)) != 0) {
     rc = cm_diag_set(diag, -CM_EHASH, "%s: SHA-256 %s does not match %s (%s)", p, hex, mpath,
                      json_object_get_string(jh));
+    goto out;
+  }
+  if (abs && (int64_t)sb_read.st_size == want_bytes && fstat(fd, &sb_after) == 0 &&
+      same_file_state(&sb_read, &sb_after))
+    rc = cm_verify_cache_put(vc, abs, &sb_read, hex);
 out:
+  if (fd >= 0)
+    close(fd);
+  free(abs);
   free(p);
   return rc;
 }
@@ -231,7 +266,8 @@ static int check_adapter(struct cm_model_dir *md, const char *mpath, struct cm_d
 
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag) {
   struct cm_model_dir *md = calloc(1, sizeof *md);
-  char *mpath = NULL, *wpath = NULL;
+  char *mpath = NULL, *wpath = NULL, *abs_dir = NULL;
+  struct cm_verify_cache *vc = NULL;
   struct cm_qwen35_dims dims = {0};
   int rc = 0;
   if (!md || !(md->path = strdup(path)) || !(mpath = join(path, CM_MODEL_MANIFEST))) {
@@ -299,11 +335,16 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
       goto fail;
     }
   }
+  rc = cm_verify_cache_open(&vc);
+  if (rc)
+    goto fail;
+  abs_dir = vc ? realpath(path, NULL) : NULL; /* NULL: no cache use (hash everything) */
   json_object_object_foreach(files, fname, fentry) {
-    rc = verify_file(path, mpath, fname, fentry, diag);
+    rc = verify_file(md, abs_dir, vc, mpath, fname, fentry, diag);
     if (rc)
       goto fail;
   }
+  (void)cm_verify_cache_save(vc); /* best effort: a failure only costs hashing next time */
   if (!(md->tokenizer_path = join(path, json_object_get_string(tfile))) ||
       !(wpath = join(path, "weights.safetensors"))) {
     rc = -ENOMEM;
@@ -326,12 +367,16 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
   if (rc)
     goto fail;
   cm_qwen35_dims_fini(&dims);
+  cm_verify_cache_free(vc);
+  free(abs_dir);
   free(mpath);
   free(wpath);
   *ret_dir = md;
   return 0;
 fail:
   cm_qwen35_dims_fini(&dims);
+  cm_verify_cache_free(vc);
+  free(abs_dir);
   free(mpath);
   free(wpath);
   cm_model_dir_free(md);
@@ -358,6 +403,33 @@ int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
   json_object_object_add(e, "bytes", json_object_new_int64((int64_t)n));
   json_object_object_add(files, name, e);
   return 0;
+}
+
+json_object *cm_model_dir_manifest_new(const char *family, json_object *config, bool vision,
+                                       const char *tokenizer_file, json_object *image_processor) {
+  json_object *m = json_object_new_object();
+  if (!m)
+    return NULL;
+  json_object_object_add(m, "format", json_object_new_string(CM_MODEL_FORMAT));
+  json_object_object_add(m, "family", json_object_new_string(family));
+  json_object_object_add(m, "config", json_object_get(config));
+  json_object_object_add(m, "vision", json_object_new_boolean(vision));
+  json_object *tok = json_object_new_object();
+  json_object_object_add(tok, "file", json_object_new_string(tokenizer_file));
+  json_object_object_add(m, "tokenizer", tok);
+  json_object *chat = json_object_new_object();
+  json_object_object_add(chat, "prefix", json_object_new_string(""));
+  json_object_object_add(chat, "suffix", json_object_new_string(""));
+  json_object_object_add(m, "chat", chat);
+  json_object_object_add(m, "image_processor", json_object_get(image_processor));
+  json_object_object_add(m, "calibration", json_object_new_object());
+  json_object *lim = json_object_new_object();
+  json_object_object_add(lim, "max_prompt_tokens", json_object_new_int(CM_LIMIT_MAX_PROMPT_TOKENS));
+  json_object_object_add(lim, "max_images", json_object_new_int(CM_LIMIT_MAX_IMAGES));
+  json_object_object_add(lim, "max_image_pixels", json_object_new_int(CM_LIMIT_MAX_IMAGE_PIXELS));
+  json_object_object_add(lim, "max_rows", json_object_new_int(CM_LIMIT_MAX_ROWS));
+  json_object_object_add(m, "limits", lim);
+  return m;
 }
 
 int cm_model_dir_write_manifest(const char *dir, json_object *manifest, struct cm_diag *diag) {

@@ -45,16 +45,11 @@ int cm_sha256_buf(const void *data, size_t n, uint8_t ret_digest[CM_SHA256_BYTES
   return rc;
 }
 
-int cm_sha256_file(const char *path, uint8_t ret_digest[CM_SHA256_BYTES], uint64_t *ret_n_bytes,
-                   struct cm_diag *diag) {
+int cm_sha256_fd(int fd, const char *name, uint8_t ret_digest[CM_SHA256_BYTES],
+                 uint64_t *ret_n_bytes, struct cm_diag *diag) {
   enum { block = 1 << 20 };
   struct cm_sha256 h = {0};
   uint64_t total = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = -errno;
-    return cm_diag_set(diag, e, "%s: cannot open: %s", path, strerror(-e));
-  }
   unsigned char *buf = malloc(block);
   int rc = buf ? cm_sha256_init(&h) : -ENOMEM;
   while (!rc) {
@@ -63,7 +58,7 @@ int cm_sha256_file(const char *path, uint8_t ret_digest[CM_SHA256_BYTES], uint64
       continue;
     if (n < 0) {
       int e = -errno;
-      rc = cm_diag_set(diag, e, "%s: read failed: %s", path, strerror(-e));
+      rc = cm_diag_set(diag, e, "%s: read failed: %s", name, strerror(-e));
       break;
     }
     if (n == 0)
@@ -77,6 +72,17 @@ int cm_sha256_file(const char *path, uint8_t ret_digest[CM_SHA256_BYTES], uint64
     *ret_n_bytes = total;
   cm_sha256_fini(&h);
   free(buf);
+  return rc;
+}
+
+int cm_sha256_file(const char *path, uint8_t ret_digest[CM_SHA256_BYTES], uint64_t *ret_n_bytes,
+                   struct cm_diag *diag) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = -errno;
+    return cm_diag_set(diag, e, "%s: cannot open: %s", path, strerror(-e));
+  }
+  int rc = cm_sha256_fd(fd, path, ret_digest, ret_n_bytes, diag);
   close(fd);
   return rc;
 }

@@ -33,6 +33,12 @@ int cm_sha256_buf(const void *data, size_t n, uint8_t ret_digest[CM_SHA256_BYTES
 int cm_sha256_file(const char *path, uint8_t ret_digest[CM_SHA256_BYTES], uint64_t *ret_n_bytes,
                    struct cm_diag *diag);
 
+/* Digest of everything read from an open descriptor (from its current offset to the end), in
+ * 1 MiB blocks; `name` only labels the message. Units: ret_n_bytes is the bytes read.
+ * Ownership: fd stays the caller's (not closed). Returns 0; -errno (read); -ENOMEM; -EIO. */
+int cm_sha256_fd(int fd, const char *name, uint8_t ret_digest[CM_SHA256_BYTES],
+                 uint64_t *ret_n_bytes, struct cm_diag *diag);
+
 /* Lowercase hex of a digest into out (65 bytes with the NUL). */
 void cm_sha256_hex(const uint8_t digest[CM_SHA256_BYTES], char out[CM_SHA256_HEX]);
 

@@ -585,18 +585,6 @@ int main(int argc, char **argv) {
     goto out;
 
   /* Manifest. */
-  manifest = json_object_new_object();
-  json_object_object_add(manifest, "format", json_object_new_string(CM_MODEL_FORMAT));
-  json_object_object_add(manifest, "family", json_object_new_string("qwen3_5"));
-  json_object_object_add(manifest, "config", json_object_get(config));
-  json_object_object_add(manifest, "vision", json_object_new_boolean(with_vision));
-  json_object *tok = json_object_new_object();
-  json_object_object_add(tok, "file", json_object_new_string("tokenizer.json"));
-  json_object_object_add(manifest, "tokenizer", tok);
-  json_object *chat = json_object_new_object(); /* placeholders; the family files fill them */
-  json_object_object_add(chat, "prefix", json_object_new_string(""));
-  json_object_object_add(chat, "suffix", json_object_new_string(""));
-  json_object_object_add(manifest, "chat", chat);
   struct stat sb;
   if (stat(ppath, &sb) == 0) {
     pre = json_object_from_file(ppath);
@@ -605,14 +593,11 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
-  json_object_object_add(manifest, "image_processor", pre ? json_object_get(pre) : NULL);
-  json_object_object_add(manifest, "calibration", json_object_new_object());
-  json_object *lim = json_object_new_object();
-  json_object_object_add(lim, "max_prompt_tokens", json_object_new_int(CM_LIMIT_MAX_PROMPT_TOKENS));
-  json_object_object_add(lim, "max_images", json_object_new_int(CM_LIMIT_MAX_IMAGES));
-  json_object_object_add(lim, "max_image_pixels", json_object_new_int(CM_LIMIT_MAX_IMAGE_PIXELS));
-  json_object_object_add(lim, "max_rows", json_object_new_int(CM_LIMIT_MAX_ROWS));
-  json_object_object_add(manifest, "limits", lim);
+  manifest = cm_model_dir_manifest_new("qwen3_5", config, with_vision, "tokenizer.json", pre);
+  if (!manifest) {
+    rc = ex_export_fail("out of memory");
+    goto out;
+  }
   json_object *up = json_object_new_object(), *src = json_object_new_array();
   json_object_object_add(up, "exporter", json_object_new_string(EXPORT_VERSION));
   json_object_object_add(up, "text_prefix", json_object_new_string(tp));

@@ -1,6 +1,8 @@
 /* s1-mkmodel: writes a seeded random-weight Qwen3.5 checkpoint in Hugging Face layout (config.json,
  * model.safetensors or shards + index, tokenizer.json, preprocessor_config.json), and on request a
- * small random PEFT LoRA adapter, for tests, the demo and benchmarks. Output is a pure function of
+ * small random PEFT LoRA adapter, for tests, the demo and benchmarks. --s1-out writes the s1serve
+ * model directory s1-export would make of that checkpoint instead (same weights.safetensors bytes,
+ * same manifest but its "upstream" block), with one copy of the weights on disk. Output is a pure function of
  * the arguments: each block of 2^18 elements of a tensor draws from its own splitmix64 stream seeded
  * by (seed, tensor name, block), so the weights depend on neither write order, layout nor thread
  * count. It leaves out training-quality init. The oracle fixtures pin the output by SHA-256: a
@@ -16,8 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cm_model_dir.h"
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
+#include "cm_sha256.h"
 
 #define SHARD_MAX_BYTES 4000000000ull /* default: above this the weights are split into shards */
 
@@ -73,7 +77,8 @@ struct opts {
   bool causal;               /* Qwen3_5ForCausalLM layout (flat config, model.* keys, no vision) */
   uint64_t seed;             /* PRNG seed */
   const char *tokenizer;     /* tokenizer.json to read ids from and copy */
-  const char *out;           /* output folder */
+  const char *out;           /* output folder (Hugging Face layout), or NULL */
+  const char *s1_out;        /* output folder (s1serve model directory), or NULL */
   const char *adapter_out;   /* PEFT adapter folder, or NULL */
   int adapter_rank;          /* r */
   double adapter_alpha;      /* lora_alpha */
@@ -429,12 +434,12 @@ static char *path_join(const char *dir, const char *name) {
   return p;
 }
 
+#define JSON_FILE_FLAGS                                                                            \
+  (JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE)
+
 static int write_json(const char *dir, const char *name, json_object *obj) {
   char *p = path_join(dir, name);
-  int rc = json_object_to_file_ext(p, obj, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-                                               JSON_C_TO_STRING_NOSLASHESCAPE)
-               ? -EIO
-               : 0;
+  int rc = json_object_to_file_ext(p, obj, JSON_FILE_FLAGS) ? -EIO : 0;
   if (rc)
     fprintf(stderr, "s1-mkmodel: cannot write %s\n", p);
   free(p);
@@ -452,12 +457,16 @@ static void layout_name(const char *canon, bool causal, char *out, size_t n) {
 
 /* ---- weights --------------------------------------------------------------------------------- */
 
+/* Hugging Face layout (o->out): model.safetensors or shards + index, metadata {"format": "pt"}.
+ * s1serve layout (o->s1_out): one weights.safetensors, canonical names, no metadata: the bytes
+ * s1-export writes for this checkpoint (its writer orders tensors itself; BF16 is copied as is). */
 static int write_weights(const struct opts *o, const struct cm_qwen35_dims *dims,
                          const struct cm_qwen35_tensor *list, size_t n, double init_range) {
   struct gen *g = calloc(n, sizeof *g);
   int *shard_of = calloc(n, sizeof *shard_of);
   int rc = 0, n_shards = 1;
   uint64_t total = 0, in_shard = 0;
+  bool s1 = o->s1_out != NULL;
   (void)dims;
   if (!g || !shard_of) {
     rc = -ENOMEM;
@@ -465,13 +474,13 @@ static int write_weights(const struct opts *o, const struct cm_qwen35_dims *dims
   }
   for (size_t i = 0; i < n; i++) {
     g[i].t = &list[i];
-    layout_name(list[i].name, o->causal, g[i].out_name, sizeof g[i].out_name);
+    layout_name(list[i].name, o->causal && !s1, g[i].out_name, sizeof g[i].out_name);
     g[i].seed = o->seed;
     g[i].init_range = init_range;
     g[i].n_bytes = 2;
     for (int k = 0; k < list[i].n_dims; k++)
       g[i].n_bytes *= (size_t)list[i].shape[k];
-    if (in_shard > 0 && in_shard + g[i].n_bytes > o->shard_bytes) {
+    if (!s1 && in_shard > 0 && in_shard + g[i].n_bytes > o->shard_bytes) {
       n_shards++;
       in_shard = 0;
     }
@@ -482,7 +491,9 @@ static int write_weights(const struct opts *o, const struct cm_qwen35_dims *dims
   json_object *wm = json_object_new_object();
   for (int s = 0; s < n_shards && !rc; s++) {
     char fname[64];
-    if (n_shards == 1)
+    if (s1)
+      snprintf(fname, sizeof fname, "weights.safetensors");
+    else if (n_shards == 1)
       snprintf(fname, sizeof fname, "model.safetensors");
     else
       snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
@@ -495,9 +506,9 @@ static int write_weights(const struct opts *o, const struct cm_qwen35_dims *dims
                                           list[i].shape, fill_weight, &g[i]);
       json_object_object_add(wm, g[i].out_name, json_object_new_string(fname));
     }
-    if (!rc)
+    if (!rc && !s1)
       rc = cm_safetensors_writer_set_metadata(w, "format", "pt");
-    char *p = path_join(o->out, fname);
+    char *p = path_join(s1 ? o->s1_out : o->out, fname);
     struct cm_diag d = {0};
     if (!rc)
       rc = cm_safetensors_writer_finish(w, p, &d);
@@ -660,13 +671,75 @@ static int write_adapter(const struct opts *o, const struct cm_qwen35_tensor *li
   return rc;
 }
 
+/* ---- s1serve model directory (--s1-out) ------------------------------------------------------ */
+
+/* `obj` as s1-export gets it from the file write_json makes: serialized with the same flags and
+ * parsed back, so every number keeps the text it would have in config.json. NULL on failure. */
+static json_object *as_read_back(json_object *obj) {
+  const char *txt = json_object_to_json_string_ext(obj, JSON_FILE_FLAGS);
+  return txt ? json_tokener_parse(txt) : NULL;
+}
+
+/* Writes s1_out/s1-model.json after the weights and tokenizer.json are in place: s1-export's
+ * manifest for the checkpoint --out would have written, except "upstream", which names this tool,
+ * the arguments the weights are a function of, and the tokenizer read. */
+static int write_s1_manifest(const struct opts *o, json_object *config) {
+  json_object *pp = make_preprocessor();
+  json_object *cfg = as_read_back(config), *pre = pp ? as_read_back(pp) : NULL;
+  json_object *m = cfg && pre ? cm_model_dir_manifest_new("qwen3_5", cfg, o->vision,
+                                                          "tokenizer.json", pre)
+                              : NULL;
+  struct cm_diag d = {0};
+  int rc = m ? 0 : -ENOMEM;
+  uint8_t dg[CM_SHA256_BYTES];
+  char hex[CM_SHA256_HEX];
+  if (!rc)
+    rc = cm_sha256_file(o->tokenizer, dg, NULL, &d);
+  if (!rc) {
+    json_object *up = json_object_new_object(), *gen = json_object_new_object();
+    json_object *src = json_object_new_array(), *e = json_object_new_object();
+    char *abs = realpath(o->tokenizer, NULL);
+    cm_sha256_hex(dg, hex);
+    ADD(up, "exporter", STR("s1-mkmodel --s1-out"));
+    ADD(up, "text_prefix", STR(o->causal ? "model." : "model.language_model."));
+    ADD(gen, "shape", STR(o->shape));
+    ADD(gen, "seed", json_object_new_uint64(o->seed));
+    ADD(gen, "vision", BOOL(o->vision));
+    ADD(gen, "tied", BOOL(o->tied));
+    ADD(gen, "ratio3", BOOL(o->ratio3));
+    ADD(gen, "causal", BOOL(o->causal));
+    ADD(up, "generator", gen);
+    ADD(e, "path", STR(abs ? abs : o->tokenizer));
+    ADD(e, "sha256", STR(hex));
+    json_object_array_add(src, e);
+    ADD(up, "sources", src);
+    ADD(m, "upstream", up);
+    free(abs);
+    json_object *files = json_object_new_object();
+    ADD(m, "files", files);
+    rc = cm_model_dir_add_file(files, o->s1_out, "weights.safetensors", &d);
+    if (!rc)
+      rc = cm_model_dir_add_file(files, o->s1_out, "tokenizer.json", &d);
+    if (!rc)
+      rc = cm_model_dir_write_manifest(o->s1_out, m, &d);
+  }
+  if (rc)
+    fprintf(stderr, "s1-mkmodel: %s\n", d.msg ? d.msg : strerror(-rc));
+  cm_diag_fini(&d);
+  json_object_put(m);
+  json_object_put(cfg);
+  json_object_put(pre);
+  json_object_put(pp);
+  return rc;
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: s1-mkmodel --shape tiny|4b|9b|27b [--vision] [--tied] [--ratio3] [--causal]\n"
           "                  [--seed N] [--max-shard-bytes N] [--threads N]\n"
-          "                  --tokenizer FILE --out HF_DIR\n"
+          "                  --tokenizer FILE (--out HF_DIR | --s1-out DIR)\n"
           "                  [--adapter-out DIR --adapter-rank R --adapter-alpha A\n"
           "                   --adapter-targets q_proj,v_proj,... [--adapter-bf16]]\n");
 }
@@ -675,7 +748,7 @@ int main(int argc, char **argv) {
   struct opts o = {.shard_bytes = SHARD_MAX_BYTES};
   enum {
     O_VISION = 256, O_TIED, O_RATIO3, O_CAUSAL, O_AOUT, O_ARANK, O_AALPHA, O_ATGT, O_ABF16, O_SHARD,
-    O_THREADS
+    O_THREADS, O_S1OUT
   };
   static const struct option lo[] = {
       {"shape", required_argument, 0, 's'},       {"seed", required_argument, 0, 'S'},
@@ -689,6 +762,7 @@ int main(int argc, char **argv) {
       {"adapter-bf16", no_argument, 0, O_ABF16},  {"help", no_argument, 0, 'h'},
       {"max-shard-bytes", required_argument, 0, O_SHARD},
       {"threads", required_argument, 0, O_THREADS},
+      {"s1-out", required_argument, 0, O_S1OUT},
       {0, 0, 0, 0}};
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   n_threads = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
@@ -707,6 +781,7 @@ int main(int argc, char **argv) {
       break;
     case 't': o.tokenizer = optarg; break;
     case 'o': o.out = optarg; break;
+    case O_S1OUT: o.s1_out = optarg; break;
     case O_VISION: o.vision = true; break;
     case O_TIED: o.tied = true; break;
     case O_RATIO3: o.ratio3 = true; break;
@@ -747,8 +822,12 @@ int main(int argc, char **argv) {
     default: usage(stderr); return 2;
     }
   }
-  if (!o.shape || !o.tokenizer || !o.out || optind != argc) {
+  if (!o.shape || !o.tokenizer || !o.out == !o.s1_out || optind != argc) {
     usage(stderr);
+    return 2;
+  }
+  if (o.s1_out && o.adapter_out) {
+    fprintf(stderr, "s1-mkmodel: --adapter-out needs --out (s1-export applies the adapter)\n");
     return 2;
   }
   if (o.causal && o.vision) {
@@ -764,8 +843,9 @@ int main(int argc, char **argv) {
   int rc = read_tokenizer(o.tokenizer, &ids);
   if (!rc)
     rc = make_config(&o, &ids, &config);
-  if (!rc && mkdir(o.out, 0755) != 0 && errno != EEXIST) {
-    fprintf(stderr, "s1-mkmodel: %s: %s\n", o.out, strerror(errno));
+  const char *dir = o.out ? o.out : o.s1_out;
+  if (!rc && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "s1-mkmodel: %s: %s\n", dir, strerror(errno));
     rc = -errno;
   }
   if (!rc)
@@ -782,15 +862,16 @@ int main(int argc, char **argv) {
     json_object *jir;
     if (json_object_object_get_ex(tc, "initializer_range", &jir))
       ir = json_object_get_double(jir);
-    rc = write_json(o.out, "config.json", config);
+    if (o.out)
+      rc = write_json(o.out, "config.json", config);
   }
-  if (!rc) {
+  if (!rc && o.out) {
     json_object *pp = make_preprocessor();
     rc = write_json(o.out, "preprocessor_config.json", pp);
     json_object_put(pp);
   }
   if (!rc) {
-    char *tp = path_join(o.out, "tokenizer.json");
+    char *tp = path_join(dir, "tokenizer.json");
     rc = copy_file(o.tokenizer, tp);
     free(tp);
   }
@@ -798,6 +879,8 @@ int main(int argc, char **argv) {
     rc = write_weights(&o, &dims, list, n, ir);
   if (!rc && o.adapter_out)
     rc = write_adapter(&o, list, n);
+  if (!rc && o.s1_out)
+    rc = write_s1_manifest(&o, config);
   cm_diag_fini(&d);
   free(list);
   cm_qwen35_dims_fini(&dims);

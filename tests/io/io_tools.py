@@ -1,7 +1,7 @@
 """Integration tests of s1-mkmodel, s1-export and the model-directory open (issue 3, I/O half).
 
 usage: io_tools.py CASE MKMODEL EXPORT OPEN_DIR TOKENIZER
-CASE is one of: mkmodel, baddir, lora, refuse. Checkpoints are regenerated in a temporary folder
+CASE is one of: mkmodel, baddir, lora, refuse, s1out, cache. Checkpoints are regenerated in a temporary folder
 (the tiny shape with the real 248320-row vocabulary, ~64 MB each) and removed afterwards. The
 LoRA merge is recomputed here independently with numpy in float64 and rounded to bfloat16 with
 numpy's round-half-even, then compared bit for bit with s1-export's output.
@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 from safetensors import safe_open
@@ -442,9 +443,173 @@ def case_refuse(tmp):
           "[3, 64], expected [r=4, in=64]", f"rank mismatch: {r.stderr!r}")
 
 
+def without_upstream(text):
+    """The manifest's text less its top-level "upstream" block (the one part --s1-out writes
+    differently: it names the generator instead of the Hugging Face files read)."""
+    lines, out, skip = text.split("\n"), [], False
+    for ln in lines:
+        if ln == '  "upstream": {':
+            skip = True
+        elif skip and ln in ("  },", "  }"):
+            skip = False
+        elif not skip:
+            out.append(ln)
+    return "\n".join(out)
+
+
+def case_s1out(tmp):
+    """s1-mkmodel --s1-out writes what s1-mkmodel --out + s1-export write: the same
+    weights.safetensors and tokenizer.json bytes, the same manifest text outside "upstream"."""
+    for name, extra in (("tiny", ()), ("tiny-vision", ("--vision",)), ("tied-causal", ("--tied", "--causal"))):
+        hf, ex, s1 = (os.path.join(tmp, f"{x}-{name}") for x in ("hf", "ex", "s1"))
+        mkmodel(hf, "--seed", "11", *extra)
+        export("--base", hf, "--out", ex)
+        run(MKMODEL, "--shape", "tiny", "--tokenizer", TOKENIZER, "--s1-out", s1, "--seed", "11",
+            "--threads", "3", *extra)
+        check(sorted(os.listdir(s1)) == ["s1-model.json", "tokenizer.json", "weights.safetensors"],
+              f"{name}: --s1-out writes three files ({sorted(os.listdir(s1))})")
+        for f in ("weights.safetensors", "tokenizer.json"):
+            check(sha(os.path.join(ex, f)) == sha(os.path.join(s1, f)),
+                  f"{name}: {f} byte-identical to mkmodel + export")
+        mt_ex, mt_s1 = open(ex + "/s1-model.json").read(), open(s1 + "/s1-model.json").read()
+        m_ex, m_s1 = json.loads(mt_ex), json.loads(mt_s1)
+        check(m_ex["files"] == m_s1["files"], f"{name}: manifest files (SHA-256, bytes) equal")
+        check(m_s1["files"]["weights.safetensors"]["sha256"] == sha(s1 + "/weights.safetensors"),
+              f"{name}: manifest hash is the file's")
+        check(without_upstream(mt_ex) == without_upstream(mt_s1) and len(without_upstream(mt_s1)) <
+              len(mt_s1) and "upstream" not in without_upstream(mt_s1),
+              f"{name}: manifest text equal outside upstream")
+        up = m_s1["upstream"]
+        check(up["text_prefix"] == m_ex["upstream"]["text_prefix"] and up["generator"]["seed"] == 11
+              and up["generator"]["vision"] == ("--vision" in extra)
+              and up["sources"][0]["sha256"] == sha(TOKENIZER), f"{name}: upstream names the generator")
+        want = "ok qwen3_5 " + {"tiny": "56", "tiny-vision": "89 vision", "tied-causal": "55"}[name]
+        r = run(OPEN_DIR, s1)
+        check(r.stdout.strip() == want, f"{name}: --s1-out directory opens: {r.stdout!r}")
+    r = run(MKMODEL, "--shape", "tiny", "--tokenizer", TOKENIZER, "--s1-out", tmp + "/x", "--out",
+            tmp + "/y", ok=False)
+    check(r.returncode == 2 and not os.path.exists(tmp + "/x"), "--s1-out with --out is refused")
+    r = run(MKMODEL, "--shape", "tiny", "--tokenizer", TOKENIZER, "--s1-out", tmp + "/x",
+            "--adapter-out", tmp + "/a", "--adapter-rank", "2", "--adapter-alpha", "2",
+            "--adapter-targets", "q_proj", ok=False)
+    check(r.returncode == 2 and "--adapter-out needs --out" in r.stderr, f"--s1-out with an adapter "
+          f"is refused: {r.stderr!r}")
+
+
+def case_cache(tmp):
+    """The verified-file cache of cm_model_dir_open (common/cm_verify_cache.h): a second open of an
+    unchanged directory hashes nothing; a changed file (bytes rewritten, mtime restored: ctime
+    still moves), a manifest hash the cache does not hold, a garbage cache, S1_VERIFY=always and
+    an unusable cache directory all mean hashing (and a refusal where the bytes are wrong)."""
+    d, cdir = os.path.join(tmp, "m"), os.path.join(tmp, "cache")
+    cfile = os.path.join(cdir, "verified-files.json")
+    run(MKMODEL, "--shape", "tiny", "--tied", "--seed", "5", "--tokenizer", TOKENIZER, "--s1-out", d)
+    base_env = {k: v for k, v in os.environ.items()
+                if k not in ("S1_VERIFY", "S1_CACHE_DIR", "XDG_CACHE_HOME")}
+
+    def opened(want_ok=True, **env):
+        e = dict(base_env, S1_CACHE_DIR=cdir)
+        e.update(env)
+        e = {k: v for k, v in e.items() if v is not None}
+        r = subprocess.run([OPEN_DIR, "--counts", d], capture_output=True, text=True, env=e)
+        lines = r.stdout.strip().splitlines()
+        if want_ok:
+            check(r.returncode == 0 and lines[:1] == ["ok qwen3_5 55"], f"opens: {r.stdout!r}")
+            return lines[1] if len(lines) > 1 else ""
+        check(r.returncode == 1, f"refused: {r.stdout!r}")
+        return lines[0] if lines else ""
+
+    # a file whose mtime is not 2 s in the past is hashed but not recorded (a change within the
+    # timestamp tick could hide); the future stands in for "just now" without depending on speed
+    files = [d + "/weights.safetensors", d + "/tokenizer.json"]
+    st = [os.stat(f) for f in files]
+    for f, s0 in zip(files, st):
+        os.utime(f, ns=(s0.st_atime_ns, time.time_ns() + 3600 * 10**9))
+    check(opened() == "hashed 2 cached 0", "first open hashes both files")
+    check(not os.path.exists(cfile), "files with a recent (here: future) mtime are not recorded")
+    for f, s0 in zip(files, st):
+        os.utime(f, ns=(s0.st_atime_ns, s0.st_mtime_ns))
+    time.sleep(2.2)  # the ctime set just now settles
+    check(opened() == "hashed 2 cached 0", "open after settling hashes both files")
+    c = json.load(open(cfile))
+    m = json.load(open(d + "/s1-model.json"))
+    real = os.path.realpath(d)
+    check(c["format"] == "s1serve-verified/1" and sorted(c["files"]) ==
+          [real + "/tokenizer.json", real + "/weights.safetensors"], f"cache entries: {sorted(c['files'])}")
+    check(c["files"][real + "/weights.safetensors"]["sha256"] == m["files"]["weights.safetensors"]["sha256"],
+          "cache records the manifest's hash")
+    check(opened() == "hashed 0 cached 2", "second open hashes nothing")
+    check(opened(S1_VERIFY="always") == "hashed 2 cached 0", "S1_VERIFY=always hashes")
+    check(opened(S1_VERIFY="yes please") == "hashed 2 cached 0", "an unknown S1_VERIFY hashes")
+    check(opened(S1_VERIFY="cache") == "hashed 0 cached 2", "S1_VERIFY=cache uses the cache")
+    # the manifest expects another hash while the file and its cache entry are unchanged
+    mtext = open(d + "/s1-model.json").read()
+    good = m["files"]["weights.safetensors"]["sha256"]
+    open(d + "/s1-model.json", "w").write(mtext.replace(good, "0" * 64))
+    line = opened(want_ok=False)
+    check(f"weights.safetensors: SHA-256 {good} does not match" in line,
+          f"a cached file is hashed against a changed manifest hash and refused: {line!r}")
+    open(d + "/s1-model.json", "w").write(mtext)
+    # same size, other bytes, mtime restored (touch -d): ctime moved, so it is hashed and refused
+    w = d + "/weights.safetensors"
+    st0 = os.stat(w)
+    with open(w, "r+b") as f:
+        f.seek(-5, 2)
+        b = f.read(1)
+        f.seek(-5, 2)
+        f.write(bytes([b[0] ^ 1]))
+    os.utime(w, ns=(st0.st_atime_ns, st0.st_mtime_ns))
+    st1 = os.stat(w)
+    check(st1.st_size == st0.st_size and st1.st_mtime_ns == st0.st_mtime_ns and
+          st1.st_ctime_ns != st0.st_ctime_ns, "modified in place: size and mtime kept, ctime moved")
+    line = opened(want_ok=False)
+    check(line.startswith(f"error -{1000 + 3}: {w}: SHA-256 ") and line.endswith(f"({good})"),
+          f"modified weights refused despite the cache: {line!r}")
+    with open(w, "r+b") as f:  # restore the byte: hashed again, then recorded again
+        f.seek(-5, 2)
+        f.write(b)
+    time.sleep(2.2)
+    check(opened() == "hashed 1 cached 1", "restored weights hashed, tokenizer from the cache")
+    check(opened() == "hashed 0 cached 2", "then cached")
+    # garbage cache files are ignored and replaced
+    for junk in (b"\x00garbage{", b'{"format":"s1serve-verified/1","files":[1,2]}',
+                 json.dumps({"format": "s1serve-verified/1", "files": {
+                     real + "/weights.safetensors": {"stat": 5, "sha256": None},
+                     real + "/tokenizer.json": "x"}}).encode(),
+                 json.dumps({"format": "s1serve-verified/9", "files": c["files"]}).encode(), b""):
+        open(cfile, "wb").write(junk)
+        check(opened() == "hashed 2 cached 0", f"garbage cache ignored: {junk[:40]!r}")
+        check(json.load(open(cfile))["format"] == "s1serve-verified/1", "garbage cache replaced")
+    # an unusable cache directory (a regular file) only means hashing
+    notdir = os.path.join(tmp, "plainfile")
+    open(notdir, "w").write("x")
+    check(opened(S1_CACHE_DIR=notdir) == "hashed 2 cached 0", "unusable cache dir: hashes, opens")
+    check(opened(S1_CACHE_DIR=notdir) == "hashed 2 cached 0", "unusable cache dir: never caches")
+    # the location: XDG_CACHE_HOME/s1serve, else HOME/.cache/s1serve (parents created)
+    xdg, home = os.path.join(tmp, "xdg"), os.path.join(tmp, "home")
+    check(opened(S1_CACHE_DIR=None, XDG_CACHE_HOME=xdg) == "hashed 2 cached 0" and
+          opened(S1_CACHE_DIR=None, XDG_CACHE_HOME=xdg) == "hashed 0 cached 2" and
+          os.path.exists(xdg + "/s1serve/verified-files.json"), "cache under $XDG_CACHE_HOME/s1serve")
+    check(opened(S1_CACHE_DIR=None, HOME=home) == "hashed 2 cached 0" and
+          os.path.exists(home + "/.cache/s1serve/verified-files.json"), "cache under $HOME/.cache/s1serve")
+    # entries of files that are gone are dropped at the next write
+    d2 = os.path.join(tmp, "m2")
+    shutil.copytree(d, d2)
+    shutil.rmtree(d)
+    os.rename(d2, d)  # same path, new inodes: hashed (settled copies are recorded)
+    time.sleep(2.2)
+    check(opened() == "hashed 2 cached 0", "a replaced directory is hashed again")
+    c2 = json.load(open(cfile))
+    check(len(c2["files"]) == 2 and all(e["stat"].split(":")[1] == str(os.stat(p).st_ino)
+                                        for p, e in c2["files"].items()), "stale entries replaced")
+    check(not any(f.startswith("verified-files.json.") for f in os.listdir(cdir)),
+          "no temporary file left behind")
+
+
 tmp = tempfile.mkdtemp(prefix="s1-io-")
 try:
-    {"mkmodel": case_mkmodel, "baddir": case_baddir, "lora": case_lora, "refuse": case_refuse}[CASE](tmp)
+    {"mkmodel": case_mkmodel, "baddir": case_baddir, "lora": case_lora, "refuse": case_refuse,
+     "s1out": case_s1out, "cache": case_cache}[CASE](tmp)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 print(f"{CASE}: {len(failures)} failures")
