@@ -50,16 +50,22 @@ size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
  * rounding): SIMT forms every product in fp32 FMAs; TC forms the products on tensor cores in
  * 3xTF32 (split hi + lo, three TF32 products, fp32 accumulation; the solves stay fp32 SIMT);
  * TC_INV also replaces the solves by T = (I + L)⁻¹ (fp32 SIMT) and U = T·(β⊙V), W = T·(βe^Γ⊙K)
- * in 3xTF32, as the reference computes them. */
+ * in 3xTF32, as the reference computes them; INV (all fp32 SIMT) forms KKᵀ and QKᵀ once per
+ * (chunk, key head) for its Hv/Hk value heads, T = (I + L)⁻¹ by forward substitution and
+ * U = T·(β⊙V), W = T·(βe^Γ⊙K) as SIMT products; its state and output launches are SIMT's.
+ * INV_W is INV with a state walk of twice the threads per block (each sum over dk split in two
+ * halves, the update in 4×4 instead of 8×4 tiles). */
 enum exc_gdn_kernel {
   EXC_GDN_KERNEL_SIMT,   /* "simt", the default */
   EXC_GDN_KERNEL_TC,     /* "tc" */
   EXC_GDN_KERNEL_TC_INV, /* "tcinv" */
+  EXC_GDN_KERNEL_INV,    /* "inv" */
+  EXC_GDN_KERNEL_INV_W,  /* "invw" */
   EXC_GDN_KERNEL_COUNT
 };
 /* Process-wide choice for later launches (not thread-safe against concurrent launches; set it
  * before the executor starts). Without a call, the first launch reads
- * S1_GDN_KERNEL=simt|tc|tcinv (anything else, or unset: simt). */
+ * S1_GDN_KERNEL=simt|tc|tcinv|inv|invw (anything else, or unset: simt). */
 void exc_gdn_kernel_set(enum exc_gdn_kernel k);
 enum exc_gdn_kernel exc_gdn_kernel_get(void);
 

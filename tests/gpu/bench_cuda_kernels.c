@@ -113,10 +113,16 @@ int main(void) {
   const int toks[] = {128, 1024, 3400};
   printf("%-5s %-6s %-14s %10s %10s %10s %12s\n", "model", "T", "kernel", "ms/launch", "TFLOP/s",
          "GB/s", "ms/model");
+  /* S1_BENCH_ONLY=MODEL:T (e.g. 4B:3400) runs that one case, for profiling a few launches */
+  const char *only = getenv("S1_BENCH_ONLY");
   for (int mi = 0; mi < 2; mi++) {
     struct model *m = &models[mi];
     for (int ti = 0; ti < 3; ti++) {
       int T = toks[ti];
+      char tag[32];
+      snprintf(tag, sizeof tag, "%s:%d", m->name, T);
+      if (only && strcmp(only, tag) != 0)
+        continue;
       double model_ms = 0;
       /* attention */
       struct attn_ctx a;
@@ -176,10 +182,11 @@ int main(void) {
       g.scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
       g.seq = (struct exc_gdn_seq){0, T, g.state, NULL};
       /* every implementation (enum exc_gdn_kernel) named in S1_GDN_BENCH_KINDS (default all:
-       * "simt,tc,tcinv"; simt always runs); the model sum takes the simt default */
+       * "simt,tc,tcinv,inv,invw"; simt always runs); the model sum takes the simt default */
       const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/tc",
-                                                      "gdn_chunked/tci"};
-      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tc", "tcinv"};
+                                                      "gdn_chunked/tci", "gdn_chunked/inv",
+                                                      "gdn_chunked/invw"};
+      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tc", "tcinv", "inv", "invw"};
       const char *kinds_env = getenv("S1_GDN_BENCH_KINDS");
       float t_kind[EXC_GDN_KERNEL_COUNT];
       double d_kind[EXC_GDN_KERNEL_COUNT]; /* max|out − out_simt| / max|out_simt| */
