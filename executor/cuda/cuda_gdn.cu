@@ -438,22 +438,23 @@ __global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_ke
  * head's β⊙V [64][dv+4]; region B = Qᵀ [dk][TP], later the head's βe^{Γ}⊙K [64][dk+4]; L [64][TP];
  * Tᵀ [64][TP]; Γ, β, βe^{Γ}, g [4·64]. With gridDim.z = r (short inputs) each block takes one
  * value head and the products are formed r times. */
-template <int DK, int DV> struct gdn_intra_inv_smem {
-  static constexpr int TP = GDN_C + 4, VP = DV + 4, KP = DK + 4;
+template <int DK, int DV, bool BT> struct gdn_intra_inv_smem {
+  static constexpr int TP = GDN_C + 4, VP = DV + 4, KP = DK + 4, PP = 17; /* PP: pm row pitch */
   static constexpr int RA = DK * TP > GDN_C * VP ? DK * TP : GDN_C * VP;
   static constexpr int RB = DK * TP > GDN_C * KP ? DK * TP : GDN_C * KP;
   static constexpr int ra = 0, rb = ra + RA, lm = rb + RB, tt = lm + GDN_C * TP,
-                       gam = tt + GDN_C * TP, total = gam + 4 * GDN_C;
+                       gam = tt + GDN_C * TP, pm = gam + 4 * GDN_C,
+                       total = pm + (BT ? 3 * 16 * PP : 0);
 };
 
-template <int DK, int DV>
+template <int DK, int DV, bool BT>
 __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     const float *__restrict__ beta, const float *__restrict__ g, float *__restrict__ scratch,
     int hk, int hv) {
   using LY = gdn_layout<DK, DV>;
-  using SM = gdn_intra_inv_smem<DK, DV>;
-  constexpr int TP = SM::TP, VP = SM::VP, KP = SM::KP, NG = (DV + DK) / 4;
+  using SM = gdn_intra_inv_smem<DK, DV, BT>;
+  constexpr int TP = SM::TP, VP = SM::VP, KP = SM::KP, PP = SM::PP, NG = (DV + DK) / 4;
   extern __shared__ float4 smem4[];
   float *ra = (float *)smem4 + SM::ra; /* Kᵀ [DK][TP], then β⊙V [64][VP] */
   float *rb = (float *)smem4 + SM::rb; /* Qᵀ [DK][TP], then βe^{Γ}⊙K [64][KP] */
@@ -461,6 +462,7 @@ __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
   float *tt = (float *)smem4 + SM::tt; /* [64][TP]: tt[j][i] = T[i][j] */
   float *gam = (float *)smem4 + SM::gam;
   float *bet = gam + GDN_C, *beg = bet + GDN_C, *graw = beg + GDN_C;
+  float *pm = (float *)smem4 + SM::pm; /* BT: [3][16][PP] partial sums of off-diagonal blocks */
 
   int chunk = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
   int s = find_seq(p, chunk);
@@ -577,30 +579,85 @@ __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
       *(float4 *)&at_out[j * GDN_C + 4 * ti] = make_float4(av[0], av[1], av[2], av[3]);
     }
     __syncthreads();
-    /* Tᵀ: tt[c][i] = δ_ic − Σ_{c ≤ j < i} L[i][j]·T[j][c], column c by lanes 4c … 4c+3 (lane part
-     * p sums the j ≡ c + p mod 4, in two interleaved partial sums), reduced by shuffles */
-    {
-      const int c = tid >> 2, part = tid & 3;
-      float *tc = tt + c * TP;
-      for (int i = 0; i < GDN_C; i++) {
-        const float *li = lm + i * TP;
-        float x0 = 0.0f, x1 = 0.0f;
-        int j = c + part;
-        for (; j + 4 < i; j += 8) {
-          x0 += li[j] * tc[j];
-          x1 += li[j + 4] * tc[j + 4];
-        }
-        if (j < i)
-          x0 += li[j] * tc[j];
-        float x = x0 + x1;
-        x += __shfl_xor_sync(0xffffffffu, x, 1);
-        x += __shfl_xor_sync(0xffffffffu, x, 2);
-        if (part == 0)
-          tc[i] = (i == c ? 1.0f : 0.0f) - x;
-        __syncwarp(); /* the column's later terms read this entry from all four lanes */
+    if constexpr (BT) {
+      /* Tᵀ by 16×16 blocks (T_IJ, I ≥ J): zeros above the block diagonal; the four diagonal
+       * blocks D_I = (I + L_II)⁻¹ at once by forward substitution (column c by lanes 4c … 4c+3,
+       * 16 steps); then by block distance d = 1, 2, 3: P = Σ_{K=J}^{I−1} L_IK·T_KJ and
+       * T_IJ = −D_I·P (the inverse of a block lower-triangular matrix). */
+      for (int idx = tid; idx < GDN_C * GDN_C; idx += GDN_NT) {
+        const int j = idx / GDN_C, i = idx % GDN_C;
+        if ((i >> 4) < (j >> 4))
+          tt[j * TP + i] = 0.0f;
       }
+      {
+        const int c = tid >> 2, part = tid & 3, b0 = c & ~15;
+        float *tc = tt + c * TP;
+        for (int il = 0; il < 16; il++) {
+          const int i = b0 + il;
+          const float *li = lm + i * TP;
+          float x = 0.0f;
+          for (int j = c + part; j < i; j += 4)
+            x += li[j] * tc[j];
+          x += __shfl_xor_sync(0xffffffffu, x, 1);
+          x += __shfl_xor_sync(0xffffffffu, x, 2);
+          if (part == 0)
+            tc[i] = (i == c ? 1.0f : 0.0f) - x;
+          __syncwarp(); /* the column's later terms read this entry from all four lanes */
+        }
+      }
+      __syncthreads();
+      for (int d = 1; d < 4; d++) {
+        const int n = (4 - d) * 256; /* elements of the blocks (J + d, J), J < 4 − d */
+        for (int e = tid; e < n; e += GDN_NT) {
+          const int J = e >> 8, r = (e >> 4) & 15, cc = e & 15;
+          const float *li = lm + (16 * (J + d) + r) * TP, *tj = tt + (16 * J + cc) * TP;
+          float x0 = 0.0f, x1 = 0.0f, x2 = 0.0f, x3 = 0.0f;
+          for (int k = 16 * J; k < 16 * (J + d); k += 4) {
+            float4 l = *(const float4 *)&li[k], t = *(const float4 *)&tj[k];
+            x0 += l.x * t.x;
+            x1 += l.y * t.y;
+            x2 += l.z * t.z;
+            x3 += l.w * t.w;
+          }
+          pm[(J * 16 + r) * PP + cc] = (x0 + x1) + (x2 + x3);
+        }
+        __syncthreads();
+        for (int e = tid; e < n; e += GDN_NT) {
+          const int J = e >> 8, I = J + d, r = (e >> 4) & 15, cc = e & 15;
+          const float *di = tt + 16 * I * TP + 16 * I + r; /* D_I[r][k] = di[k·TP] */
+          float x = 0.0f;
+          for (int k = 0; k <= r; k++)
+            x += di[k * TP] * pm[(J * 16 + k) * PP + cc];
+          tt[(16 * J + cc) * TP + 16 * I + r] = -x;
+        }
+        __syncthreads();
+      }
+    } else {
+      /* Tᵀ: tt[c][i] = δ_ic − Σ_{c ≤ j < i} L[i][j]·T[j][c], column c by lanes 4c … 4c+3 (lane part
+       * p sums the j ≡ c + p mod 4, in two interleaved partial sums), reduced by shuffles */
+      {
+        const int c = tid >> 2, part = tid & 3;
+        float *tc = tt + c * TP;
+        for (int i = 0; i < GDN_C; i++) {
+          const float *li = lm + i * TP;
+          float x0 = 0.0f, x1 = 0.0f;
+          int j = c + part;
+          for (; j + 4 < i; j += 8) {
+            x0 += li[j] * tc[j];
+            x1 += li[j + 4] * tc[j + 4];
+          }
+          if (j < i)
+            x0 += li[j] * tc[j];
+          float x = x0 + x1;
+          x += __shfl_xor_sync(0xffffffffu, x, 1);
+          x += __shfl_xor_sync(0xffffffffu, x, 2);
+          if (part == 0)
+            tc[i] = (i == c ? 1.0f : 0.0f) - x;
+          __syncwarp(); /* the column's later terms read this entry from all four lanes */
+        }
+      }
+      __syncthreads();
     }
-    __syncthreads();
     /* [U | W] = T·[β⊙V | βe^{Γ}⊙K]: 4×4 tiles over 64 × (dv + dk); the sum over j stops at the
      * tile's last row (T is lower triangular). Row blocks ib of slot sl: a thread's slots
      * sl, sl+4, sl+8, sl+12 take blocks {q, 7−q, 8+q, 15−q}, equal work per thread. */
@@ -1043,15 +1100,16 @@ template <typename K> static int gdn_set_smem(K kernel, size_t bytes) {
 }
 
 /* NCS: state column block for few blocks (one per SM), NCL: for many; OC: output column block.
- * MODE: enum exc_gdn_kernel (0 simt, 1 tc, 2 tcinv, 3 inv, 4 invw). */
+ * MODE: enum exc_gdn_kernel (0 simt, 1 tc, 2 tcinv, 3 inv, 4 invw, 5 invb). */
 template <int DK, int DV, int NCS, int NCL, int OC, int MODE>
 static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total_chunks,
                       const float *qkv, size_t ld, const float *beta, const float *g, float *out,
                       int hk, int hv, void *scratch) {
   constexpr bool TC = MODE == 1 || MODE == 2; /* inv, invw: the simt output kernel */
   constexpr bool INV = MODE >= 3;             /* intra per (chunk, key head) */
-  constexpr int KS = MODE == 4 ? 2 : 1;       /* invw: the state walk's sums split in two */
-  size_t intra_smem = INV ? (size_t)gdn_intra_inv_smem<DK, DV>::total * sizeof(float)
+  constexpr int KS = MODE >= 4 ? 2 : 1;       /* invw, invb: the state walk's sums split in two */
+  constexpr bool BT = MODE == 5;              /* invb: T = (I + L)⁻¹ by 16×16 blocks */
+  size_t intra_smem = INV ? (size_t)gdn_intra_inv_smem<DK, DV, BT>::total * sizeof(float)
                           : (size_t)gdn_intra_smem<DK, MODE>::total * sizeof(float);
   size_t smem_s = (size_t)gdn_state_smem<DK, DV, NCS>::total * sizeof(float);
   size_t smem_l = (size_t)gdn_state_smem<DK, DV, NCL>::total * sizeof(float);
@@ -1061,8 +1119,8 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
   if (!attr_done) {
     if constexpr (INV) {
       /* two intra blocks per SM need the whole shared-memory carveout */
-      if ((rc = gdn_set_smem(gdn_intra_inv_kernel<DK, DV>, intra_smem)) ||
-          (rc = EXC_CUDA(cudaFuncSetAttribute(gdn_intra_inv_kernel<DK, DV>,
+      if ((rc = gdn_set_smem(gdn_intra_inv_kernel<DK, DV, BT>, intra_smem)) ||
+          (rc = EXC_CUDA(cudaFuncSetAttribute(gdn_intra_inv_kernel<DK, DV, BT>,
                                               cudaFuncAttributePreferredSharedMemoryCarveout,
                                               (int)cudaSharedmemCarveoutMaxShared))))
         return rc;
@@ -1086,7 +1144,7 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
     /* fewer (chunk, key head) blocks than SMs (short inputs): one block per value head instead,
      * each forming the key head's products itself */
     unsigned groups = (long)total_chunks * hk < gdn_sm_count() ? (unsigned)(hv / hk) : 1u;
-    gdn_intra_inv_kernel<DK, DV><<<dim3((unsigned)total_chunks, (unsigned)hk, groups), GDN_NT,
+    gdn_intra_inv_kernel<DK, DV, BT><<<dim3((unsigned)total_chunks, (unsigned)hk, groups), GDN_NT,
                                    intra_smem, stream>>>(p, qkv, ld, beta, g, (float *)scratch,
                                                          hk, hv);
   }
@@ -1145,12 +1203,14 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
            : kind == EXC_GDN_KERNEL_TC_INV ? GDN_LAUNCH(128, 128, 32, 64, 64, 2)
            : kind == EXC_GDN_KERNEL_INV    ? GDN_LAUNCH(128, 128, 32, 64, 64, 3)
            : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(128, 128, 32, 64, 64, 4)
+           : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(128, 128, 32, 64, 64, 5)
                                            : GDN_LAUNCH(128, 128, 32, 64, 64, 0);
   if (dims->dk == 16 && dims->dv == 24)
     return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(16, 24, 24, 24, 24, 1)
            : kind == EXC_GDN_KERNEL_TC_INV ? GDN_LAUNCH(16, 24, 24, 24, 24, 2)
            : kind == EXC_GDN_KERNEL_INV    ? GDN_LAUNCH(16, 24, 24, 24, 24, 3)
            : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(16, 24, 24, 24, 24, 4)
+           : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(16, 24, 24, 24, 24, 5)
                                            : GDN_LAUNCH(16, 24, 24, 24, 24, 0);
 #undef GDN_LAUNCH
   return -EINVAL;
@@ -1172,6 +1232,7 @@ extern "C" enum exc_gdn_kernel exc_gdn_kernel_get(void) {
                         : strcmp(env, "tcinv") == 0 ? EXC_GDN_KERNEL_TC_INV
                         : strcmp(env, "inv") == 0   ? EXC_GDN_KERNEL_INV
                         : strcmp(env, "invw") == 0  ? EXC_GDN_KERNEL_INV_W
+                        : strcmp(env, "invb") == 0  ? EXC_GDN_KERNEL_INV_B
                                                     : EXC_GDN_KERNEL_SIMT;
   }
   return (enum exc_gdn_kernel)gdn_kernel_choice;
