@@ -803,7 +803,8 @@ __global__ __launch_bounds__(NC * 4 * KS) static void gdn_state_kernel(
       if (half == 1) {
 #pragma unroll
         for (int r = 0; r < 4; r++)
-          *(float4 *)&vps[(i4 + r) * CP + c4] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+          *(float4 *)&vps[(i4 + r) * CP + c4] =
+              make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
       }
       __syncthreads();
       if (half == 0) {
@@ -902,9 +903,11 @@ __global__ __launch_bounds__(NC * 4 * KS) static void gdn_state_kernel(
         }
 #pragma unroll
         for (int r = 0; r < 4; r++)
-          *(float4 *)&st[(a4 + r) * CP + c4] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+          *(float4 *)&st[(a4 + r) * CP + c4] =
+              make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
       }
-    } else if constexpr (TC) { /* 16×8 tiles, one warp per tile, accumulating onto e^{ΓC}·S in place */
+    } else if constexpr (TC) {
+      /* 16×8 tiles, one warp per tile, accumulating onto e^{ΓC}·S in place */
       const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
       for (int tile = warp; tile < (DK / 16) * (NC / 8); tile += NT / 32) {
         const int a0 = (tile / (NC / 8)) * 16, c0 = (tile % (NC / 8)) * 8;
@@ -944,7 +947,8 @@ __global__ __launch_bounds__(NC * 4 * KS) static void gdn_state_kernel(
       }
 #pragma unroll
       for (int r = 0; r < 8; r++)
-        *(float4 *)&st[(a8 + r) * CP + c4] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        *(float4 *)&st[(a8 + r) * CP + c4] =
+            make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     }
   }
   if (sq.state_out) {
@@ -952,6 +956,274 @@ __global__ __launch_bounds__(NC * 4 * KS) static void gdn_state_kernel(
     for (int idx = tid; idx < DK * NC; idx += NT) {
       int a = idx / NC, c = idx % NC;
       sq.state_out[((size_t)h * DK + a) * DV + cb + c] = st[a * CP + c];
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * 2'. State walk of `invf`, with the state's share of the output: block (column block of NC,
+ * value head, sequence), NC·8 threads. Per chunk: the first half of the block forms
+ * V' = U − W·S (4×4 tiles, written over U and as e^{ΓC−Γ}⊙V' for the update), the second half
+ * e^{Γ}⊙(Q·S) straight into `out` (rows < len; the A·V' term is added by gdn_out_av_kernel); then
+ * all threads S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V'). S at the chunk start is not kept. U, K and the
+ * coefficients are double-buffered (chunk ci+1 streams in during ci); W and Q (row-major) have one
+ * buffer each, refilled for ci+1 once the chunk's first phase is done with them. */
+template <int DK, int DV, int NC> struct gdn_state_fused_smem {
+  static constexpr int WP = GDN_C + 4, KP = DK + 4, CP = NC + 4, CFP = 3 * GDN_C + 4;
+  static constexpr int wt = 0, qs = wt + DK * WP, us = qs + GDN_C * KP, ks = us + 2 * GDN_C * CP,
+                       cf = ks + 2 * GDN_C * KP, st = cf + 2 * CFP, vps = st + DK * CP,
+                       total = vps + GDN_C * CP;
+};
+
+template <int DK, int DV, int NC>
+__global__ __launch_bounds__(NC * 8) static void gdn_state_fused_kernel(
+    const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
+    float *__restrict__ scratch, float *__restrict__ out, int hk, int hv) {
+  using LY = gdn_layout<DK, DV>;
+  using SM = gdn_state_fused_smem<DK, DV, NC>;
+  constexpr int NT = NC * 8, HT = NC * 4, WP = SM::WP, KP = SM::KP, CP = SM::CP, CFP = SM::CFP;
+  extern __shared__ float4 smem4[];
+  float *sm = (float *)smem4;
+  float *wt = sm + SM::wt, *qs = sm + SM::qs, *us0 = sm + SM::us, *ks0 = sm + SM::ks;
+  float *cf0 = sm + SM::cf, *st = sm + SM::st, *vps = sm + SM::vps;
+
+  int cb = blockIdx.x * NC, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+  const struct exc_gdn_seq sq = p.seqs[s];
+  int kh = h / (hv / hk);
+  int n_chunks = p.chunk_start[s + 1] - p.chunk_start[s];
+  auto chunk_base = [&](int ci) {
+    return scratch + ((size_t)(p.chunk_start[s] + ci) * hv + h) * LY::total;
+  };
+
+  for (int idx = tid; idx < DK * NC; idx += NT) {
+    int a = idx / NC, c = idx % NC;
+    st[a * CP + c] = sq.state_in ? sq.state_in[((size_t)h * DK + a) * DV + cb + c] : 0.0f;
+  }
+  /* U, K rows, coefficients of chunk ci into buffer ci & 1 */
+  auto load_ukc = [&](int ci) {
+    const float *base = chunk_base(ci);
+    float *us = us0 + (ci & 1) * GDN_C * CP, *ks = ks0 + (ci & 1) * GDN_C * KP;
+    float *cf = cf0 + (ci & 1) * CFP;
+    int len = min(GDN_C, sq.n - ci * GDN_C);
+    size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    for (int idx = tid; idx < GDN_C * NC / 4; idx += NT) {
+      int i = idx / (NC / 4), c4 = (idx % (NC / 4)) * 4;
+      cp_async16(&us[i * CP + c4], base + LY::u + i * DV + cb + c4);
+    }
+    for (int idx = tid; idx < GDN_C * DK / 4; idx += NT) {
+      int i = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
+      if (i < len)
+        cp_async16(&ks[i * KP + a4], qkv + (row0 + i) * ld + (size_t)(hk + kh) * DK + a4);
+      else
+        *(float4 *)&ks[i * KP + a4] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int idx = tid; idx < 3 * GDN_C / 4; idx += NT)
+      cp_async16(&cf[idx * 4], base + LY::coef + idx * 4);
+  };
+  /* Wᵀ and the Q rows of chunk ci into their single buffers */
+  auto load_wq = [&](int ci) {
+    const float *base = chunk_base(ci);
+    int len = min(GDN_C, sq.n - ci * GDN_C);
+    size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    for (int idx = tid; idx < DK * GDN_C / 4; idx += NT) {
+      int a = idx / (GDN_C / 4), i4 = (idx % (GDN_C / 4)) * 4;
+      cp_async16(&wt[a * WP + i4], base + LY::wt + a * GDN_C + i4);
+    }
+    for (int idx = tid; idx < GDN_C * DK / 4; idx += NT) {
+      int i = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
+      if (i < len)
+        cp_async16(&qs[i * KP + a4], qkv + (row0 + i) * ld + (size_t)kh * DK + a4);
+      else
+        *(float4 *)&qs[i * KP + a4] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+
+  if (n_chunks > 0) {
+    load_ukc(0);
+    load_wq(0);
+    cp_async_commit();
+  }
+  for (int ci = 0; ci < n_chunks; ci++) {
+    float *base = chunk_base(ci);
+    const float *ks = ks0 + (ci & 1) * GDN_C * KP, *cf = cf0 + (ci & 1) * CFP;
+    const float *us = us0 + (ci & 1) * GDN_C * CP;
+    const int len = min(GDN_C, sq.n - ci * GDN_C);
+    const size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    cp_async_wait_all();
+    __syncthreads();
+    if (ci + 1 < n_chunks) {
+      load_ukc(ci + 1);
+      cp_async_commit();
+    }
+    {
+      const int half = tid / HT, tile = tid % HT;
+      const int i4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
+      float acc[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          acc[r][c] = 0.0f;
+      if (half == 0) { /* V' = U − W·S */
+#pragma unroll 8
+        for (int a = 0; a < DK; a++) {
+          float4 wv = *(const float4 *)&wt[a * WP + i4];
+          float4 sv = *(const float4 *)&st[a * CP + c4];
+          float wvv[4] = {wv.x, wv.y, wv.z, wv.w}, svv[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+          for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+              acc[r][c] += wvv[r] * svv[c];
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          int i = i4 + r;
+          float e = cf[GDN_C + i];
+          float v[4];
+#pragma unroll
+          for (int c = 0; c < 4; c++) {
+            v[c] = us[i * CP + c4 + c] - acc[r][c];
+            vps[i * CP + c4 + c] = e * v[c];
+          }
+          *(float4 *)&base[LY::u + i * DV + cb + c4] = make_float4(v[0], v[1], v[2], v[3]);
+        }
+      } else { /* e^{Γ} ⊙ (Q·S) into out, four k at a time */
+#pragma unroll 2
+        for (int a = 0; a < DK; a += 4) {
+          float4 qv[4], sv[4];
+#pragma unroll
+          for (int r = 0; r < 4; r++)
+            qv[r] = *(const float4 *)&qs[(i4 + r) * KP + a];
+#pragma unroll
+          for (int k = 0; k < 4; k++)
+            sv[k] = *(const float4 *)&st[(a + k) * CP + c4];
+#pragma unroll
+          for (int r = 0; r < 4; r++) {
+            float qq[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+              acc[r][0] += qq[k] * sv[k].x;
+              acc[r][1] += qq[k] * sv[k].y;
+              acc[r][2] += qq[k] * sv[k].z;
+              acc[r][3] += qq[k] * sv[k].w;
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          int i = i4 + r;
+          float e = cf[i];
+          if (i < len)
+            *(float4 *)(out + ((row0 + i) * hv + h) * DV + cb + c4) =
+                make_float4(e * acc[r][0], e * acc[r][1], e * acc[r][2], e * acc[r][3]);
+        }
+      }
+    }
+    __syncthreads(); /* V' complete; W and Q free for the next chunk */
+    if (ci + 1 < n_chunks) {
+      load_wq(ci + 1);
+      cp_async_commit();
+    }
+    /* S ← e^{ΓC} S + Kᵀ (e^{ΓC−Γ} ⊙ V'): DK × NC, 4×4 tiles */
+    float el = cf[2 * GDN_C];
+    for (int tile = tid; tile < (DK / 4) * (NC / 4); tile += NT) {
+      int a4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
+      float acc[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        float4 sv = *(const float4 *)&st[(a4 + r) * CP + c4];
+        acc[r][0] = el * sv.x;
+        acc[r][1] = el * sv.y;
+        acc[r][2] = el * sv.z;
+        acc[r][3] = el * sv.w;
+      }
+#pragma unroll 8
+      for (int i = 0; i < GDN_C; i++) {
+        float4 kv = *(const float4 *)&ks[i * KP + a4];
+        float4 vv = *(const float4 *)&vps[i * CP + c4];
+        float kvv[4] = {kv.x, kv.y, kv.z, kv.w}, vvv[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+          for (int c = 0; c < 4; c++)
+            acc[r][c] += kvv[r] * vvv[c];
+      }
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        *(float4 *)&st[(a4 + r) * CP + c4] =
+            make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    }
+  }
+  if (sq.state_out) {
+    __syncthreads();
+    for (int idx = tid; idx < DK * NC; idx += NT) {
+      int a = idx / NC, c = idx % NC;
+      sq.state_out[((size_t)h * DK + a) * DV + cb + c] = st[a * CP + c];
+    }
+  }
+}
+
+/* 3'. Output of `invf`: block (chunk, value head, column block of OC), 256 threads, 4×4 tiles:
+ * out += A·V' on the rows < len that gdn_state_fused_kernel wrote. */
+template <int OC> struct gdn_out_av_smem {
+  static constexpr int TP = GDN_C + 4, CP = OC + 4;
+  static constexpr int at = 0, vp = at + GDN_C * TP, total = vp + GDN_C * CP;
+};
+
+template <int DK, int DV, int OC>
+__global__ __launch_bounds__(GDN_NT) static void gdn_out_av_kernel(
+    const __grid_constant__ struct gdn_params p, const float *__restrict__ scratch,
+    float *__restrict__ out, int hv) {
+  using LY = gdn_layout<DK, DV>;
+  using SM = gdn_out_av_smem<OC>;
+  constexpr int TP = SM::TP, CP = SM::CP;
+  extern __shared__ float4 smem4[];
+  float *at = (float *)smem4 + SM::at, *vp = (float *)smem4 + SM::vp;
+  int chunk = blockIdx.x, h = blockIdx.y, cb = blockIdx.z * OC, tid = threadIdx.x;
+  int s = find_seq(p, chunk);
+  const struct exc_gdn_seq sq = p.seqs[s];
+  int c0 = (chunk - p.chunk_start[s]) * GDN_C;
+  int len = min(GDN_C, sq.n - c0);
+  size_t row0 = (size_t)sq.start + c0;
+  const float *base = scratch + ((size_t)chunk * hv + h) * LY::total;
+  for (int idx = tid; idx < GDN_C * GDN_C / 4; idx += GDN_NT) {
+    int j = idx / (GDN_C / 4), i4 = (idx % (GDN_C / 4)) * 4;
+    cp_async16(&at[j * TP + i4], base + LY::at + j * GDN_C + i4);
+  }
+  for (int idx = tid; idx < GDN_C * OC / 4; idx += GDN_NT) {
+    int j = idx / (OC / 4), c4 = (idx % (OC / 4)) * 4;
+    cp_async16(&vp[j * CP + c4], base + LY::u + j * DV + cb + c4);
+  }
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+  for (int tile = tid; tile < (GDN_C / 4) * (OC / 4); tile += GDN_NT) {
+    int i4 = (tile / (OC / 4)) * 4, c4 = (tile % (OC / 4)) * 4;
+    float acc[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+      for (int c = 0; c < 4; c++)
+        acc[r][c] = 0.0f;
+    for (int j = 0; j < i4 + 4; j++) {
+      float4 av = *(const float4 *)&at[j * TP + i4];
+      float4 vv = *(const float4 *)&vp[j * CP + c4];
+      float avv[4] = {av.x, av.y, av.z, av.w}, vvv[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          acc[r][c] += avv[r] * vvv[c];
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      int i = i4 + r;
+      if (i < len) {
+        float4 *o = (float4 *)(out + ((row0 + i) * hv + h) * DV + cb + c4);
+        float4 q = *o;
+        *o = make_float4(q.x + acc[r][0], q.y + acc[r][1], q.z + acc[r][2], q.w + acc[r][3]);
+      }
     }
   }
 }
@@ -1100,7 +1372,7 @@ template <typename K> static int gdn_set_smem(K kernel, size_t bytes) {
 }
 
 /* NCS: state column block for few blocks (one per SM), NCL: for many; OC: output column block.
- * MODE: enum exc_gdn_kernel (0 simt, 1 tc, 2 tcinv, 3 inv, 4 invw, 5 invb). */
+ * MODE: enum exc_gdn_kernel (0 simt, 1 tc, 2 tcinv, 3 inv, 4 invw, 5 invb, 6 invf). */
 template <int DK, int DV, int NCS, int NCL, int OC, int MODE>
 static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total_chunks,
                       const float *qkv, size_t ld, const float *beta, const float *g, float *out,
@@ -1108,12 +1380,16 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
   constexpr bool TC = MODE == 1 || MODE == 2; /* inv, invw: the simt output kernel */
   constexpr bool INV = MODE >= 3;             /* intra per (chunk, key head) */
   constexpr int KS = MODE >= 4 ? 2 : 1;       /* invw, invb: the state walk's sums split in two */
-  constexpr bool BT = MODE == 5;              /* invb: T = (I + L)⁻¹ by 16×16 blocks */
+  constexpr bool BT = MODE >= 5;              /* invb, invf: T = (I + L)⁻¹ by 16×16 blocks */
+  constexpr bool FUSED = MODE == 6;           /* invf: the walk forms e^Γ⊙(Q·S) of the output */
   size_t intra_smem = INV ? (size_t)gdn_intra_inv_smem<DK, DV, BT>::total * sizeof(float)
                           : (size_t)gdn_intra_smem<DK, MODE>::total * sizeof(float);
-  size_t smem_s = (size_t)gdn_state_smem<DK, DV, NCS>::total * sizeof(float);
-  size_t smem_l = (size_t)gdn_state_smem<DK, DV, NCL>::total * sizeof(float);
-  size_t out_smem = (size_t)gdn_out_smem<DK, OC>::total * sizeof(float);
+  size_t smem_s = (size_t)(FUSED ? gdn_state_fused_smem<DK, DV, NCS>::total
+                                  : gdn_state_smem<DK, DV, NCS>::total) * sizeof(float);
+  size_t smem_l = (size_t)(FUSED ? gdn_state_fused_smem<DK, DV, NCL>::total
+                                  : gdn_state_smem<DK, DV, NCL>::total) * sizeof(float);
+  size_t out_smem = (size_t)(FUSED ? gdn_out_av_smem<OC>::total : gdn_out_smem<DK, OC>::total) *
+                    sizeof(float);
   static bool attr_done = false; /* per instantiation; the calls are idempotent */
   int rc = 0;
   if (!attr_done) {
@@ -1134,9 +1410,14 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
                             (int)cudaSharedmemCarveoutMaxShared))))
         return rc;
     }
-    if ((rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS, TC, KS>, smem_s)) ||
-        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL, TC, KS>, smem_l)) ||
-        (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC, TC>, out_smem)))
+    if constexpr (FUSED) {
+      if ((rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCS>, smem_s)) ||
+          (rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCL>, smem_l)) ||
+          (rc = gdn_set_smem(gdn_out_av_kernel<DK, DV, OC>, out_smem)))
+        return rc;
+    } else if ((rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS, TC, KS>, smem_s)) ||
+               (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL, TC, KS>, smem_l)) ||
+               (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC, TC>, out_smem)))
       return rc;
     attr_done = true;
   }
@@ -1154,19 +1435,33 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
                                                            hk, hv);
   if ((rc = EXC_CUDA(cudaGetLastError())))
     return rc;
-  if ((long)hv * (DV / NCS) * p.n_seqs <= gdn_sm_count())
-    gdn_state_kernel<DK, DV, NCS, TC, KS><<<dim3(DV / NCS, (unsigned)hv, (unsigned)p.n_seqs),
-                                            NCS * 4 * KS, smem_s, stream>>>(p, qkv, ld,
-                                                                           (float *)scratch, hk, hv);
-  else
-    gdn_state_kernel<DK, DV, NCL, TC, KS><<<dim3(DV / NCL, (unsigned)hv, (unsigned)p.n_seqs),
-                                            NCL * 4 * KS, smem_l, stream>>>(p, qkv, ld,
-                                                                           (float *)scratch, hk, hv);
-  if ((rc = EXC_CUDA(cudaGetLastError())))
-    return rc;
-  gdn_out_kernel<DK, DV, OC, TC><<<dim3((unsigned)total_chunks, (unsigned)hv, DV / OC), GDN_NT,
-                               out_smem, stream>>>(p, qkv, ld, (const float *)scratch, out, hk,
-                                                   hv);
+  const bool few = (long)hv * (DV / NCS) * p.n_seqs <= gdn_sm_count();
+  const dim3 grid_s(DV / NCS, (unsigned)hv, (unsigned)p.n_seqs);
+  const dim3 grid_l(DV / NCL, (unsigned)hv, (unsigned)p.n_seqs);
+  const dim3 grid_o((unsigned)total_chunks, (unsigned)hv, DV / OC);
+  if constexpr (FUSED) {
+    if (few)
+      gdn_state_fused_kernel<DK, DV, NCS><<<grid_s, NCS * 8, smem_s, stream>>>(
+          p, qkv, ld, (float *)scratch, out, hk, hv);
+    else
+      gdn_state_fused_kernel<DK, DV, NCL><<<grid_l, NCL * 8, smem_l, stream>>>(
+          p, qkv, ld, (float *)scratch, out, hk, hv);
+    if ((rc = EXC_CUDA(cudaGetLastError())))
+      return rc;
+    gdn_out_av_kernel<DK, DV, OC><<<grid_o, GDN_NT, out_smem, stream>>>(
+        p, (const float *)scratch, out, hv);
+  } else {
+    if (few)
+      gdn_state_kernel<DK, DV, NCS, TC, KS><<<grid_s, NCS * 4 * KS, smem_s, stream>>>(
+          p, qkv, ld, (float *)scratch, hk, hv);
+    else
+      gdn_state_kernel<DK, DV, NCL, TC, KS><<<grid_l, NCL * 4 * KS, smem_l, stream>>>(
+          p, qkv, ld, (float *)scratch, hk, hv);
+    if ((rc = EXC_CUDA(cudaGetLastError())))
+      return rc;
+    gdn_out_kernel<DK, DV, OC, TC><<<grid_o, GDN_NT, out_smem, stream>>>(
+        p, qkv, ld, (const float *)scratch, out, hk, hv);
+  }
   return EXC_CUDA(cudaGetLastError());
 }
 
@@ -1204,6 +1499,7 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
            : kind == EXC_GDN_KERNEL_INV    ? GDN_LAUNCH(128, 128, 32, 64, 64, 3)
            : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(128, 128, 32, 64, 64, 4)
            : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(128, 128, 32, 64, 64, 5)
+           : kind == EXC_GDN_KERNEL_INV_F  ? GDN_LAUNCH(128, 128, 32, 64, 64, 6)
                                            : GDN_LAUNCH(128, 128, 32, 64, 64, 0);
   if (dims->dk == 16 && dims->dv == 24)
     return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(16, 24, 24, 24, 24, 1)
@@ -1211,6 +1507,7 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
            : kind == EXC_GDN_KERNEL_INV    ? GDN_LAUNCH(16, 24, 24, 24, 24, 3)
            : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(16, 24, 24, 24, 24, 4)
            : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(16, 24, 24, 24, 24, 5)
+           : kind == EXC_GDN_KERNEL_INV_F  ? GDN_LAUNCH(16, 24, 24, 24, 24, 6)
                                            : GDN_LAUNCH(16, 24, 24, 24, 24, 0);
 #undef GDN_LAUNCH
   return -EINVAL;
@@ -1233,6 +1530,7 @@ extern "C" enum exc_gdn_kernel exc_gdn_kernel_get(void) {
                         : strcmp(env, "inv") == 0   ? EXC_GDN_KERNEL_INV
                         : strcmp(env, "invw") == 0  ? EXC_GDN_KERNEL_INV_W
                         : strcmp(env, "invb") == 0  ? EXC_GDN_KERNEL_INV_B
+                        : strcmp(env, "invf") == 0  ? EXC_GDN_KERNEL_INV_F
                                                     : EXC_GDN_KERNEL_SIMT;
   }
   return (enum exc_gdn_kernel)gdn_kernel_choice;

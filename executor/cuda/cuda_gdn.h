@@ -55,7 +55,9 @@ size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
  * U = T·(β⊙V), W = T·(βe^Γ⊙K) as SIMT products; its state and output launches are SIMT's.
  * INV_W is INV with a state walk of twice the threads per block (each sum over dk split in two
  * halves, the update in 4×4 instead of 8×4 tiles); INV_B is INV_W with T formed by 16×16 blocks
- * (diagonal blocks by substitution, the others as small products). */
+ * (diagonal blocks by substitution, the others as small products); INV_F is INV_B with the
+ * output's e^Γ⊙(Q·S) formed in the state walk (S per chunk no longer stored) and A·V' added by a
+ * lighter output launch. */
 enum exc_gdn_kernel {
   EXC_GDN_KERNEL_SIMT,   /* "simt", the default */
   EXC_GDN_KERNEL_TC,     /* "tc" */
@@ -63,11 +65,13 @@ enum exc_gdn_kernel {
   EXC_GDN_KERNEL_INV,    /* "inv" */
   EXC_GDN_KERNEL_INV_W,  /* "invw" */
   EXC_GDN_KERNEL_INV_B,  /* "invb" */
+  EXC_GDN_KERNEL_INV_F,  /* "invf" */
   EXC_GDN_KERNEL_COUNT
 };
 /* Process-wide choice for later launches (not thread-safe against concurrent launches; set it
  * before the executor starts). Without a call, the first launch reads
- * S1_GDN_KERNEL=simt|tc|tcinv|inv|invw|invb (anything else, or unset: simt). */
+ * S1_GDN_KERNEL=simt|tc|tcinv|inv|invw|invb|invf
+ * (anything else, or unset: simt). */
 void exc_gdn_kernel_set(enum exc_gdn_kernel k);
 enum exc_gdn_kernel exc_gdn_kernel_get(void);
 

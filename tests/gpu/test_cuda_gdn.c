@@ -11,7 +11,8 @@
  * Every chunked case runs for each implementation (EXC_GDN_KERNEL_SIMT, _TC: 3xTF32 tensor-core
  * products, _TC_INV: also the solves as T = (I + L)⁻¹ products, _INV: fp32 SIMT with KKᵀ, QKᵀ per
  * key head and the solves as T = (I + L)⁻¹ products, _INV_W: _INV with the state walk's sums split
- * over twice the threads, _INV_B: _INV_W with T by 16×16 blocks), each against the same CPU bound;
+ * over twice the threads, _INV_B: _INV_W with T by 16×16 blocks, _INV_F: _INV_B with Q·S formed
+ * in the state walk), each against the same CPU bound;
  * lines are prefixed with the variant. */
 #include "cpu_gdn.h"
 #include "cuda_attention.h" /* EXC_MAX_SEQS */
@@ -328,8 +329,9 @@ int main(void) {
   const int none[8] = {0}, one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   const enum exc_gdn_kernel kinds[] = {EXC_GDN_KERNEL_SIMT, EXC_GDN_KERNEL_TC,
                                        EXC_GDN_KERNEL_TC_INV, EXC_GDN_KERNEL_INV,
-                                       EXC_GDN_KERNEL_INV_W, EXC_GDN_KERNEL_INV_B};
-  const char *kind_names[] = {"simt", "tc", "tcinv", "inv", "invw", "invb"};
+                                       EXC_GDN_KERNEL_INV_W, EXC_GDN_KERNEL_INV_B,
+                                       EXC_GDN_KERNEL_INV_F};
+  const char *kind_names[] = {"simt", "tc", "tcinv", "inv", "invw", "invb", "invf"};
   for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
     exc_gdn_kernel_set(kinds[kv]);
     variant = kind_names[kv];
