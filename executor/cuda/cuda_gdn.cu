@@ -6,14 +6,16 @@
  *    order with its [dk, nc] slice of S in shared memory: it keeps S at each chunk start,
  *    V' = U − W·S and S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V') — the only sequential work;
  * 3. output: every (chunk, value head, column half) in parallel: O = e^{Γ}⊙(Q·S_c) + A·V'.
- * Three variants of the same three launches (exc_gdn_kernel_set, env S1_GDN_KERNEL): `simt` forms
- * every product in fp32 FMAs; `tc` forms the products (KKᵀ, QKᵀ, W·S, Kᵀ·V', Q·S, A·V') on tensor
- * cores in 3xTF32 (x = hi + lo, hi·hi + hi·lo + lo·hi with fp32 accumulation, ≈ fp32 accuracy)
- * and keeps the triangular solves, gates and decays in fp32 SIMT; `tcinv` also replaces the
- * per-column solves by T = (I + L)⁻¹ (fp32 SIMT) and the products T·(β⊙V), T·(βe^Γ⊙K) in 3xTF32.
- * `inv` (fp32 SIMT throughout) replaces only the intra launch: one block per (chunk, key head)
- * forms KKᵀ and QKᵀ once for the Hv/Hk value heads that share them, then per value head
- * T = (I + L)⁻¹ and U, W as triangular SIMT products (1'. below); state and output as `simt`. */
+ * Variants (exc_gdn_kernel_set, env S1_GDN_KERNEL): `simt` forms every product in fp32 FMAs;
+ * `tcinv` forms the products (KKᵀ, QKᵀ, W·S, Kᵀ·V', Q·S, A·V') on tensor cores in 3xTF32
+ * (x = hi + lo, hi·hi + hi·lo + lo·hi with fp32 accumulation, ≈ fp32 accuracy) and replaces the
+ * per-column solves by T = (I + L)⁻¹ (fp32 SIMT) and the products T·(β⊙V), T·(βe^Γ⊙K).
+ * `invw` (fp32 SIMT throughout): one intra block per (chunk, key head) forms KKᵀ and QKᵀ once for
+ * the Hv/Hk value heads that share them, then per value head T = (I + L)⁻¹ and U, W as triangular
+ * SIMT products (1'. below); its walk splits each sum over dk between two halves of a twice as
+ * large block. `invb`: `invw` with T by 16×16 blocks. `invf`: `invb` whose walk also forms the
+ * output's e^{Γ}⊙(Q·S) (2'.), so S per chunk is not stored and the output launch only adds A·V'
+ * (3'.). */
 #include <errno.h>
 #include <stdlib.h>
 #include <math.h>
@@ -185,7 +187,7 @@ extern "C" int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, c
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 1. Intra-chunk kernel: block (chunk, value head). MODE 0 simt, 1 tc, 2 tcinv (enum
+ * 1. Intra-chunk kernel: block (chunk, value head). MODE 0 simt, 1 tc, 2 tcinv (see gdn_launch;
  * exc_gdn_kernel). Shared: Kᵀ [dk][TP], Qᵀ [dk][TP] (tcinv: then T = (I + L)⁻¹ [64][TP]),
  * L [64][TP], tcinv: β⊙V [64][TP] for 64 columns at a time; TP is 64+8 for the tensor-core modes
  * (conflict-free fragment loads), 64+4 for simt. */
@@ -428,7 +430,8 @@ __global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_ke
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 1'. Intra-chunk kernel of `inv` (fp32 SIMT): block (chunk, key head), 256 threads, 2 blocks/SM.
+ * 1'. Intra-chunk kernel of `invw`, `invb`, `invf` (fp32 SIMT): block (chunk, key head), 256
+ * threads, 2 blocks/SM.
  * KKᵀ and QKᵀ depend only on the key head, so the block forms them once (4×4 register tiles, kept
  * in registers) and then, for each of the r = Hv/Hk value heads of that key head in turn: Γ, L and
  * Aᵀ from the register tiles with that head's β and decays; T = (I + L)⁻¹ by forward substitution
@@ -591,17 +594,17 @@ __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
       }
       {
         const int c = tid >> 2, part = tid & 3, b0 = c & ~15;
-        float *tc = tt + c * TP;
+        float *tcol = tt + c * TP;
         for (int il = 0; il < 16; il++) {
           const int i = b0 + il;
           const float *li = lm + i * TP;
           float x = 0.0f;
           for (int j = c + part; j < i; j += 4)
-            x += li[j] * tc[j];
+            x += li[j] * tcol[j];
           x += __shfl_xor_sync(0xffffffffu, x, 1);
           x += __shfl_xor_sync(0xffffffffu, x, 2);
           if (part == 0)
-            tc[i] = (i == c ? 1.0f : 0.0f) - x;
+            tcol[i] = (i == c ? 1.0f : 0.0f) - x;
           __syncwarp(); /* the column's later terms read this entry from all four lanes */
         }
       }
@@ -637,22 +640,22 @@ __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
        * p sums the j ≡ c + p mod 4, in two interleaved partial sums), reduced by shuffles */
       {
         const int c = tid >> 2, part = tid & 3;
-        float *tc = tt + c * TP;
+        float *tcol = tt + c * TP;
         for (int i = 0; i < GDN_C; i++) {
           const float *li = lm + i * TP;
           float x0 = 0.0f, x1 = 0.0f;
           int j = c + part;
           for (; j + 4 < i; j += 8) {
-            x0 += li[j] * tc[j];
-            x1 += li[j + 4] * tc[j + 4];
+            x0 += li[j] * tcol[j];
+            x1 += li[j + 4] * tcol[j + 4];
           }
           if (j < i)
-            x0 += li[j] * tc[j];
+            x0 += li[j] * tcol[j];
           float x = x0 + x1;
           x += __shfl_xor_sync(0xffffffffu, x, 1);
           x += __shfl_xor_sync(0xffffffffu, x, 2);
           if (part == 0)
-            tc[i] = (i == c ? 1.0f : 0.0f) - x;
+            tcol[i] = (i == c ? 1.0f : 0.0f) - x;
           __syncwarp(); /* the column's later terms read this entry from all four lanes */
         }
       }
@@ -1372,7 +1375,8 @@ template <typename K> static int gdn_set_smem(K kernel, size_t bytes) {
 }
 
 /* NCS: state column block for few blocks (one per SM), NCL: for many; OC: output column block.
- * MODE: enum exc_gdn_kernel (0 simt, 1 tc, 2 tcinv, 3 inv, 4 invw, 5 invb, 6 invf). */
+ * MODE: 0 simt, 2 tcinv, 4 invw, 5 invb, 6 invf (1: tcinv's products with SIMT's per-column
+ * solves, 3: invw's intra with SIMT's walk; both measured slower and no longer dispatched). */
 template <int DK, int DV, int NCS, int NCL, int OC, int MODE>
 static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total_chunks,
                       const float *qkv, size_t ld, const float *beta, const float *g, float *out,
@@ -1494,17 +1498,13 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
   gdn_launch<DK, DV, NCS, NCL, OC, MODE>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,  \
                                          hv, scratch)
   if (dims->dk == 128 && dims->dv == 128)
-    return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(128, 128, 32, 64, 64, 1)
-           : kind == EXC_GDN_KERNEL_TC_INV ? GDN_LAUNCH(128, 128, 32, 64, 64, 2)
-           : kind == EXC_GDN_KERNEL_INV    ? GDN_LAUNCH(128, 128, 32, 64, 64, 3)
+    return kind == EXC_GDN_KERNEL_TC_INV   ? GDN_LAUNCH(128, 128, 32, 64, 64, 2)
            : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(128, 128, 32, 64, 64, 4)
            : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(128, 128, 32, 64, 64, 5)
            : kind == EXC_GDN_KERNEL_INV_F  ? GDN_LAUNCH(128, 128, 32, 64, 64, 6)
                                            : GDN_LAUNCH(128, 128, 32, 64, 64, 0);
   if (dims->dk == 16 && dims->dv == 24)
-    return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(16, 24, 24, 24, 24, 1)
-           : kind == EXC_GDN_KERNEL_TC_INV ? GDN_LAUNCH(16, 24, 24, 24, 24, 2)
-           : kind == EXC_GDN_KERNEL_INV    ? GDN_LAUNCH(16, 24, 24, 24, 24, 3)
+    return kind == EXC_GDN_KERNEL_TC_INV   ? GDN_LAUNCH(16, 24, 24, 24, 24, 2)
            : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(16, 24, 24, 24, 24, 4)
            : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(16, 24, 24, 24, 24, 5)
            : kind == EXC_GDN_KERNEL_INV_F  ? GDN_LAUNCH(16, 24, 24, 24, 24, 6)
@@ -1525,9 +1525,7 @@ extern "C" enum exc_gdn_kernel exc_gdn_kernel_get(void) {
   if (gdn_kernel_choice < 0) {
     const char *env = getenv("S1_GDN_KERNEL");
     gdn_kernel_choice = !env                       ? EXC_GDN_KERNEL_SIMT
-                        : strcmp(env, "tc") == 0    ? EXC_GDN_KERNEL_TC
                         : strcmp(env, "tcinv") == 0 ? EXC_GDN_KERNEL_TC_INV
-                        : strcmp(env, "inv") == 0   ? EXC_GDN_KERNEL_INV
                         : strcmp(env, "invw") == 0  ? EXC_GDN_KERNEL_INV_W
                         : strcmp(env, "invb") == 0  ? EXC_GDN_KERNEL_INV_B
                         : strcmp(env, "invf") == 0  ? EXC_GDN_KERNEL_INV_F

@@ -46,23 +46,20 @@ int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_qkv, const 
 size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
                                      const struct ex_gdn_dims *dims);
 
-/* Which implementation exc_gdn_chunked runs (same launches, scratch and results up to fp32
- * rounding): SIMT forms every product in fp32 FMAs; TC forms the products on tensor cores in
- * 3xTF32 (split hi + lo, three TF32 products, fp32 accumulation; the solves stay fp32 SIMT);
- * TC_INV also replaces the solves by T = (I + L)⁻¹ (fp32 SIMT) and U = T·(β⊙V), W = T·(βe^Γ⊙K)
- * in 3xTF32, as the reference computes them; INV (all fp32 SIMT) forms KKᵀ and QKᵀ once per
- * (chunk, key head) for its Hv/Hk value heads, T = (I + L)⁻¹ by forward substitution and
- * U = T·(β⊙V), W = T·(βe^Γ⊙K) as SIMT products; its state and output launches are SIMT's.
- * INV_W is INV with a state walk of twice the threads per block (each sum over dk split in two
- * halves, the update in 4×4 instead of 8×4 tiles); INV_B is INV_W with T formed by 16×16 blocks
- * (diagonal blocks by substitution, the others as small products); INV_F is INV_B with the
- * output's e^Γ⊙(Q·S) formed in the state walk (S per chunk no longer stored) and A·V' added by a
- * lighter output launch. */
+/* Which implementation exc_gdn_chunked runs (same scratch size, results equal up to fp32
+ * rounding): SIMT forms every product in fp32 FMAs, one intra block per (chunk, value head);
+ * TC_INV forms the products on tensor cores in 3xTF32 (split hi + lo, three TF32 products, fp32
+ * accumulation) with T = (I + L)⁻¹ (fp32 SIMT) and U = T·(β⊙V), W = T·(βe^Γ⊙K) as the reference
+ * computes them. INV_W (all fp32 SIMT) forms KKᵀ and QKᵀ once per (chunk, key head) for its Hv/Hk
+ * value heads, T = (I + L)⁻¹ by forward substitution and U, W as SIMT products, and walks the
+ * state with twice SIMT's threads per block (each sum over dk split in two halves); INV_B is
+ * INV_W with T formed by 16×16 blocks (diagonal blocks by substitution, the others as small
+ * products); INV_F is INV_B with the output's e^Γ⊙(Q·S) formed in the state walk (S per chunk no
+ * longer stored) and A·V' added by a lighter output launch. (The 3xTF32 variant with per-column
+ * solves, and INV_W's intra with SIMT's walk, were measured slower everywhere and removed.) */
 enum exc_gdn_kernel {
   EXC_GDN_KERNEL_SIMT,   /* "simt", the default */
-  EXC_GDN_KERNEL_TC,     /* "tc" */
   EXC_GDN_KERNEL_TC_INV, /* "tcinv" */
-  EXC_GDN_KERNEL_INV,    /* "inv" */
   EXC_GDN_KERNEL_INV_W,  /* "invw" */
   EXC_GDN_KERNEL_INV_B,  /* "invb" */
   EXC_GDN_KERNEL_INV_F,  /* "invf" */
@@ -70,8 +67,7 @@ enum exc_gdn_kernel {
 };
 /* Process-wide choice for later launches (not thread-safe against concurrent launches; set it
  * before the executor starts). Without a call, the first launch reads
- * S1_GDN_KERNEL=simt|tc|tcinv|inv|invw|invb|invf
- * (anything else, or unset: simt). */
+ * S1_GDN_KERNEL=simt|tcinv|invw|invb|invf (anything else, or unset: simt). */
 void exc_gdn_kernel_set(enum exc_gdn_kernel k);
 enum exc_gdn_kernel exc_gdn_kernel_get(void);
 

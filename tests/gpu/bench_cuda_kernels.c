@@ -182,14 +182,11 @@ int main(void) {
       g.scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
       g.seq = (struct exc_gdn_seq){0, T, g.state, NULL};
       /* every implementation (enum exc_gdn_kernel) named in S1_GDN_BENCH_KINDS (default all:
-       * "simt,tc,tcinv,inv,invw,invb,invf"; simt always runs); the model sum takes the simt
-       * default */
-      const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/tc",
-                                                      "gdn_chunked/tci", "gdn_chunked/inv",
+       * "simt,tcinv,invw,invb,invf"; simt always runs); the model sum takes the simt default */
+      const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/tci",
                                                       "gdn_chunked/invw", "gdn_chunked/invb",
                                                       "gdn_chunked/invf"};
-      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tc",   "tcinv", "inv",
-                                                     "invw", "invb", "invf"};
+      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tcinv", "invw", "invb", "invf"};
       const char *kinds_env = getenv("S1_GDN_BENCH_KINDS");
       float t_kind[EXC_GDN_KERNEL_COUNT];
       double d_kind[EXC_GDN_KERNEL_COUNT]; /* max|out − out_simt| / max|out_simt| */
