@@ -492,28 +492,43 @@ __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
   }
   __syncthreads();
   /* KKᵀ and QKᵀ of the key head, 4×4 tiles (rows 4ti.., columns 4tj..), kept for every value
-   * head */
-  const int ti = tid / 16, tj = tid % 16;
+   * head. Threads 0 … 135 take the tiles on and below the diagonal (row-major order of the lower
+   * triangle) and form them; threads 136 … 255 take the 120 tiles above it, which are zeros (warps
+   * 5-7 skip the products, leaving the SM's issue slots to the other block). */
+  int ti = 0, tj;
+  if (tid < 136) {
+    while ((ti + 1) * (ti + 2) / 2 <= tid)
+      ti++;
+    tj = tid - ti * (ti + 1) / 2;
+  } else { /* strict lower index u → (p, q), q < p; the tile above is (q, p) */
+    int u = tid - 136, pp = 1;
+    while ((pp + 1) * pp / 2 <= u)
+      pp++;
+    ti = u - pp * (pp - 1) / 2;
+    tj = pp;
+  }
   float kk[4][4], qk[4][4];
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int c = 0; c < 4; c++)
       kk[i][c] = qk[i][c] = 0.0f;
+  if (tid < 136) {
 #pragma unroll 4
-  for (int a = 0; a < DK; a++) {
-    float4 ki = *(const float4 *)&ra[a * TP + 4 * ti];
-    float4 kj = *(const float4 *)&ra[a * TP + 4 * tj];
-    float4 qi = *(const float4 *)&rb[a * TP + 4 * ti];
-    float kiv[4] = {ki.x, ki.y, ki.z, ki.w}, kjv[4] = {kj.x, kj.y, kj.z, kj.w};
-    float qiv[4] = {qi.x, qi.y, qi.z, qi.w};
+    for (int a = 0; a < DK; a++) {
+      float4 ki = *(const float4 *)&ra[a * TP + 4 * ti];
+      float4 kj = *(const float4 *)&ra[a * TP + 4 * tj];
+      float4 qi = *(const float4 *)&rb[a * TP + 4 * ti];
+      float kiv[4] = {ki.x, ki.y, ki.z, ki.w}, kjv[4] = {kj.x, kj.y, kj.z, kj.w};
+      float qiv[4] = {qi.x, qi.y, qi.z, qi.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+      for (int i = 0; i < 4; i++)
 #pragma unroll
-      for (int c = 0; c < 4; c++) {
-        kk[i][c] += kiv[i] * kjv[c];
-        qk[i][c] += qiv[i] * kjv[c];
-      }
+        for (int c = 0; c < 4; c++) {
+          kk[i][c] += kiv[i] * kjv[c];
+          qk[i][c] += qiv[i] * kjv[c];
+        }
+    }
   }
 
   for (int v = blockIdx.z; v < r; v += gridDim.z) { /* gridDim.z value-head groups */
