@@ -1528,23 +1528,23 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
   return -EINVAL;
 }
 
-/* -1 until chosen: by exc_gdn_kernel_set, else from S1_GDN_KERNEL on first use */
+/* -1 until chosen: by exc_gdn_kernel_set, else from S1_GDN_KERNEL on first use (default invf) */
 static int gdn_kernel_choice = -1;
 
 extern "C" void exc_gdn_kernel_set(enum exc_gdn_kernel k) {
   int v = (int)k;
-  gdn_kernel_choice = (v >= 0 && v < (int)EXC_GDN_KERNEL_COUNT) ? v : (int)EXC_GDN_KERNEL_SIMT;
+  gdn_kernel_choice = (v >= 0 && v < (int)EXC_GDN_KERNEL_COUNT) ? v : (int)EXC_GDN_KERNEL_INV_F;
 }
 
 extern "C" enum exc_gdn_kernel exc_gdn_kernel_get(void) {
   if (gdn_kernel_choice < 0) {
     const char *env = getenv("S1_GDN_KERNEL");
-    gdn_kernel_choice = !env                       ? EXC_GDN_KERNEL_SIMT
+    gdn_kernel_choice = !env                       ? EXC_GDN_KERNEL_INV_F
+                        : strcmp(env, "simt") == 0  ? EXC_GDN_KERNEL_SIMT
                         : strcmp(env, "tcinv") == 0 ? EXC_GDN_KERNEL_TC_INV
                         : strcmp(env, "invw") == 0  ? EXC_GDN_KERNEL_INV_W
                         : strcmp(env, "invb") == 0  ? EXC_GDN_KERNEL_INV_B
-                        : strcmp(env, "invf") == 0  ? EXC_GDN_KERNEL_INV_F
-                                                    : EXC_GDN_KERNEL_SIMT;
+                                                    : EXC_GDN_KERNEL_INV_F;
   }
   return (enum exc_gdn_kernel)gdn_kernel_choice;
 }

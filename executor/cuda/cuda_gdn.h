@@ -58,16 +58,16 @@ size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
  * longer stored) and A·V' added by a lighter output launch. (The 3xTF32 variant with per-column
  * solves, and INV_W's intra with SIMT's walk, were measured slower everywhere and removed.) */
 enum exc_gdn_kernel {
-  EXC_GDN_KERNEL_SIMT,   /* "simt", the default */
+  EXC_GDN_KERNEL_SIMT,   /* "simt" */
   EXC_GDN_KERNEL_TC_INV, /* "tcinv" */
   EXC_GDN_KERNEL_INV_W,  /* "invw" */
   EXC_GDN_KERNEL_INV_B,  /* "invb" */
-  EXC_GDN_KERNEL_INV_F,  /* "invf" */
+  EXC_GDN_KERNEL_INV_F,  /* "invf", the default (fastest at every measured size, H200 2026-11-30) */
   EXC_GDN_KERNEL_COUNT
 };
 /* Process-wide choice for later launches (not thread-safe against concurrent launches; set it
- * before the executor starts). Without a call, the first launch reads
- * S1_GDN_KERNEL=simt|tcinv|invw|invb|invf (anything else, or unset: simt). */
+ * before the executor starts; an out-of-range value selects the default). Without a call, the
+ * first launch reads S1_GDN_KERNEL=simt|tcinv|invw|invb|invf (anything else, or unset: invf). */
 void exc_gdn_kernel_set(enum exc_gdn_kernel k);
 enum exc_gdn_kernel exc_gdn_kernel_get(void);
 
