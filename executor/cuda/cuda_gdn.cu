@@ -42,7 +42,7 @@ template <int DK, int DV> struct gdn_layout {
   static constexpr size_t u = wt + (size_t)DK * GDN_C;    /* U [64, dv] (intra), then V' (state) */
   static constexpr size_t at = u + (size_t)GDN_C * DV;    /* Aᵀ [64, 64]: at[j·64+i] = A[i][j] */
   static constexpr size_t coef = at + (size_t)GDN_C * GDN_C; /* e^{Γi}, e^{ΓC−Γi}, e^{ΓC} at [128] */
-  static constexpr size_t hs = coef + 3 * GDN_C;          /* S at the chunk's start [dk, dv] */
+  static constexpr size_t hs = coef + 3 * GDN_C; /* S at the chunk's start [dk, dv] (not invf) */
   static constexpr size_t total = hs + (size_t)DK * DV;
 };
 

@@ -36,7 +36,8 @@ int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, const float 
  * chunks of EX_QWEN35_GDN_CHUNK (64) as the reference's torch_chunk_gated_delta_rule.
  * Shapes: qkv [total, ld_qkv] prepared (see exc_gdn_prepare); beta, g [total, Hv];
  *         out [total, Hv, dv] float32; scratch of exc_gdn_chunked_scratch_bytes bytes.
- * Ownership: device buffers; host `seqs` (≤ EXC_MAX_SEQS) copied into the launch; no sync.
+ * Ownership: device buffers (out overlapping none of the others); host `seqs` (≤ EXC_MAX_SEQS)
+ * copied into the launch; no sync.
  * Returns 0; -EINVAL (n_seqs, sizes, dk/dv other than 128/128 or 16/24, ld_qkv not a multiple
  * of 4, qkv/out/scratch not 16-byte aligned); -CM_ECUDA. Source: spec/qwen3_5.md §4.6; twins
  * ex_cpu_gdn_chunked (and ex_cpu_gdn_recurrent up to float32 rounding). */
