@@ -16,6 +16,10 @@ Checks, on seeded random prompts (ids below 151643, ordinary Qwen3 BPE tokens):
     forwards (spec/qwen3_5.md §4.10 rule 1); a split on the grid stays within 2^-7);
   - with --image (a model with the vision tower): one prompt with a random 8x8-patch image, fed as
     pixel rows to both sides;
+  - with --oracle-spread: each text prompt also through transformers in a batch of two (a random
+    second prompt), reporting how far transformers' own rows move when only the GEMM row count
+    changes (reported, not judged: on a random checkpoint whose bf16 noise grows through the
+    layers this is the floor no other implementation can go under);
   - with --fp32-context: transformers fp32 on the same prompts, reporting how far s1 and the bf16
     oracle each are from it (the scale of bf16 rounding on that model; reported, not judged);
   - --numerics MODE passes the engine's rounding mode to s1-forward (default: s1-forward's own,
@@ -140,6 +144,18 @@ def hf_run(model, cap, case, pixels):
     return hid, [int(i) for i in top.indices.tolist()], [float(v) for v in top.values.tolist()]
 
 
+def hf_batch2_hidden(model, cap, case, rng):
+    """The oracle's own final-norm rows for `case` when a second random prompt of the same length
+    shares its batch: only the GEMMs' row count changes (cuBLAS may pick other kernels, so the
+    fp32 accumulation order and then some bf16 roundings change). Text prompts only."""
+    import torch
+    ids = case["tokens"]
+    other = [int(x) for x in rng.integers(0, MAX_ID, size=len(ids))]
+    with torch.no_grad():
+        model(input_ids=torch.tensor([ids, other], device=HF_DEVICE), use_cache=False)
+    return cap["h"][0].float().cpu().numpy()
+
+
 def bf16_step(x):
     """The spacing of bf16 values at |x| (8 significant bits)."""
     x = abs(float(x))
@@ -190,6 +206,9 @@ def main():
                     help="the engine's rounding mode (default: s1-forward's, ref-bf16)")
     ap.add_argument("--numerics-context", action="store_true",
                     help="also run s1-forward --numerics fp32-residual and report its distance")
+    ap.add_argument("--oracle-spread", action="store_true",
+                    help="also run each text prompt through transformers in a batch of two and "
+                         "report how far its own rows move (reported, not judged)")
     a = ap.parse_args()
     global HF_DEVICE
     HF_DEVICE = "cpu" if a.device == "cpu" else "cuda"
@@ -260,6 +279,11 @@ def main():
             r["fp32_residual_hidden_rel"] = [rel(h, hid[p]) for h, p in zip(o2["hidden"], pos)]
             t2 = [int(x) for x in o2["logits_top"][-1]["ids"][:5]]
             r["fp32_residual_top5_set_equal"] = set(t2) == set(top5)
+        if a.oracle_spread and "images" not in c:
+            hid2 = hf_batch2_hidden(model, cap, c, rng)
+            r["hf_batch2_vs_batch1_rel"] = [rel(hid2[p], hid[p]) for p in pos]
+            print(f"{c['name']:>16}: transformers bf16 batch 2 vs batch 1 (its own spread) "
+                  f"{max(r['hf_batch2_vs_batch1_rel']):.3e}", flush=True)
         results.append(r)
         if max(errs) > HIDDEN_TOL or not all(np.isfinite(errs)):
             fails.append(f"{c['name']}: hidden rel {max(errs):.3e} > {HIDDEN_TOL}")
@@ -310,6 +334,13 @@ def main():
                    max(r["hidden_rel"]) for r in results if "hidden_rel" in r),
                "s1_seconds": t_s1, "total_seconds": time.monotonic() - t0,
                "fails": fails, "results": results}
+    spread = [max(r["hf_batch2_vs_batch1_rel"]) for r in results if "hf_batch2_vs_batch1_rel" in r]
+    if spread:
+        summary["oracle_batch2_spread"] = {"median": float(np.median(spread)),
+                                           "max": float(max(spread))}
+        print(f"context: transformers bf16 batch 2 vs batch 1 (its own spread): median "
+              f"{np.median(spread):.3e} max {max(spread):.3e}; s1 vs transformers: median "
+              f"{np.median([max(r['hidden_rel']) for r in results]):.3e}", flush=True)
     if s1_fp32res:
         summary["fp32_residual_context"] = {
             "top5_set_equal": sum(r.get("fp32_residual_top5_set_equal", False) for r in results),
