@@ -97,7 +97,9 @@ int exc_vision_attention_tiles(const int32_t *cu_seqlens, int n_segs,
  * exc_vision_attention_tiles, covering every row once); out [n, heads·head_dim] bf16.
  * head_dim a multiple of 8, ≤ 128 (24 tiny, 64 4B, 72 9B/27B). Units: scale = head_dim^−½.
  * Ownership: device buffers; enqueued on `stream`. Returns 0; -EINVAL (head_dim, heads < 1);
- * -CM_ECUDA. Source: spec §6.5 (SDPA per segment); twin ex_cpu_vision_attention. */
+ * -CM_ECUDA. Source: spec §6.5 (SDPA per segment); twin ex_cpu_vision_attention (float32) and,
+ * for the ref-bf16 numerics, ex_cpu_vision_attention_bf16 (the same form: unnormalised weights
+ * rounded to bf16 before P·V, their fp32 sum normalising). */
 int exc_vision_attention(cudaStream_t stream, const __nv_bfloat16 *qkv,
                          const struct exc_vision_tile *tiles, int n_tiles, int heads, int head_dim,
                          float scale, __nv_bfloat16 *out);
