@@ -6,11 +6,16 @@
  *    order with its [dk, nc] slice of S in shared memory: it keeps S at each chunk start,
  *    V' = U − W·S and S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V') — the only sequential work;
  * 3. output: every (chunk, value head, column half) in parallel: O = e^{Γ}⊙(Q·S_c) + A·V'.
- * Three variants of the same three launches (exc_gdn_kernel_set, env S1_GDN_KERNEL): `simt` forms
- * every product in fp32 FMAs; `tc` forms the products (KKᵀ, QKᵀ, W·S, Kᵀ·V', Q·S, A·V') on tensor
- * cores in 3xTF32 (x = hi + lo, hi·hi + hi·lo + lo·hi with fp32 accumulation, ≈ fp32 accuracy)
- * and keeps the triangular solves, gates and decays in fp32 SIMT; `tcinv` also replaces the
- * per-column solves by T = (I + L)⁻¹ (fp32 SIMT) and the products T·(β⊙V), T·(βe^Γ⊙K) in 3xTF32. */
+ * Variants (exc_gdn_kernel_set, env S1_GDN_KERNEL): `simt` forms every product in fp32 FMAs;
+ * `tcinv` forms the products (KKᵀ, QKᵀ, W·S, Kᵀ·V', Q·S, A·V') on tensor cores in 3xTF32
+ * (x = hi + lo, hi·hi + hi·lo + lo·hi with fp32 accumulation, ≈ fp32 accuracy) and replaces the
+ * per-column solves by T = (I + L)⁻¹ (fp32 SIMT) and the products T·(β⊙V), T·(βe^Γ⊙K).
+ * `invw` (fp32 SIMT throughout): one intra block per (chunk, key head) forms KKᵀ and QKᵀ once for
+ * the Hv/Hk value heads that share them, then per value head T = (I + L)⁻¹ and U, W as triangular
+ * SIMT products (1'. below); its walk splits each sum over dk between two halves of a twice as
+ * large block. `invb`: `invw` with T by 16×16 blocks. `invf`: `invb` whose walk also forms the
+ * output's e^{Γ}⊙(Q·S) (2'.), so S per chunk is not stored and the output launch only adds A·V'
+ * (3'.). */
 #include <errno.h>
 #include <stdlib.h>
 #include <math.h>
@@ -37,7 +42,7 @@ template <int DK, int DV> struct gdn_layout {
   static constexpr size_t u = wt + (size_t)DK * GDN_C;    /* U [64, dv] (intra), then V' (state) */
   static constexpr size_t at = u + (size_t)GDN_C * DV;    /* Aᵀ [64, 64]: at[j·64+i] = A[i][j] */
   static constexpr size_t coef = at + (size_t)GDN_C * GDN_C; /* e^{Γi}, e^{ΓC−Γi}, e^{ΓC} at [128] */
-  static constexpr size_t hs = coef + 3 * GDN_C;          /* S at the chunk's start [dk, dv] */
+  static constexpr size_t hs = coef + 3 * GDN_C; /* S at the chunk's start [dk, dv] (not invf) */
   static constexpr size_t total = hs + (size_t)DK * DV;
 };
 
@@ -182,7 +187,7 @@ extern "C" int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, c
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 1. Intra-chunk kernel: block (chunk, value head). MODE 0 simt, 1 tc, 2 tcinv (enum
+ * 1. Intra-chunk kernel: block (chunk, value head). MODE 0 simt, 1 tc, 2 tcinv (see gdn_launch;
  * exc_gdn_kernel). Shared: Kᵀ [dk][TP], Qᵀ [dk][TP] (tcinv: then T = (I + L)⁻¹ [64][TP]),
  * L [64][TP], tcinv: β⊙V [64][TP] for 64 columns at a time; TP is 64+8 for the tensor-core modes
  * (conflict-free fragment loads), 64+4 for simt. */
@@ -425,6 +430,294 @@ __global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_ke
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * 1'. Intra-chunk kernel of `invw`, `invb`, `invf` (fp32 SIMT): block (chunk, key head), 256
+ * threads, 2 blocks/SM.
+ * KKᵀ and QKᵀ depend only on the key head, so the block forms them once (4×4 register tiles, kept
+ * in registers) and then, for each of the r = Hv/Hk value heads of that key head in turn: Γ, L and
+ * Aᵀ from the register tiles with that head's β and decays; T = (I + L)⁻¹ by forward substitution
+ * (column c by the four lanes 4c … 4c+3, stored transposed: tt[j][i] = T[i][j]); then
+ * U = T·(β⊙V) and W = T·(βe^{Γ}⊙K) as 4×4-tile products over T's lower triangle (the
+ * reference's attn = (I + L)⁻¹, value = attn @ v_beta). Shared: region A = Kᵀ [dk][TP], later the
+ * head's β⊙V [64][dv+4]; region B = Qᵀ [dk][TP], later the head's βe^{Γ}⊙K [64][dk+4]; L [64][TP];
+ * Tᵀ [64][TP]; Γ, β, βe^{Γ}, g [4·64]. With gridDim.z = r (short inputs) each block takes one
+ * value head and the products are formed r times. */
+template <int DK, int DV, bool BT> struct gdn_intra_inv_smem {
+  static constexpr int TP = GDN_C + 4, VP = DV + 4, KP = DK + 4, PP = 17; /* PP: pm row pitch */
+  static constexpr int RA = DK * TP > GDN_C * VP ? DK * TP : GDN_C * VP;
+  static constexpr int RB = DK * TP > GDN_C * KP ? DK * TP : GDN_C * KP;
+  static constexpr int ra = 0, rb = ra + RA, lm = rb + RB, tt = lm + GDN_C * TP,
+                       gam = tt + GDN_C * TP, pm = gam + 4 * GDN_C,
+                       total = pm + (BT ? 3 * 16 * PP : 0);
+};
+
+template <int DK, int DV, bool BT>
+__global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
+    const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
+    const float *__restrict__ beta, const float *__restrict__ g, float *__restrict__ scratch,
+    int hk, int hv) {
+  using LY = gdn_layout<DK, DV>;
+  using SM = gdn_intra_inv_smem<DK, DV, BT>;
+  constexpr int TP = SM::TP, VP = SM::VP, KP = SM::KP, PP = SM::PP, NG = (DV + DK) / 4;
+  extern __shared__ float4 smem4[];
+  float *ra = (float *)smem4 + SM::ra; /* Kᵀ [DK][TP], then β⊙V [64][VP] */
+  float *rb = (float *)smem4 + SM::rb; /* Qᵀ [DK][TP], then βe^{Γ}⊙K [64][KP] */
+  float *lm = (float *)smem4 + SM::lm; /* [64][TP], zero on and above the diagonal */
+  float *tt = (float *)smem4 + SM::tt; /* [64][TP]: tt[j][i] = T[i][j] */
+  float *gam = (float *)smem4 + SM::gam;
+  float *bet = gam + GDN_C, *beg = bet + GDN_C, *graw = beg + GDN_C;
+  float *pm = (float *)smem4 + SM::pm; /* BT: [3][16][PP] partial sums of off-diagonal blocks */
+
+  int chunk = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
+  int s = find_seq(p, chunk);
+  const struct exc_gdn_seq sq = p.seqs[s];
+  int c0 = (chunk - p.chunk_start[s]) * GDN_C;
+  int len = min(GDN_C, sq.n - c0);
+  int r = hv / hk;
+  size_t row0 = (size_t)sq.start + c0;
+  const float *krow0 = qkv + row0 * ld + (size_t)(hk + kh) * DK;
+
+  /* Kᵀ, Qᵀ: a warp takes 32 consecutive rows of one 4-column group (conflict-free stores) */
+  for (int idx = tid; idx < GDN_C * DK / 4; idx += GDN_NT) {
+    int i = idx % GDN_C, a4 = (idx / GDN_C) * 4;
+    float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), qv = kv;
+    if (i < len) {
+      const float *rw = qkv + (row0 + i) * ld;
+      qv = *(const float4 *)(rw + (size_t)kh * DK + a4);
+      kv = *(const float4 *)(rw + (size_t)(hk + kh) * DK + a4);
+    }
+    ra[(a4 + 0) * TP + i] = kv.x, ra[(a4 + 1) * TP + i] = kv.y;
+    ra[(a4 + 2) * TP + i] = kv.z, ra[(a4 + 3) * TP + i] = kv.w;
+    rb[(a4 + 0) * TP + i] = qv.x, rb[(a4 + 1) * TP + i] = qv.y;
+    rb[(a4 + 2) * TP + i] = qv.z, rb[(a4 + 3) * TP + i] = qv.w;
+  }
+  __syncthreads();
+  /* KKᵀ and QKᵀ of the key head, 4×4 tiles (rows 4ti.., columns 4tj..), kept for every value
+   * head. Threads 0 … 135 take the tiles on and below the diagonal (row-major order of the lower
+   * triangle) and form them; threads 136 … 255 take the 120 tiles above it, which are zeros (warps
+   * 5-7 skip the products, leaving the SM's issue slots to the other block). */
+  int ti = 0, tj;
+  if (tid < 136) {
+    while ((ti + 1) * (ti + 2) / 2 <= tid)
+      ti++;
+    tj = tid - ti * (ti + 1) / 2;
+  } else { /* strict lower index u → (p, q), q < p; the tile above is (q, p) */
+    int u = tid - 136, pp = 1;
+    while ((pp + 1) * pp / 2 <= u)
+      pp++;
+    ti = u - pp * (pp - 1) / 2;
+    tj = pp;
+  }
+  float kk[4][4], qk[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+      kk[i][c] = qk[i][c] = 0.0f;
+  if (tid < 136) {
+#pragma unroll 4
+    for (int a = 0; a < DK; a++) {
+      float4 ki = *(const float4 *)&ra[a * TP + 4 * ti];
+      float4 kj = *(const float4 *)&ra[a * TP + 4 * tj];
+      float4 qi = *(const float4 *)&rb[a * TP + 4 * ti];
+      float kiv[4] = {ki.x, ki.y, ki.z, ki.w}, kjv[4] = {kj.x, kj.y, kj.z, kj.w};
+      float qiv[4] = {qi.x, qi.y, qi.z, qi.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          kk[i][c] += kiv[i] * kjv[c];
+          qk[i][c] += qiv[i] * kjv[c];
+        }
+    }
+  }
+
+  for (int v = blockIdx.z; v < r; v += gridDim.z) { /* gridDim.z value-head groups */
+    const int h = kh * r + v;
+    float *base = scratch + ((size_t)chunk * hv + h) * LY::total;
+    float *wt_out = base + LY::wt, *u_out = base + LY::u, *at_out = base + LY::at;
+    float *coef = base + LY::coef;
+    __syncthreads(); /* the products (and the previous head) are done with ra, rb, tt, gates */
+    if (tid < GDN_C) {
+      graw[tid] = tid < len ? g[(row0 + tid) * hv + h] : 0.0f;
+      bet[tid] = tid < len ? beta[(row0 + tid) * hv + h] : 0.0f;
+    }
+    __syncthreads();
+    if (tid == 0) { /* Γ in token order, as the twin sums it; padded tokens have g = 0, β = 0 */
+      float acc = 0.0f;
+      for (int i = 0; i < GDN_C; i++) {
+        acc += graw[i];
+        gam[i] = acc;
+      }
+    }
+    __syncthreads();
+    if (tid < GDN_C) {
+      int i = tid;
+      beg[i] = bet[i] * expf(gam[i]);
+      float gl = gam[GDN_C - 1];
+      coef[i] = expf(gam[i]);
+      coef[GDN_C + i] = expf(gl - gam[i]);
+      if (i == 0)
+        coef[2 * GDN_C] = expf(gl);
+    }
+    __syncthreads();
+    /* the head's β⊙V into region A and βe^{Γ}⊙K into region B, rows past len zero */
+    const float *vrow0 = qkv + row0 * ld + (size_t)2 * hk * DK + (size_t)h * DV;
+    for (int idx = tid; idx < GDN_C * DV / 4; idx += GDN_NT) {
+      int j = idx / (DV / 4), c4 = (idx % (DV / 4)) * 4;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (j < len) {
+        x = *(const float4 *)(vrow0 + (size_t)j * ld + c4);
+        float b = bet[j];
+        x.x *= b, x.y *= b, x.z *= b, x.w *= b;
+      }
+      *(float4 *)&ra[j * VP + c4] = x;
+    }
+    for (int idx = tid; idx < GDN_C * DK / 4; idx += GDN_NT) {
+      int j = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (j < len) {
+        x = *(const float4 *)(krow0 + (size_t)j * ld + a4);
+        float b = beg[j];
+        x.x *= b, x.y *= b, x.z *= b, x.w *= b;
+      }
+      *(float4 *)&rb[j * KP + a4] = x;
+    }
+    /* L and Aᵀ of this head from the shared products */
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      int j = 4 * tj + c;
+      float av[4];
+#pragma unroll
+      for (int i4 = 0; i4 < 4; i4++) {
+        int i = 4 * ti + i4;
+        float d = j <= i ? expf(gam[i] - gam[j]) : 0.0f;
+        lm[i * TP + j] = j < i ? bet[i] * kk[i4][c] * d : 0.0f;
+        av[i4] = j <= i ? qk[i4][c] * d : 0.0f;
+      }
+      *(float4 *)&at_out[j * GDN_C + 4 * ti] = make_float4(av[0], av[1], av[2], av[3]);
+    }
+    __syncthreads();
+    if constexpr (BT) {
+      /* Tᵀ by 16×16 blocks (T_IJ, I ≥ J): zeros above the block diagonal; the four diagonal
+       * blocks D_I = (I + L_II)⁻¹ at once by forward substitution (column c by lanes 4c … 4c+3,
+       * 16 steps); then by block distance d = 1, 2, 3: P = Σ_{K=J}^{I−1} L_IK·T_KJ and
+       * T_IJ = −D_I·P (the inverse of a block lower-triangular matrix). */
+      for (int idx = tid; idx < GDN_C * GDN_C; idx += GDN_NT) {
+        const int j = idx / GDN_C, i = idx % GDN_C;
+        if ((i >> 4) < (j >> 4))
+          tt[j * TP + i] = 0.0f;
+      }
+      {
+        const int c = tid >> 2, part = tid & 3, b0 = c & ~15;
+        float *tcol = tt + c * TP;
+        for (int il = 0; il < 16; il++) {
+          const int i = b0 + il;
+          const float *li = lm + i * TP;
+          float x = 0.0f;
+          for (int j = c + part; j < i; j += 4)
+            x += li[j] * tcol[j];
+          x += __shfl_xor_sync(0xffffffffu, x, 1);
+          x += __shfl_xor_sync(0xffffffffu, x, 2);
+          if (part == 0)
+            tcol[i] = (i == c ? 1.0f : 0.0f) - x;
+          __syncwarp(); /* the column's later terms read this entry from all four lanes */
+        }
+      }
+      __syncthreads();
+      for (int d = 1; d < 4; d++) {
+        const int n = (4 - d) * 256; /* elements of the blocks (J + d, J), J < 4 − d */
+        for (int e = tid; e < n; e += GDN_NT) {
+          const int J = e >> 8, r = (e >> 4) & 15, cc = e & 15;
+          const float *li = lm + (16 * (J + d) + r) * TP, *tj = tt + (16 * J + cc) * TP;
+          float x0 = 0.0f, x1 = 0.0f, x2 = 0.0f, x3 = 0.0f;
+          for (int k = 16 * J; k < 16 * (J + d); k += 4) {
+            float4 l = *(const float4 *)&li[k], t = *(const float4 *)&tj[k];
+            x0 += l.x * t.x;
+            x1 += l.y * t.y;
+            x2 += l.z * t.z;
+            x3 += l.w * t.w;
+          }
+          pm[(J * 16 + r) * PP + cc] = (x0 + x1) + (x2 + x3);
+        }
+        __syncthreads();
+        for (int e = tid; e < n; e += GDN_NT) {
+          const int J = e >> 8, I = J + d, r = (e >> 4) & 15, cc = e & 15;
+          const float *di = tt + 16 * I * TP + 16 * I + r; /* D_I[r][k] = di[k·TP] */
+          float x = 0.0f;
+          for (int k = 0; k <= r; k++)
+            x += di[k * TP] * pm[(J * 16 + k) * PP + cc];
+          tt[(16 * J + cc) * TP + 16 * I + r] = -x;
+        }
+        __syncthreads();
+      }
+    } else {
+      /* Tᵀ: tt[c][i] = δ_ic − Σ_{c ≤ j < i} L[i][j]·T[j][c], column c by lanes 4c … 4c+3 (lane part
+       * p sums the j ≡ c + p mod 4, in two interleaved partial sums), reduced by shuffles */
+      {
+        const int c = tid >> 2, part = tid & 3;
+        float *tcol = tt + c * TP;
+        for (int i = 0; i < GDN_C; i++) {
+          const float *li = lm + i * TP;
+          float x0 = 0.0f, x1 = 0.0f;
+          int j = c + part;
+          for (; j + 4 < i; j += 8) {
+            x0 += li[j] * tcol[j];
+            x1 += li[j + 4] * tcol[j + 4];
+          }
+          if (j < i)
+            x0 += li[j] * tcol[j];
+          float x = x0 + x1;
+          x += __shfl_xor_sync(0xffffffffu, x, 1);
+          x += __shfl_xor_sync(0xffffffffu, x, 2);
+          if (part == 0)
+            tcol[i] = (i == c ? 1.0f : 0.0f) - x;
+          __syncwarp(); /* the column's later terms read this entry from all four lanes */
+        }
+      }
+      __syncthreads();
+    }
+    /* [U | W] = T·[β⊙V | βe^{Γ}⊙K]: 4×4 tiles over 64 × (dv + dk); the sum over j stops at the
+     * tile's last row (T is lower triangular). Row blocks ib of slot sl: a thread's slots
+     * sl, sl+4, sl+8, sl+12 take blocks {q, 7−q, 8+q, 15−q}, equal work per thread. */
+    for (int t = tid; t < (GDN_C / 4) * NG; t += GDN_NT) {
+      const int cg = t % NG, sl = t / NG, ib = (sl & 4) ? (sl ^ 3) : sl;
+      const int i4 = 4 * ib, c4 = 4 * cg;
+      const bool is_u = c4 < DV;
+      const float *x = is_u ? ra + c4 : rb + (c4 - DV);
+      const int xp = is_u ? VP : KP;
+      float acc[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          acc[i][c] = 0.0f;
+#pragma unroll 4
+      for (int j = 0; j < i4 + 4; j++) {
+        float4 tv = *(const float4 *)&tt[j * TP + i4];
+        float4 xv = *(const float4 *)&x[j * xp];
+        float tvv[4] = {tv.x, tv.y, tv.z, tv.w}, xvv[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int c = 0; c < 4; c++)
+            acc[i][c] += tvv[i] * xvv[c];
+      }
+      if (is_u) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          *(float4 *)&u_out[(i4 + i) * DV + c4] =
+              make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          *(float4 *)&wt_out[(c4 - DV + c) * GDN_C + i4] =
+              make_float4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]);
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
  * 2. State kernel: block (column block of NC, value head, sequence), NC·4 threads. Per chunk:
  * keep S (its start state) for the output kernel, V' = U − W·S (written over U),
  * S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V'). Inputs are double-buffered: chunk ci+1 streams in during ci. */
@@ -435,13 +728,13 @@ template <int DK, int DV, int NC> struct gdn_state_smem {
                        total = vps + GDN_C * CP;
 };
 
-template <int DK, int DV, int NC, bool TC>
-__global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
+template <int DK, int DV, int NC, bool TC, int KS = 1>
+__global__ __launch_bounds__(NC * 4 * KS) static void gdn_state_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     float *__restrict__ scratch, int hk, int hv) {
   using LY = gdn_layout<DK, DV>;
   using SM = gdn_state_smem<DK, DV, NC>;
-  constexpr int NT = NC * 4, WP = SM::WP, KP = SM::KP, CP = SM::CP, CFP = SM::CFP;
+  constexpr int NT = NC * 4 * KS, WP = SM::WP, KP = SM::KP, CP = SM::CP, CFP = SM::CFP;
   extern __shared__ float4 smem4[];
   float *sm = (float *)smem4;
   float *wt0 = sm + SM::wt, *us0 = sm + SM::us, *ks0 = sm + SM::ks, *cf0 = sm + SM::cf;
@@ -503,7 +796,52 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
       load_k(ci + 1);
       cp_async_commit();
     }
-    if constexpr (TC) { /* V' = U − W·S: 64 × NC, 16×8 tiles, one warp per tile */
+    if constexpr (KS == 2) {
+      /* V' = U − W·S: 64 × NC, one 4×4 tile per thread of each half of the block; the second
+       * half sums a ∈ [dk/2, dk) and leaves its partial sums in vps for the first half */
+      const int half = tid / (NC * 4), tile = tid % (NC * 4);
+      const int i4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4, a0 = half * (DK / 2);
+      float acc[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          acc[r][c] = 0.0f;
+#pragma unroll 8
+      for (int a = a0; a < a0 + DK / 2; a++) {
+        float4 wv = *(const float4 *)&wt[a * WP + i4];
+        float4 sv = *(const float4 *)&st[a * CP + c4];
+        float wvv[4] = {wv.x, wv.y, wv.z, wv.w}, svv[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+          for (int c = 0; c < 4; c++)
+            acc[r][c] += wvv[r] * svv[c];
+      }
+      if (half == 1) {
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+          *(float4 *)&vps[(i4 + r) * CP + c4] =
+              make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+      }
+      __syncthreads();
+      if (half == 0) {
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          int i = i4 + r;
+          float e = cf[GDN_C + i];
+          float4 q = *(const float4 *)&vps[i * CP + c4];
+          float qv[4] = {q.x, q.y, q.z, q.w};
+          float v[4];
+#pragma unroll
+          for (int c = 0; c < 4; c++) {
+            v[c] = us[i * CP + c4 + c] - (acc[r][c] + qv[c]);
+            vps[i * CP + c4 + c] = e * v[c];
+          }
+          *(float4 *)&base[LY::u + i * DV + cb + c4] = make_float4(v[0], v[1], v[2], v[3]);
+        }
+      }
+    } else if constexpr (TC) { /* V' = U − W·S: 64 × NC, 16×8 tiles, one warp per tile */
       const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
       for (int tile = warp; tile < (GDN_C / 16) * (NC / 8); tile += NT / 32) {
         const int i0 = (tile / (NC / 8)) * 16, c0 = (tile % (NC / 8)) * 8;
@@ -558,7 +896,36 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
     __syncthreads();
     /* S ← e^{ΓC} S + Kᵀ (e^{ΓC−Γ} ⊙ V'): DK × NC, 8×4 tiles */
     float el = cf[2 * GDN_C];
-    if constexpr (TC) { /* 16×8 tiles, one warp per tile, accumulating onto e^{ΓC}·S in place */
+    if constexpr (KS == 2) { /* 4×4 tiles, one per thread at dk = 128 */
+      for (int tile = tid; tile < (DK / 4) * (NC / 4); tile += NT) {
+        int a4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
+        float acc[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          float4 sv = *(const float4 *)&st[(a4 + r) * CP + c4];
+          acc[r][0] = el * sv.x;
+          acc[r][1] = el * sv.y;
+          acc[r][2] = el * sv.z;
+          acc[r][3] = el * sv.w;
+        }
+#pragma unroll 8
+        for (int i = 0; i < GDN_C; i++) {
+          float4 kv = *(const float4 *)&ks[i * KP + a4];
+          float4 vv = *(const float4 *)&vps[i * CP + c4];
+          float kvv[4] = {kv.x, kv.y, kv.z, kv.w}, vvv[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+          for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+              acc[r][c] += kvv[r] * vvv[c];
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+          *(float4 *)&st[(a4 + r) * CP + c4] =
+              make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+      }
+    } else if constexpr (TC) {
+      /* 16×8 tiles, one warp per tile, accumulating onto e^{ΓC}·S in place */
       const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
       for (int tile = warp; tile < (DK / 16) * (NC / 8); tile += NT / 32) {
         const int a0 = (tile / (NC / 8)) * 16, c0 = (tile % (NC / 8)) * 8;
@@ -598,7 +965,8 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
       }
 #pragma unroll
       for (int r = 0; r < 8; r++)
-        *(float4 *)&st[(a8 + r) * CP + c4] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        *(float4 *)&st[(a8 + r) * CP + c4] =
+            make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     }
   }
   if (sq.state_out) {
@@ -606,6 +974,274 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
     for (int idx = tid; idx < DK * NC; idx += NT) {
       int a = idx / NC, c = idx % NC;
       sq.state_out[((size_t)h * DK + a) * DV + cb + c] = st[a * CP + c];
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * 2'. State walk of `invf`, with the state's share of the output: block (column block of NC,
+ * value head, sequence), NC·8 threads. Per chunk: the first half of the block forms
+ * V' = U − W·S (4×4 tiles, written over U and as e^{ΓC−Γ}⊙V' for the update), the second half
+ * e^{Γ}⊙(Q·S) straight into `out` (rows < len; the A·V' term is added by gdn_out_av_kernel); then
+ * all threads S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V'). S at the chunk start is not kept. U, K and the
+ * coefficients are double-buffered (chunk ci+1 streams in during ci); W and Q (row-major) have one
+ * buffer each, refilled for ci+1 once the chunk's first phase is done with them. */
+template <int DK, int DV, int NC> struct gdn_state_fused_smem {
+  static constexpr int WP = GDN_C + 4, KP = DK + 4, CP = NC + 4, CFP = 3 * GDN_C + 4;
+  static constexpr int wt = 0, qs = wt + DK * WP, us = qs + GDN_C * KP, ks = us + 2 * GDN_C * CP,
+                       cf = ks + 2 * GDN_C * KP, st = cf + 2 * CFP, vps = st + DK * CP,
+                       total = vps + GDN_C * CP;
+};
+
+template <int DK, int DV, int NC>
+__global__ __launch_bounds__(NC * 8) static void gdn_state_fused_kernel(
+    const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
+    float *__restrict__ scratch, float *__restrict__ out, int hk, int hv) {
+  using LY = gdn_layout<DK, DV>;
+  using SM = gdn_state_fused_smem<DK, DV, NC>;
+  constexpr int NT = NC * 8, HT = NC * 4, WP = SM::WP, KP = SM::KP, CP = SM::CP, CFP = SM::CFP;
+  extern __shared__ float4 smem4[];
+  float *sm = (float *)smem4;
+  float *wt = sm + SM::wt, *qs = sm + SM::qs, *us0 = sm + SM::us, *ks0 = sm + SM::ks;
+  float *cf0 = sm + SM::cf, *st = sm + SM::st, *vps = sm + SM::vps;
+
+  int cb = blockIdx.x * NC, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+  const struct exc_gdn_seq sq = p.seqs[s];
+  int kh = h / (hv / hk);
+  int n_chunks = p.chunk_start[s + 1] - p.chunk_start[s];
+  auto chunk_base = [&](int ci) {
+    return scratch + ((size_t)(p.chunk_start[s] + ci) * hv + h) * LY::total;
+  };
+
+  for (int idx = tid; idx < DK * NC; idx += NT) {
+    int a = idx / NC, c = idx % NC;
+    st[a * CP + c] = sq.state_in ? sq.state_in[((size_t)h * DK + a) * DV + cb + c] : 0.0f;
+  }
+  /* U, K rows, coefficients of chunk ci into buffer ci & 1 */
+  auto load_ukc = [&](int ci) {
+    const float *base = chunk_base(ci);
+    float *us = us0 + (ci & 1) * GDN_C * CP, *ks = ks0 + (ci & 1) * GDN_C * KP;
+    float *cf = cf0 + (ci & 1) * CFP;
+    int len = min(GDN_C, sq.n - ci * GDN_C);
+    size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    for (int idx = tid; idx < GDN_C * NC / 4; idx += NT) {
+      int i = idx / (NC / 4), c4 = (idx % (NC / 4)) * 4;
+      cp_async16(&us[i * CP + c4], base + LY::u + i * DV + cb + c4);
+    }
+    for (int idx = tid; idx < GDN_C * DK / 4; idx += NT) {
+      int i = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
+      if (i < len)
+        cp_async16(&ks[i * KP + a4], qkv + (row0 + i) * ld + (size_t)(hk + kh) * DK + a4);
+      else
+        *(float4 *)&ks[i * KP + a4] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int idx = tid; idx < 3 * GDN_C / 4; idx += NT)
+      cp_async16(&cf[idx * 4], base + LY::coef + idx * 4);
+  };
+  /* Wᵀ and the Q rows of chunk ci into their single buffers */
+  auto load_wq = [&](int ci) {
+    const float *base = chunk_base(ci);
+    int len = min(GDN_C, sq.n - ci * GDN_C);
+    size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    for (int idx = tid; idx < DK * GDN_C / 4; idx += NT) {
+      int a = idx / (GDN_C / 4), i4 = (idx % (GDN_C / 4)) * 4;
+      cp_async16(&wt[a * WP + i4], base + LY::wt + a * GDN_C + i4);
+    }
+    for (int idx = tid; idx < GDN_C * DK / 4; idx += NT) {
+      int i = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
+      if (i < len)
+        cp_async16(&qs[i * KP + a4], qkv + (row0 + i) * ld + (size_t)kh * DK + a4);
+      else
+        *(float4 *)&qs[i * KP + a4] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+
+  if (n_chunks > 0) {
+    load_ukc(0);
+    load_wq(0);
+    cp_async_commit();
+  }
+  for (int ci = 0; ci < n_chunks; ci++) {
+    float *base = chunk_base(ci);
+    const float *ks = ks0 + (ci & 1) * GDN_C * KP, *cf = cf0 + (ci & 1) * CFP;
+    const float *us = us0 + (ci & 1) * GDN_C * CP;
+    const int len = min(GDN_C, sq.n - ci * GDN_C);
+    const size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    cp_async_wait_all();
+    __syncthreads();
+    if (ci + 1 < n_chunks) {
+      load_ukc(ci + 1);
+      cp_async_commit();
+    }
+    {
+      const int half = tid / HT, tile = tid % HT;
+      const int i4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
+      float acc[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          acc[r][c] = 0.0f;
+      if (half == 0) { /* V' = U − W·S */
+#pragma unroll 8
+        for (int a = 0; a < DK; a++) {
+          float4 wv = *(const float4 *)&wt[a * WP + i4];
+          float4 sv = *(const float4 *)&st[a * CP + c4];
+          float wvv[4] = {wv.x, wv.y, wv.z, wv.w}, svv[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+          for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+              acc[r][c] += wvv[r] * svv[c];
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          int i = i4 + r;
+          float e = cf[GDN_C + i];
+          float v[4];
+#pragma unroll
+          for (int c = 0; c < 4; c++) {
+            v[c] = us[i * CP + c4 + c] - acc[r][c];
+            vps[i * CP + c4 + c] = e * v[c];
+          }
+          *(float4 *)&base[LY::u + i * DV + cb + c4] = make_float4(v[0], v[1], v[2], v[3]);
+        }
+      } else { /* e^{Γ} ⊙ (Q·S) into out, four k at a time */
+#pragma unroll 2
+        for (int a = 0; a < DK; a += 4) {
+          float4 qv[4], sv[4];
+#pragma unroll
+          for (int r = 0; r < 4; r++)
+            qv[r] = *(const float4 *)&qs[(i4 + r) * KP + a];
+#pragma unroll
+          for (int k = 0; k < 4; k++)
+            sv[k] = *(const float4 *)&st[(a + k) * CP + c4];
+#pragma unroll
+          for (int r = 0; r < 4; r++) {
+            float qq[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+              acc[r][0] += qq[k] * sv[k].x;
+              acc[r][1] += qq[k] * sv[k].y;
+              acc[r][2] += qq[k] * sv[k].z;
+              acc[r][3] += qq[k] * sv[k].w;
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          int i = i4 + r;
+          float e = cf[i];
+          if (i < len)
+            *(float4 *)(out + ((row0 + i) * hv + h) * DV + cb + c4) =
+                make_float4(e * acc[r][0], e * acc[r][1], e * acc[r][2], e * acc[r][3]);
+        }
+      }
+    }
+    __syncthreads(); /* V' complete; W and Q free for the next chunk */
+    if (ci + 1 < n_chunks) {
+      load_wq(ci + 1);
+      cp_async_commit();
+    }
+    /* S ← e^{ΓC} S + Kᵀ (e^{ΓC−Γ} ⊙ V'): DK × NC, 4×4 tiles */
+    float el = cf[2 * GDN_C];
+    for (int tile = tid; tile < (DK / 4) * (NC / 4); tile += NT) {
+      int a4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
+      float acc[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        float4 sv = *(const float4 *)&st[(a4 + r) * CP + c4];
+        acc[r][0] = el * sv.x;
+        acc[r][1] = el * sv.y;
+        acc[r][2] = el * sv.z;
+        acc[r][3] = el * sv.w;
+      }
+#pragma unroll 8
+      for (int i = 0; i < GDN_C; i++) {
+        float4 kv = *(const float4 *)&ks[i * KP + a4];
+        float4 vv = *(const float4 *)&vps[i * CP + c4];
+        float kvv[4] = {kv.x, kv.y, kv.z, kv.w}, vvv[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+          for (int c = 0; c < 4; c++)
+            acc[r][c] += kvv[r] * vvv[c];
+      }
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        *(float4 *)&st[(a4 + r) * CP + c4] =
+            make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    }
+  }
+  if (sq.state_out) {
+    __syncthreads();
+    for (int idx = tid; idx < DK * NC; idx += NT) {
+      int a = idx / NC, c = idx % NC;
+      sq.state_out[((size_t)h * DK + a) * DV + cb + c] = st[a * CP + c];
+    }
+  }
+}
+
+/* 3'. Output of `invf`: block (chunk, value head, column block of OC), 256 threads, 4×4 tiles:
+ * out += A·V' on the rows < len that gdn_state_fused_kernel wrote. */
+template <int OC> struct gdn_out_av_smem {
+  static constexpr int TP = GDN_C + 4, CP = OC + 4;
+  static constexpr int at = 0, vp = at + GDN_C * TP, total = vp + GDN_C * CP;
+};
+
+template <int DK, int DV, int OC>
+__global__ __launch_bounds__(GDN_NT) static void gdn_out_av_kernel(
+    const __grid_constant__ struct gdn_params p, const float *__restrict__ scratch,
+    float *__restrict__ out, int hv) {
+  using LY = gdn_layout<DK, DV>;
+  using SM = gdn_out_av_smem<OC>;
+  constexpr int TP = SM::TP, CP = SM::CP;
+  extern __shared__ float4 smem4[];
+  float *at = (float *)smem4 + SM::at, *vp = (float *)smem4 + SM::vp;
+  int chunk = blockIdx.x, h = blockIdx.y, cb = blockIdx.z * OC, tid = threadIdx.x;
+  int s = find_seq(p, chunk);
+  const struct exc_gdn_seq sq = p.seqs[s];
+  int c0 = (chunk - p.chunk_start[s]) * GDN_C;
+  int len = min(GDN_C, sq.n - c0);
+  size_t row0 = (size_t)sq.start + c0;
+  const float *base = scratch + ((size_t)chunk * hv + h) * LY::total;
+  for (int idx = tid; idx < GDN_C * GDN_C / 4; idx += GDN_NT) {
+    int j = idx / (GDN_C / 4), i4 = (idx % (GDN_C / 4)) * 4;
+    cp_async16(&at[j * TP + i4], base + LY::at + j * GDN_C + i4);
+  }
+  for (int idx = tid; idx < GDN_C * OC / 4; idx += GDN_NT) {
+    int j = idx / (OC / 4), c4 = (idx % (OC / 4)) * 4;
+    cp_async16(&vp[j * CP + c4], base + LY::u + j * DV + cb + c4);
+  }
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+  for (int tile = tid; tile < (GDN_C / 4) * (OC / 4); tile += GDN_NT) {
+    int i4 = (tile / (OC / 4)) * 4, c4 = (tile % (OC / 4)) * 4;
+    float acc[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+      for (int c = 0; c < 4; c++)
+        acc[r][c] = 0.0f;
+    for (int j = 0; j < i4 + 4; j++) {
+      float4 av = *(const float4 *)&at[j * TP + i4];
+      float4 vv = *(const float4 *)&vp[j * CP + c4];
+      float avv[4] = {av.x, av.y, av.z, av.w}, vvv[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          acc[r][c] += avv[r] * vvv[c];
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      int i = i4 + r;
+      if (i < len) {
+        float4 *o = (float4 *)(out + ((row0 + i) * hv + h) * DV + cb + c4);
+        float4 q = *o;
+        *o = make_float4(q.x + acc[r][0], q.y + acc[r][1], q.z + acc[r][2], q.w + acc[r][3]);
+      }
     }
   }
 }
@@ -753,47 +1389,98 @@ template <typename K> static int gdn_set_smem(K kernel, size_t bytes) {
                                        (int)bytes));
 }
 
-/* NCS: state column block for few blocks (one per SM), NCL: for many; OC: output column block */
+/* NCS: state column block for few blocks (one per SM), NCL: for many; OC: output column block.
+ * MODE: 0 simt, 2 tcinv, 4 invw, 5 invb, 6 invf (1: tcinv's products with SIMT's per-column
+ * solves, 3: invw's intra with SIMT's walk; both measured slower and no longer dispatched). */
 template <int DK, int DV, int NCS, int NCL, int OC, int MODE>
 static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total_chunks,
                       const float *qkv, size_t ld, const float *beta, const float *g, float *out,
                       int hk, int hv, void *scratch) {
-  constexpr bool TC = MODE > 0;
-  size_t intra_smem = (size_t)gdn_intra_smem<DK, MODE>::total * sizeof(float);
-  size_t smem_s = (size_t)gdn_state_smem<DK, DV, NCS>::total * sizeof(float);
-  size_t smem_l = (size_t)gdn_state_smem<DK, DV, NCL>::total * sizeof(float);
-  size_t out_smem = (size_t)gdn_out_smem<DK, OC>::total * sizeof(float);
+  constexpr bool TC = MODE == 1 || MODE == 2; /* inv, invw: the simt output kernel */
+  constexpr bool INV = MODE >= 3;             /* intra per (chunk, key head) */
+  constexpr int KS = MODE >= 4 ? 2 : 1;       /* invw, invb: the state walk's sums split in two */
+  constexpr bool BT = MODE >= 5;              /* invb, invf: T = (I + L)⁻¹ by 16×16 blocks */
+  constexpr bool FUSED = MODE == 6;           /* invf: the walk forms e^Γ⊙(Q·S) of the output */
+  size_t intra_smem = INV ? (size_t)gdn_intra_inv_smem<DK, DV, BT>::total * sizeof(float)
+                          : (size_t)gdn_intra_smem<DK, MODE>::total * sizeof(float);
+  size_t smem_s = (size_t)(FUSED ? gdn_state_fused_smem<DK, DV, NCS>::total
+                                  : gdn_state_smem<DK, DV, NCS>::total) * sizeof(float);
+  size_t smem_l = (size_t)(FUSED ? gdn_state_fused_smem<DK, DV, NCL>::total
+                                  : gdn_state_smem<DK, DV, NCL>::total) * sizeof(float);
+  size_t out_smem = (size_t)(FUSED ? gdn_out_av_smem<OC>::total : gdn_out_smem<DK, OC>::total) *
+                    sizeof(float);
   static bool attr_done = false; /* per instantiation; the calls are idempotent */
   int rc = 0;
   if (!attr_done) {
-    if ((rc = gdn_set_smem(gdn_intra_kernel<DK, DV, MODE>, intra_smem)) ||
-        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS, TC>, smem_s)) ||
-        (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL, TC>, smem_l)) ||
-        (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC, TC>, out_smem)))
-      return rc;
-    /* tcinv: two intra blocks per SM need the whole shared-memory carveout */
-    if (MODE == 2 && (rc = EXC_CUDA(cudaFuncSetAttribute(
-                          gdn_intra_kernel<DK, DV, MODE>,
-                          cudaFuncAttributePreferredSharedMemoryCarveout,
-                          (int)cudaSharedmemCarveoutMaxShared))))
+    if constexpr (INV) {
+      /* two intra blocks per SM need the whole shared-memory carveout */
+      if ((rc = gdn_set_smem(gdn_intra_inv_kernel<DK, DV, BT>, intra_smem)) ||
+          (rc = EXC_CUDA(cudaFuncSetAttribute(gdn_intra_inv_kernel<DK, DV, BT>,
+                                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                                              (int)cudaSharedmemCarveoutMaxShared))))
+        return rc;
+    } else {
+      if ((rc = gdn_set_smem(gdn_intra_kernel<DK, DV, MODE>, intra_smem)))
+        return rc;
+      /* tcinv: two intra blocks per SM need the whole shared-memory carveout */
+      if (MODE == 2 && (rc = EXC_CUDA(cudaFuncSetAttribute(
+                            gdn_intra_kernel<DK, DV, MODE>,
+                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                            (int)cudaSharedmemCarveoutMaxShared))))
+        return rc;
+    }
+    if constexpr (FUSED) {
+      if ((rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCS>, smem_s)) ||
+          (rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCL>, smem_l)) ||
+          (rc = gdn_set_smem(gdn_out_av_kernel<DK, DV, OC>, out_smem)))
+        return rc;
+    } else if ((rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS, TC, KS>, smem_s)) ||
+               (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL, TC, KS>, smem_l)) ||
+               (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC, TC>, out_smem)))
       return rc;
     attr_done = true;
   }
-  gdn_intra_kernel<DK, DV, MODE><<<dim3((unsigned)total_chunks, (unsigned)hv), GDN_NT, intra_smem,
-                             stream>>>(p, qkv, ld, beta, g, (float *)scratch, hk, hv);
-  if ((rc = EXC_CUDA(cudaGetLastError())))
-    return rc;
-  if ((long)hv * (DV / NCS) * p.n_seqs <= gdn_sm_count())
-    gdn_state_kernel<DK, DV, NCS, TC><<<dim3(DV / NCS, (unsigned)hv, (unsigned)p.n_seqs), NCS * 4,
-                                    smem_s, stream>>>(p, qkv, ld, (float *)scratch, hk, hv);
+  if constexpr (INV) {
+    /* fewer (chunk, key head) blocks than SMs (short inputs): one block per value head instead,
+     * each forming the key head's products itself */
+    unsigned groups = (long)total_chunks * hk < gdn_sm_count() ? (unsigned)(hv / hk) : 1u;
+    gdn_intra_inv_kernel<DK, DV, BT><<<dim3((unsigned)total_chunks, (unsigned)hk, groups), GDN_NT,
+                                   intra_smem, stream>>>(p, qkv, ld, beta, g, (float *)scratch,
+                                                         hk, hv);
+  }
   else
-    gdn_state_kernel<DK, DV, NCL, TC><<<dim3(DV / NCL, (unsigned)hv, (unsigned)p.n_seqs), NCL * 4,
-                                    smem_l, stream>>>(p, qkv, ld, (float *)scratch, hk, hv);
+    gdn_intra_kernel<DK, DV, MODE><<<dim3((unsigned)total_chunks, (unsigned)hv), GDN_NT,
+                                     intra_smem, stream>>>(p, qkv, ld, beta, g, (float *)scratch,
+                                                           hk, hv);
   if ((rc = EXC_CUDA(cudaGetLastError())))
     return rc;
-  gdn_out_kernel<DK, DV, OC, TC><<<dim3((unsigned)total_chunks, (unsigned)hv, DV / OC), GDN_NT,
-                               out_smem, stream>>>(p, qkv, ld, (const float *)scratch, out, hk,
-                                                   hv);
+  const bool few = (long)hv * (DV / NCS) * p.n_seqs <= gdn_sm_count();
+  const dim3 grid_s(DV / NCS, (unsigned)hv, (unsigned)p.n_seqs);
+  const dim3 grid_l(DV / NCL, (unsigned)hv, (unsigned)p.n_seqs);
+  const dim3 grid_o((unsigned)total_chunks, (unsigned)hv, DV / OC);
+  if constexpr (FUSED) {
+    if (few)
+      gdn_state_fused_kernel<DK, DV, NCS><<<grid_s, NCS * 8, smem_s, stream>>>(
+          p, qkv, ld, (float *)scratch, out, hk, hv);
+    else
+      gdn_state_fused_kernel<DK, DV, NCL><<<grid_l, NCL * 8, smem_l, stream>>>(
+          p, qkv, ld, (float *)scratch, out, hk, hv);
+    if ((rc = EXC_CUDA(cudaGetLastError())))
+      return rc;
+    gdn_out_av_kernel<DK, DV, OC><<<grid_o, GDN_NT, out_smem, stream>>>(
+        p, (const float *)scratch, out, hv);
+  } else {
+    if (few)
+      gdn_state_kernel<DK, DV, NCS, TC, KS><<<grid_s, NCS * 4 * KS, smem_s, stream>>>(
+          p, qkv, ld, (float *)scratch, hk, hv);
+    else
+      gdn_state_kernel<DK, DV, NCL, TC, KS><<<grid_l, NCL * 4 * KS, smem_l, stream>>>(
+          p, qkv, ld, (float *)scratch, hk, hv);
+    if ((rc = EXC_CUDA(cudaGetLastError())))
+      return rc;
+    gdn_out_kernel<DK, DV, OC, TC><<<grid_o, GDN_NT, out_smem, stream>>>(
+        p, qkv, ld, (const float *)scratch, out, hk, hv);
+  }
   return EXC_CUDA(cudaGetLastError());
 }
 
@@ -826,32 +1513,38 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
   gdn_launch<DK, DV, NCS, NCL, OC, MODE>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,  \
                                          hv, scratch)
   if (dims->dk == 128 && dims->dv == 128)
-    return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(128, 128, 32, 64, 64, 1)
-           : kind == EXC_GDN_KERNEL_TC_INV ? GDN_LAUNCH(128, 128, 32, 64, 64, 2)
+    return kind == EXC_GDN_KERNEL_TC_INV   ? GDN_LAUNCH(128, 128, 32, 64, 64, 2)
+           : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(128, 128, 32, 64, 64, 4)
+           : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(128, 128, 32, 64, 64, 5)
+           : kind == EXC_GDN_KERNEL_INV_F  ? GDN_LAUNCH(128, 128, 32, 64, 64, 6)
                                            : GDN_LAUNCH(128, 128, 32, 64, 64, 0);
   if (dims->dk == 16 && dims->dv == 24)
-    return kind == EXC_GDN_KERNEL_TC       ? GDN_LAUNCH(16, 24, 24, 24, 24, 1)
-           : kind == EXC_GDN_KERNEL_TC_INV ? GDN_LAUNCH(16, 24, 24, 24, 24, 2)
+    return kind == EXC_GDN_KERNEL_TC_INV   ? GDN_LAUNCH(16, 24, 24, 24, 24, 2)
+           : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(16, 24, 24, 24, 24, 4)
+           : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(16, 24, 24, 24, 24, 5)
+           : kind == EXC_GDN_KERNEL_INV_F  ? GDN_LAUNCH(16, 24, 24, 24, 24, 6)
                                            : GDN_LAUNCH(16, 24, 24, 24, 24, 0);
 #undef GDN_LAUNCH
   return -EINVAL;
 }
 
-/* -1 until chosen: by exc_gdn_kernel_set, else from S1_GDN_KERNEL on first use */
+/* -1 until chosen: by exc_gdn_kernel_set, else from S1_GDN_KERNEL on first use (default invf) */
 static int gdn_kernel_choice = -1;
 
 extern "C" void exc_gdn_kernel_set(enum exc_gdn_kernel k) {
   int v = (int)k;
-  gdn_kernel_choice = (v >= 0 && v < (int)EXC_GDN_KERNEL_COUNT) ? v : (int)EXC_GDN_KERNEL_SIMT;
+  gdn_kernel_choice = (v >= 0 && v < (int)EXC_GDN_KERNEL_COUNT) ? v : (int)EXC_GDN_KERNEL_INV_F;
 }
 
 extern "C" enum exc_gdn_kernel exc_gdn_kernel_get(void) {
   if (gdn_kernel_choice < 0) {
     const char *env = getenv("S1_GDN_KERNEL");
-    gdn_kernel_choice = !env                       ? EXC_GDN_KERNEL_SIMT
-                        : strcmp(env, "tc") == 0    ? EXC_GDN_KERNEL_TC
+    gdn_kernel_choice = !env                       ? EXC_GDN_KERNEL_INV_F
+                        : strcmp(env, "simt") == 0  ? EXC_GDN_KERNEL_SIMT
                         : strcmp(env, "tcinv") == 0 ? EXC_GDN_KERNEL_TC_INV
-                                                    : EXC_GDN_KERNEL_SIMT;
+                        : strcmp(env, "invw") == 0  ? EXC_GDN_KERNEL_INV_W
+                        : strcmp(env, "invb") == 0  ? EXC_GDN_KERNEL_INV_B
+                                                    : EXC_GDN_KERNEL_INV_F;
   }
   return (enum exc_gdn_kernel)gdn_kernel_choice;
 }

@@ -36,7 +36,8 @@ int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, const float 
  * chunks of EX_QWEN35_GDN_CHUNK (64) as the reference's torch_chunk_gated_delta_rule.
  * Shapes: qkv [total, ld_qkv] prepared (see exc_gdn_prepare); beta, g [total, Hv];
  *         out [total, Hv, dv] float32; scratch of exc_gdn_chunked_scratch_bytes bytes.
- * Ownership: device buffers; host `seqs` (≤ EXC_MAX_SEQS) copied into the launch; no sync.
+ * Ownership: device buffers (out overlapping none of the others); host `seqs` (≤ EXC_MAX_SEQS)
+ * copied into the launch; no sync.
  * Returns 0; -EINVAL (n_seqs, sizes, dk/dv other than 128/128 or 16/24, ld_qkv not a multiple
  * of 4, qkv/out/scratch not 16-byte aligned); -CM_ECUDA. Source: spec/qwen3_5.md §4.6; twins
  * ex_cpu_gdn_chunked (and ex_cpu_gdn_recurrent up to float32 rounding). */
@@ -46,20 +47,28 @@ int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_qkv, const 
 size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
                                      const struct ex_gdn_dims *dims);
 
-/* Which implementation exc_gdn_chunked runs (same launches, scratch and results up to fp32
- * rounding): SIMT forms every product in fp32 FMAs; TC forms the products on tensor cores in
- * 3xTF32 (split hi + lo, three TF32 products, fp32 accumulation; the solves stay fp32 SIMT);
- * TC_INV also replaces the solves by T = (I + L)⁻¹ (fp32 SIMT) and U = T·(β⊙V), W = T·(βe^Γ⊙K)
- * in 3xTF32, as the reference computes them. */
+/* Which implementation exc_gdn_chunked runs (same scratch size, results equal up to fp32
+ * rounding): SIMT forms every product in fp32 FMAs, one intra block per (chunk, value head);
+ * TC_INV forms the products on tensor cores in 3xTF32 (split hi + lo, three TF32 products, fp32
+ * accumulation) with T = (I + L)⁻¹ (fp32 SIMT) and U = T·(β⊙V), W = T·(βe^Γ⊙K) as the reference
+ * computes them. INV_W (all fp32 SIMT) forms KKᵀ and QKᵀ once per (chunk, key head) for its Hv/Hk
+ * value heads, T = (I + L)⁻¹ by forward substitution and U, W as SIMT products, and walks the
+ * state with twice SIMT's threads per block (each sum over dk split in two halves); INV_B is
+ * INV_W with T formed by 16×16 blocks (diagonal blocks by substitution, the others as small
+ * products); INV_F is INV_B with the output's e^Γ⊙(Q·S) formed in the state walk (S per chunk no
+ * longer stored) and A·V' added by a lighter output launch. (The 3xTF32 variant with per-column
+ * solves, and INV_W's intra with SIMT's walk, were measured slower everywhere and removed.) */
 enum exc_gdn_kernel {
-  EXC_GDN_KERNEL_SIMT,   /* "simt", the default */
-  EXC_GDN_KERNEL_TC,     /* "tc" */
+  EXC_GDN_KERNEL_SIMT,   /* "simt" */
   EXC_GDN_KERNEL_TC_INV, /* "tcinv" */
+  EXC_GDN_KERNEL_INV_W,  /* "invw" */
+  EXC_GDN_KERNEL_INV_B,  /* "invb" */
+  EXC_GDN_KERNEL_INV_F,  /* "invf", the default (fastest at every measured size, H200 2026-11-30) */
   EXC_GDN_KERNEL_COUNT
 };
 /* Process-wide choice for later launches (not thread-safe against concurrent launches; set it
- * before the executor starts). Without a call, the first launch reads
- * S1_GDN_KERNEL=simt|tc|tcinv (anything else, or unset: simt). */
+ * before the executor starts; an out-of-range value selects the default). Without a call, the
+ * first launch reads S1_GDN_KERNEL=simt|tcinv|invw|invb|invf (anything else, or unset: invf). */
 void exc_gdn_kernel_set(enum exc_gdn_kernel k);
 enum exc_gdn_kernel exc_gdn_kernel_get(void);
 

@@ -184,7 +184,9 @@ static void test_gated_norm(struct xt_rng *r) {
       ex_cpu_gated_rms_norm_bf16(x, zc, w, 1e-6f, want, n * hv, dv);
       xt_down_bf16(got, dy, n * vd);
       snprintf(what, sizeof(what), "gated_rms_norm_rounded n=%zu Hv=%zu dv=%zu", n, hv, dv);
-      xt_bf16_twin(what, got, want, n * vd, BF16_ABS, BF16_REL, BF16_EXACT);
+      /* two ulps: a one-ulp flip of R(x̂) (the sums of squares differ in order) can grow to two
+       * through R(·w) and R(·silu(z)) (seen on 2026-11-30: 45 of 20.9 M elements) */
+      xt_bf16_twin(what, got, want, n * vd, BF16_ABS, 2 * BF16_REL, BF16_EXACT);
       cudaFree(dx);
       cudaFree(dz);
       cudaFree(dw);

@@ -113,10 +113,18 @@ int main(void) {
   const int toks[] = {128, 1024, 3400};
   printf("%-5s %-6s %-14s %10s %10s %10s %12s\n", "model", "T", "kernel", "ms/launch", "TFLOP/s",
          "GB/s", "ms/model");
+  /* the GDN implementation the executor runs (read before the benchmark sets others) */
+  const enum exc_gdn_kernel gdn_choice = exc_gdn_kernel_get();
+  /* S1_BENCH_ONLY=MODEL:T (e.g. 4B:3400) runs that one case, for profiling a few launches */
+  const char *only = getenv("S1_BENCH_ONLY");
   for (int mi = 0; mi < 2; mi++) {
     struct model *m = &models[mi];
     for (int ti = 0; ti < 3; ti++) {
       int T = toks[ti];
+      char tag[32];
+      snprintf(tag, sizeof tag, "%s:%d", m->name, T);
+      if (only && strcmp(only, tag) != 0)
+        continue;
       double model_ms = 0;
       /* attention */
       struct attn_ctx a;
@@ -176,10 +184,12 @@ int main(void) {
       g.scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
       g.seq = (struct exc_gdn_seq){0, T, g.state, NULL};
       /* every implementation (enum exc_gdn_kernel) named in S1_GDN_BENCH_KINDS (default all:
-       * "simt,tc,tcinv"; simt always runs); the model sum takes the simt default */
-      const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/tc",
-                                                      "gdn_chunked/tci"};
-      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tc", "tcinv"};
+       * "simt,tcinv,invw,invb,invf"; simt, the reference for max|d|, and the executor's choice
+       * always run); the model sum takes the executor's choice (S1_GDN_KERNEL, else invf) */
+      const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/tci",
+                                                      "gdn_chunked/invw", "gdn_chunked/invb",
+                                                      "gdn_chunked/invf"};
+      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tcinv", "invw", "invb", "invf"};
       const char *kinds_env = getenv("S1_GDN_BENCH_KINDS");
       float t_kind[EXC_GDN_KERNEL_COUNT];
       double d_kind[EXC_GDN_KERNEL_COUNT]; /* max|out − out_simt| / max|out_simt| */
@@ -187,7 +197,7 @@ int main(void) {
       float *o_simt = malloc(n_out * 4), *o_k = malloc(n_out * 4);
       for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
         t_kind[kv] = -1.0f;
-        if (kv && kinds_env && !list_has(kinds_env, kind_name[kv]))
+        if (kv && kv != (int)gdn_choice && kinds_env && !list_has(kinds_env, kind_name[kv]))
           continue;
         exc_gdn_kernel_set((enum exc_gdn_kernel)kv);
         t_kind[kv] = time_ms(gdn_run, &g);
@@ -201,7 +211,7 @@ int main(void) {
         d_kind[kv] = kv ? dmax / rmax : 0.0;
       }
       free(o_simt), free(o_k);
-      exc_gdn_kernel_set(EXC_GDN_KERNEL_SIMT);
+      exc_gdn_kernel_set(gdn_choice);
       double nch = (T + 63) / 64, hv = m->d.n_v_heads, dk = 128, dv = 128;
       /* useful FLOPs per chunk and head: KKᵀ, QKᵀ (2·64·64·dk each), solves (64·63·(dk+dv)),
        * W·S and Q·S (2·2·64·dk·dv), state update (2·64·dk·dv), A·V' (64·65·dv) */
@@ -221,7 +231,7 @@ int main(void) {
           printf("  max|d| vs simt %.2g of max|out|", d_kind[kv]);
         printf("\n");
       }
-      model_ms += t_kind[0] * m->n_gdn;
+      model_ms += t_kind[gdn_choice] * m->n_gdn;
       printf("%-5s %-6d %-14s %10s %10s %10s %12.3f\n", m->name, T, "sum(model)", "", "", "",
              model_ms);
       cudaFree(c.x), cudaFree(c.w), cudaFree(c.y), cudaFree(c.win), cudaFree(c.wout);

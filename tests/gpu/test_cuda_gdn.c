@@ -8,8 +8,10 @@
  *   value is a sum of O(dk + 64) products per chunk, carried through up to 54 chunks and a 64-row
  *   unit-triangular solve; fp32 reordering gives ~1e-6 relative (the spec's chunked vs recurrent
  *   agreement), and the solve's growth on strongly coupled keys is what the 100× margin is for.
- * Every chunked case runs for each implementation (EXC_GDN_KERNEL_SIMT, _TC: 3xTF32 tensor-core
- * products, _TC_INV: also the solves as T = (I + L)⁻¹ products), each against the same CPU bound;
+ * Every chunked case runs for each implementation (enum exc_gdn_kernel: SIMT; TC_INV, 3xTF32
+ * tensor-core products with T = (I + L)⁻¹; INV_W, fp32 SIMT with KKᵀ, QKᵀ per key head, T and a
+ * wider state walk; INV_B, INV_W with T by 16×16 blocks; INV_F, INV_B with Q·S formed in the state
+ * walk), each against the same CPU bound;
  * lines are prefixed with the variant. */
 #include "cpu_gdn.h"
 #include "cuda_attention.h" /* EXC_MAX_SEQS */
@@ -324,9 +326,10 @@ int main(void) {
   run_prepare(&b4, 3400);
   const int lens[] = {1, 63, 64, 65, 127, 129};
   const int none[8] = {0}, one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-  const enum exc_gdn_kernel kinds[] = {EXC_GDN_KERNEL_SIMT, EXC_GDN_KERNEL_TC,
-                                       EXC_GDN_KERNEL_TC_INV};
-  const char *kind_names[] = {"simt", "tc", "tcinv"};
+  const enum exc_gdn_kernel kinds[] = {EXC_GDN_KERNEL_SIMT, EXC_GDN_KERNEL_TC_INV,
+                                       EXC_GDN_KERNEL_INV_W, EXC_GDN_KERNEL_INV_B,
+                                       EXC_GDN_KERNEL_INV_F};
+  const char *kind_names[] = {"simt", "tcinv", "invw", "invb", "invf"};
   for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
     exc_gdn_kernel_set(kinds[kv]);
     variant = kind_names[kv];
