@@ -1,7 +1,7 @@
 /* Qwen3.5 vision tower, float32 CPU reference (see ex_vision.h): config parsing, the checked
  * weight loader and the forward. The ops live in cpu/vision_*.c and cpu/cpu_matmul.c; this file
- * holds the geometry (block-order positions, interpolation taps, cu_seqlens) and the layer loop.
- * Nothing here rounds to bf16. */
+ * holds the geometry (block-order positions, interpolation taps, cu_seqlens) and the layer loop,
+ * in float32 or, with round_bf16, rounding to bf16 at every step where the bf16 reference does. */
 #include "ex_vision.h"
 
 #include <errno.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_act.h"
 #include "cpu/cpu_matmul.h"
 #include "cpu/vision_attention.h"
 #include "cpu/vision_layer_norm.h"
@@ -360,6 +361,7 @@ struct scratch {
   float *scores;  /* [longest segment] attention row */
   float *mrg;     /* [nm, m²V] merger hidden */
   float *out;     /* [nm, O] result, copied to ret_embeds on success */
+  float *pix;     /* [n, patch_dim] R(pixel_values), bf16 mode only */
   int32_t *pos;   /* [n, 2] (row, col) of each patch */
   int32_t *taps;  /* [n, 4] position table rows */
   int32_t *cu;    /* [S + 1] cu_seqlens, one segment per frame */
@@ -367,7 +369,7 @@ struct scratch {
 
 static void scratch_free(struct scratch *s) {
   float *fl[] = {s->x, s->a, s->qkv, s->o, s->f, s->cos_t, s->sin_t, s->wts, s->scores, s->mrg,
-                 s->out};
+                 s->out, s->pix};
   for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
     free(fl[i]);
   free(s->pos);
@@ -375,9 +377,18 @@ static void scratch_free(struct scratch *s) {
   free(s->cu);
 }
 
-static void add_inplace(float *x, const float *y, size_t n) {
+/* The residual add: x += y, or x = R(x + y) in bf16 mode (spec §6.5). */
+static void add_inplace(float *x, const float *y, size_t n, bool bf16) {
   for (size_t i = 0; i < n; i++)
-    x[i] += y[i];
+    x[i] = bf16 ? ex_cpu_bf16(x[i] + y[i]) : x[i] + y[i];
+}
+
+/* y = x·Wᵀ + b (nn.Linear), rounded once in bf16 mode: R(x·Wᵀ + b) of spec §6.2, 6.5, 6.6. */
+static void linear(const float *x, const float *w, const float *b, float *y, size_t n, size_t k,
+                   size_t m, bool bf16) {
+  ex_cpu_linear(x, w, b, y, n, k, m);
+  if (bf16)
+    ex_cpu_round_bf16(y, n * m);
 }
 
 int ex_vision_forward_trace(const struct ex_vision *v, const float *pixel_values,
@@ -448,39 +459,62 @@ int ex_vision_forward_trace(const struct ex_vision *v, const float *pixel_values
     }
   }
 
-  /* Patch embedding (Conv3d with stride = kernel is one dot product per row) + positions. */
-  ex_cpu_linear(pixel_values, v->patch_w, v->patch_b, s.x, n, (size_t)c->patch_dim, V);
-  ex_cpu_vision_pos_embed_add(v->pos_embed, s.taps, s.wts, s.x, n, V);
+  /* Patch embedding (Conv3d with stride = kernel is one dot product per row) + positions. In bf16
+   * mode every step below rounds where the bf16 reference does (spec §6.1-6.6). */
+  bool bf16 = v->round_bf16;
+  const float *pix = pixel_values;
+  if (bf16) {
+    size_t n_pix = n * (size_t)c->patch_dim;
+    if (!(s.pix = malloc(n_pix * sizeof(float)))) {
+      r = cm_diag_set(diag, -ENOMEM, "vision: cannot allocate scratch for %zu patches", n);
+      goto out;
+    }
+    memcpy(s.pix, pixel_values, n_pix * sizeof(float));
+    ex_cpu_round_bf16(s.pix, n_pix); /* x = R(pixel) */
+    pix = s.pix;
+  }
+  linear(pix, v->patch_w, v->patch_b, s.x, n, (size_t)c->patch_dim, V, bf16);
+  if (bf16)
+    ex_cpu_vision_pos_embed_add_bf16(v->pos_embed, s.taps, s.wts, s.x, n, V);
+  else
+    ex_cpu_vision_pos_embed_add(v->pos_embed, s.taps, s.wts, s.x, n, V);
   if (trace && trace->fn)
     trace->fn(trace->user, 0, s.x, (int64_t)n, (int)V);
   ex_vision_rotary_inv_freq(c->head_dim, c->rope_theta, inv_freq);
   ex_cpu_vision_rotary_tables(s.pos, n, inv_freq, c->head_dim, s.cos_t, s.sin_t);
   float scale = (float)pow((double)hd, -0.5);
+  void (*layer_norm)(const float *, const float *, const float *, float *, size_t, size_t,
+                     float) = bf16 ? ex_cpu_layer_norm_bf16 : ex_cpu_layer_norm;
+  void (*rotary)(float *, size_t, size_t, int, int, const float *, const float *) =
+      bf16 ? ex_cpu_vision_rotary_apply_bf16 : ex_cpu_vision_rotary_apply;
+  void (*attention)(const float *, size_t, int, int, const int32_t *, int, float, float *,
+                    float *) = bf16 ? ex_cpu_vision_attention_bf16 : ex_cpu_vision_attention;
+  void (*gelu)(const float *, float *, size_t, enum ex_gelu_kind) =
+      bf16 ? ex_cpu_gelu_bf16 : ex_cpu_gelu;
 
   for (int b = 0; b < c->depth; b++) {
     const struct ex_vision_block *bl = &v->blocks[b];
-    ex_cpu_layer_norm(s.x, bl->norm1_w, bl->norm1_b, s.a, n, V, c->norm_eps);
-    ex_cpu_linear(s.a, bl->qkv_w, bl->qkv_b, s.qkv, n, V, 3 * V);
-    ex_cpu_vision_rotary_apply(s.qkv, n, 3 * V, c->num_heads, c->head_dim, s.cos_t, s.sin_t);
-    ex_cpu_vision_rotary_apply(s.qkv + V, n, 3 * V, c->num_heads, c->head_dim, s.cos_t, s.sin_t);
-    ex_cpu_vision_attention(s.qkv, n, c->num_heads, c->head_dim, s.cu, (int)n_segs, scale, s.o,
-                            s.scores);
-    ex_cpu_linear(s.o, bl->proj_w, bl->proj_b, s.a, n, V, V);
-    add_inplace(s.x, s.a, n * V);
-    ex_cpu_layer_norm(s.x, bl->norm2_w, bl->norm2_b, s.a, n, V, c->norm_eps);
-    ex_cpu_linear(s.a, bl->fc1_w, bl->fc1_b, s.f, n, V, F);
-    ex_cpu_gelu(s.f, s.f, n * F, c->block_act);
-    ex_cpu_linear(s.f, bl->fc2_w, bl->fc2_b, s.a, n, F, V);
-    add_inplace(s.x, s.a, n * V);
+    layer_norm(s.x, bl->norm1_w, bl->norm1_b, s.a, n, V, c->norm_eps);
+    linear(s.a, bl->qkv_w, bl->qkv_b, s.qkv, n, V, 3 * V, bf16);
+    rotary(s.qkv, n, 3 * V, c->num_heads, c->head_dim, s.cos_t, s.sin_t);
+    rotary(s.qkv + V, n, 3 * V, c->num_heads, c->head_dim, s.cos_t, s.sin_t);
+    attention(s.qkv, n, c->num_heads, c->head_dim, s.cu, (int)n_segs, scale, s.o, s.scores);
+    linear(s.o, bl->proj_w, bl->proj_b, s.a, n, V, V, bf16);
+    add_inplace(s.x, s.a, n * V, bf16);
+    layer_norm(s.x, bl->norm2_w, bl->norm2_b, s.a, n, V, c->norm_eps);
+    linear(s.a, bl->fc1_w, bl->fc1_b, s.f, n, V, F, bf16);
+    gelu(s.f, s.f, n * F, c->block_act);
+    linear(s.f, bl->fc2_w, bl->fc2_b, s.a, n, F, V, bf16);
+    add_inplace(s.x, s.a, n * V, bf16);
     if (trace && trace->fn)
       trace->fn(trace->user, b + 1, s.x, (int64_t)n, (int)V);
   }
 
   /* Merger: LayerNorm over V, then m² consecutive rows (one m×m block) form one row of m²V. */
-  ex_cpu_layer_norm(s.x, v->merger_norm_w, v->merger_norm_b, s.a, n, V, c->norm_eps);
-  ex_cpu_linear(s.a, v->merger_fc1_w, v->merger_fc1_b, s.mrg, nm, MV, MV);
-  ex_cpu_gelu(s.mrg, s.mrg, nm * MV, EX_GELU_ERF);
-  ex_cpu_linear(s.mrg, v->merger_fc2_w, v->merger_fc2_b, s.out, nm, MV, O);
+  layer_norm(s.x, v->merger_norm_w, v->merger_norm_b, s.a, n, V, c->norm_eps);
+  linear(s.a, v->merger_fc1_w, v->merger_fc1_b, s.mrg, nm, MV, MV, bf16);
+  gelu(s.mrg, s.mrg, nm * MV, EX_GELU_ERF);
+  linear(s.mrg, v->merger_fc2_w, v->merger_fc2_b, s.out, nm, MV, O, bf16);
   memcpy(ret_embeds, s.out, nm * O * sizeof(float));
   r = 0;
 out:

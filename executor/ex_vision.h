@@ -2,11 +2,13 @@
  * embedding, bilinearly resampled learned position embedding, 2-D rotary, `depth` pre-norm blocks
  * with per-image (per-frame) attention, LayerNorm + spatial-merge shuffle + MLP merger. Its output
  * rows replace the `<|image_pad|>` embeddings in order. It equals transformers 5.17 in float32
- * (tests/vision/). Left out: bf16 rounding (the CUDA engine's business), deepstack (Qwen3.5 has
- * none), the image processor (preprocessor/image). */
+ * (tests/vision/); with round_bf16 it rounds to bf16 at every step where transformers' bf16 run
+ * does (spec §6.1-6.6). Left out: deepstack (Qwen3.5 has none), the image processor
+ * (preprocessor/image). */
 #ifndef S1_EX_VISION_H
 #define S1_EX_VISION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cm_error.h"
@@ -66,7 +68,8 @@ struct ex_vision_block {
   const float *fc2_b;             /* [V] */
 };
 
-/* A loaded vision tower. Immutable after ex_vision_new: concurrent forwards are safe. */
+/* A loaded vision tower. Immutable after ex_vision_new (and the owner's choice of round_bf16, made
+ * before the first forward): concurrent forwards are safe. */
 struct ex_vision {
   struct ex_vision_config cfg;    /* sizes */
   const float *patch_w;           /* [V, patch_dim], Conv3d weight in C order (c, t, y, x) */
@@ -80,6 +83,7 @@ struct ex_vision {
   const float *merger_fc2_w;      /* [O, m²V] */
   const float *merger_fc2_b;      /* [O] */
   float *arena;                   /* heap block holding every weight above */
+  bool round_bf16;                /* round as the bf16 reference (spec §6); false: float32 */
 };
 
 /* Loads the tower's 9 + 12·depth tensors named `prefix` + key (prefix NULL: "model.visual."),
@@ -116,10 +120,12 @@ struct ex_vision_trace {
  *         ret_embeds [n_patches / m², out_hidden_size] float32, rows in input order.
  * Units: pixels normalised as the processor does ((u8 − 127.5) / 127.5).
  * Ownership: caller's host buffers; scratch of about n_patches·(6V + F + 2·head_dim + 8) +
- * n_merged·(m²V + O) floats is malloc'd and freed inside the call. ret_embeds written on success.
+ * n_merged·(m²V + O) floats (plus n_patches·patch_dim with round_bf16) is malloc'd and freed
+ * inside the call. ret_embeds written on success.
  * Returns: 0; the errors of ex_vision_count; -CM_ESHAPE (n_patches disagrees with grid_thw);
  * -EINVAL (NULL argument); -ENOMEM. `diag` says which.
- * Source: Qwen3_5VisionModel.forward (transformers 5.17, float32 eager); CUDA twin: later issue. */
+ * Source: Qwen3_5VisionModel.forward (transformers 5.17, float32 eager; with v->round_bf16 the
+ * bf16 run with sdpa, spec §6); CUDA twin: exc_vision_forward (cuda/cuda_vision.h). */
 int ex_vision_forward(const struct ex_vision *v, const float *pixel_values, int64_t n_patches,
                       const int32_t *grid_thw, int n_images, float *ret_embeds,
                       struct cm_diag *diag);

@@ -378,9 +378,10 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
         memcpy(grid + 3 * gi++, in.images[i].grid, 3 * sizeof(int32_t));
       }
     if (n_pix && device >= 0)
-      r = s1_forward_vision_cuda(dir, device, pix, n_patches, grid, n_pix, pout, diag);
+      r = s1_forward_vision_cuda(dir, device, pix, n_patches, grid, n_pix, !fp32_residual, pout,
+                                 diag);
     else if (n_pix)
-      r = s1_forward_vision(dir, pix, n_patches, grid, n_pix, pout, diag);
+      r = s1_forward_vision(dir, pix, n_patches, grid, n_pix, bf16, pout, diag);
     free(grid);
     if (r) {
       free(pout);

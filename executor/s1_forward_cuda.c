@@ -141,7 +141,7 @@ out:
 
 int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const float *pixels,
                            int64_t n_patches, const int32_t *grid_thw, int n_images,
-                           float *ret_embeds, struct cm_diag *diag) {
+                           bool round_bf16, float *ret_embeds, struct cm_diag *diag) {
   struct ex_vision_config cfg;
   struct ex_vision *host = NULL;
   struct exc_gemm *gemm = NULL;
@@ -160,6 +160,7 @@ int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const flo
   }
   if ((r = exc_vision_new(&cfg, host, n_patches, segs, gemm, &v, diag)))
     goto out;
+  v->round_bf16 = round_bf16;
   ex_vision_free(host);
   host = NULL;
   size_t n_out = (size_t)n_merged * (size_t)cfg.out_hidden_size;

@@ -40,13 +40,14 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
                     struct cm_diag *diag);
 
 /* The vision tower of the model directory on CUDA device `device` (exc_vision, bf16 weights):
- * loads the float32 tower, uploads it as bf16, runs the packed images in one call and copies the
- * merged rows back. Shapes: pixels [n_patches, 1536] host float32; grid_thw [n_images][3];
+ * loads the float32 tower, uploads it as bf16, runs the packed images in one call (round_bf16: the
+ * ref-bf16 numerics, else fp32-residual) and copies the merged rows back.
+ * Shapes: pixels [n_patches, 1536] host float32; grid_thw [n_images][3];
  * ret_embeds [n_patches/4, hidden] host float32 (caller's). The device scratch is reserved for
  * exactly this call's patches. Returns 0 or a negative code named in diag (-CM_EUNSUPPORTED: no
  * vision tower, or a build without CUDA). Twin: s1_forward_vision (float32 CPU). */
 int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const float *pixels,
                            int64_t n_patches, const int32_t *grid_thw, int n_images,
-                           float *ret_embeds, struct cm_diag *diag);
+                           bool round_bf16, float *ret_embeds, struct cm_diag *diag);
 
 #endif

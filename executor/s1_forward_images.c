@@ -21,13 +21,15 @@ int s1_forward_vision_load(const struct cm_model_dir *dir, struct ex_vision_conf
 }
 
 int s1_forward_vision(const struct cm_model_dir *dir, const float *pixels, int64_t n_patches,
-                      const int32_t *grid_thw, int n_images, float *ret_embeds,
+                      const int32_t *grid_thw, int n_images, bool round_bf16, float *ret_embeds,
                       struct cm_diag *diag) {
   struct ex_vision_config cfg;
   struct ex_vision *v = NULL;
   int r = s1_forward_vision_load(dir, &cfg, &v, diag);
-  if (!r)
+  if (!r) {
+    v->round_bf16 = round_bf16;
     r = ex_vision_forward(v, pixels, n_patches, grid_thw, n_images, ret_embeds, diag);
+  }
   ex_vision_free(v);
   return r;
 }

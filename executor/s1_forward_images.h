@@ -3,6 +3,7 @@
 #ifndef S1_FORWARD_IMAGES_H
 #define S1_FORWARD_IMAGES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cm_model_dir.h"
@@ -15,11 +16,12 @@
 int s1_forward_vision_load(const struct cm_model_dir *dir, struct ex_vision_config *ret_cfg,
                            struct ex_vision **ret_vision, struct cm_diag *diag);
 
-/* Runs the vision tower of the model directory over packed pixel rows.
+/* Runs the vision tower of the model directory over packed pixel rows, in float32 or, with
+ * round_bf16, rounding where the bf16 reference does (ex_vision.round_bf16).
  * Shapes: pixels [n_patches, 1536] float32; grid_thw [n_images][3]; ret_embeds
  * [n_patches/4, hidden] float32 (caller-allocated). Returns 0 or a negative code named in diag. */
 int s1_forward_vision(const struct cm_model_dir *dir, const float *pixels, int64_t n_patches,
-                      const int32_t *grid_thw, int n_images, float *ret_embeds,
+                      const int32_t *grid_thw, int n_images, bool round_bf16, float *ret_embeds,
                       struct cm_diag *diag);
 
 #endif

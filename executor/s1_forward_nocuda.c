@@ -17,8 +17,9 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
 
 int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const float *pixels,
                            int64_t n_patches, const int32_t *grid_thw, int n_images,
-                           float *ret_embeds, struct cm_diag *diag) {
+                           bool round_bf16, float *ret_embeds, struct cm_diag *diag) {
   (void)dir, (void)pixels, (void)n_patches, (void)grid_thw, (void)n_images, (void)ret_embeds;
+  (void)round_bf16;
   return cm_diag_set(diag, -CM_EUNSUPPORTED,
                      "device cuda:%d: this s1-forward was built without CUDA", device);
 }

@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include "cpu_act.h"
+
 void ex_cpu_gelu(const float *x, float *y, size_t n, enum ex_gelu_kind kind) {
   const float inv_sqrt2 = 0.70710678118654752440f;
   const float beta = 0.79788456080286535588f; /* √(2/π) */
@@ -20,4 +22,9 @@ void ex_cpu_gelu(const float *x, float *y, size_t n, enum ex_gelu_kind kind) {
     float v = x[i];
     y[i] = 0.5f * v * (1.0f + erff(v * inv_sqrt2));
   }
+}
+
+void ex_cpu_gelu_bf16(const float *x, float *y, size_t n, enum ex_gelu_kind kind) {
+  ex_cpu_gelu(x, y, n, kind);
+  ex_cpu_round_bf16(y, n);
 }

@@ -17,4 +17,9 @@ enum ex_gelu_kind {
  * Source: torch.nn.functional.gelu(approximate="none" | "tanh"); twin of the CUDA vision gelu. */
 void ex_cpu_gelu(const float *x, float *y, size_t n, enum ex_gelu_kind kind);
 
+/* As ex_cpu_gelu with x holding bf16 values (the rounded fc1 output): gelu in float32, the result
+ * rounded once, y = R(gelu(x)). Shapes, units, ownership as there.
+ * Source: spec/qwen3_5.md §6.5 (f = R(gelu_tanh(·))) and §6.6 (z = R(gelu_erf(·))). */
+void ex_cpu_gelu_bf16(const float *x, float *y, size_t n, enum ex_gelu_kind kind);
+
 #endif

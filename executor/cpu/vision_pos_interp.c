@@ -4,6 +4,9 @@
 #include "vision_pos_interp.h"
 
 #include <math.h>
+#include <stdbool.h>
+
+#include "cpu_act.h"
 
 static void axis_taps(int idx, int size, int side, int32_t *taps, float *weights) {
   float src = (float)idx * (float)(side - 1) / (float)(size - 1 > 1 ? size - 1 : 1);
@@ -31,8 +34,9 @@ void ex_vision_pos_interp_taps(int row, int col, int h, int w, int side, int32_t
   }
 }
 
-void ex_cpu_vision_pos_embed_add(const float *table, const int32_t *taps, const float *weights,
-                                 float *x, size_t n, size_t dim) {
+/* The shared body; bf16 stores x = R(x + R(pe)). */
+static void pos_embed_add(const float *table, const int32_t *taps, const float *weights, float *x,
+                          size_t n, size_t dim, bool bf16) {
   for (size_t r = 0; r < n; r++) {
     const int32_t *t = taps + 4 * r;
     const float *wt = weights + 4 * r;
@@ -41,7 +45,17 @@ void ex_cpu_vision_pos_embed_add(const float *table, const int32_t *taps, const 
       float pe = 0.0f;
       for (int k = 0; k < 4; k++)
         pe += table[(size_t)t[k] * dim + i] * wt[k];
-      xr[i] += pe;
+      xr[i] = bf16 ? ex_cpu_bf16(xr[i] + ex_cpu_bf16(pe)) : xr[i] + pe;
     }
   }
+}
+
+void ex_cpu_vision_pos_embed_add(const float *table, const int32_t *taps, const float *weights,
+                                 float *x, size_t n, size_t dim) {
+  pos_embed_add(table, taps, weights, x, n, dim, false);
+}
+
+void ex_cpu_vision_pos_embed_add_bf16(const float *table, const int32_t *taps, const float *weights,
+                                      float *x, size_t n, size_t dim) {
+  pos_embed_add(table, taps, weights, x, n, dim, true);
 }

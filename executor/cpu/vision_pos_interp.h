@@ -1,7 +1,8 @@
 /* Learned position embedding of the vision tower, resampled bilinearly (align_corners = True) from
  * its side×side table to each image's h×w patch grid (spec §6.3, the transformers >= 5.17 form:
- * float32 weights, one float32 sum). The geometry (taps, weights) is host-side and shared with the
- * CUDA engine; the gather-and-add is the op. The older bf16-summed variant is left out. */
+ * float32 weights, one float32 sum; the bf16 variant rounds pe and x + pe). The geometry (taps,
+ * weights) is host-side and shared with the CUDA engine; the gather-and-add is the op. The older
+ * bf16-summed variant is left out. */
 #ifndef S1_EX_CPU_VISION_POS_INTERP_H
 #define S1_EX_CPU_VISION_POS_INTERP_H
 
@@ -21,5 +22,12 @@ void ex_vision_pos_interp_taps(int row, int col, int h, int w, int side, int32_t
  * CUDA vision position kernel. */
 void ex_cpu_vision_pos_embed_add(const float *table, const int32_t *taps, const float *weights,
                                  float *x, size_t n, size_t dim);
+
+/* As ex_cpu_vision_pos_embed_add, evaluated as the bf16 reference does (x holds bf16 values, the
+ * patch embedding's rounded output): pe is the same float32 sum of f32(table)·weight, rounded once,
+ * then x[r] = R(x[r] + R(pe)). Shapes, units, ownership as there.
+ * Source: spec/qwen3_5.md §6.3 (newer form: pe = R(Σ f32(E)·w), x = R(x + pe)). */
+void ex_cpu_vision_pos_embed_add_bf16(const float *table, const int32_t *taps, const float *weights,
+                                      float *x, size_t n, size_t dim);
 
 #endif

@@ -3,6 +3,9 @@
 #include "vision_rotary.h"
 
 #include <math.h>
+#include <stdbool.h>
+
+#include "cpu_act.h"
 
 void ex_vision_rotary_inv_freq(int head_dim, float theta, float *inv_freq) {
   int spatial = head_dim / 2;
@@ -30,8 +33,9 @@ void ex_cpu_vision_rotary_tables(const int32_t *pos, size_t n, const float *inv_
   }
 }
 
-void ex_cpu_vision_rotary_apply(float *x, size_t n, size_t row_stride, int heads, int head_dim,
-                                const float *cos_t, const float *sin_t) {
+/* The shared body; bf16 rounds each rotated value once. */
+static void rotary_apply(float *x, size_t n, size_t row_stride, int heads, int head_dim,
+                         const float *cos_t, const float *sin_t, bool bf16) {
   int half = head_dim / 2;
   for (size_t r = 0; r < n; r++) {
     const float *c = cos_t + r * (size_t)head_dim;
@@ -42,9 +46,19 @@ void ex_cpu_vision_rotary_apply(float *x, size_t n, size_t row_stride, int heads
         float a = v[j], b = v[j + half];
         float lo = a * c[j] + (-b) * s[j];
         float hi = b * c[j + half] + a * s[j + half];
-        v[j] = lo;
-        v[j + half] = hi;
+        v[j] = bf16 ? ex_cpu_bf16(lo) : lo;
+        v[j + half] = bf16 ? ex_cpu_bf16(hi) : hi;
       }
     }
   }
+}
+
+void ex_cpu_vision_rotary_apply(float *x, size_t n, size_t row_stride, int heads, int head_dim,
+                                const float *cos_t, const float *sin_t) {
+  rotary_apply(x, n, row_stride, heads, head_dim, cos_t, sin_t, false);
+}
+
+void ex_cpu_vision_rotary_apply_bf16(float *x, size_t n, size_t row_stride, int heads, int head_dim,
+                                     const float *cos_t, const float *sin_t) {
+  rotary_apply(x, n, row_stride, heads, head_dim, cos_t, sin_t, true);
 }

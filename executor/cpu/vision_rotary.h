@@ -27,4 +27,10 @@ void ex_cpu_vision_rotary_tables(const int32_t *pos, size_t n, const float *inv_
 void ex_cpu_vision_rotary_apply(float *x, size_t n, size_t row_stride, int heads, int head_dim,
                                 const float *cos_t, const float *sin_t);
 
+/* As ex_cpu_vision_rotary_apply with x holding bf16 values (the rounded qkv GEMM output): the same
+ * float32 rotation, each result rounded to bf16 once, x = R(x·cos + rotate_half(x)·sin).
+ * Shapes, units, ownership as there. Source: spec/qwen3_5.md §6.4-6.5 (q,k = R(rotary_fp32)). */
+void ex_cpu_vision_rotary_apply_bf16(float *x, size_t n, size_t row_stride, int heads, int head_dim,
+                                     const float *cos_t, const float *sin_t);
+
 #endif

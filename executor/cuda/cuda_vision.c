@@ -254,6 +254,7 @@ static int run_pass(struct exc_vision *v, cudaStream_t st, const float *d_pix, c
   const size_t m2 = (size_t)c->spatial_merge_size * (size_t)c->spatial_merge_size;
   const size_t MV = m2 * V, nm = (size_t)n / m2, un = (size_t)n;
   const float eps = c->norm_eps;
+  const bool rb = v->round_bf16; /* ref-bf16: round where the bf16 reference does (spec §6) */
   int r, n_tiles, n_segs;
   if ((r = EXC_CUDA(cudaEventSynchronize(v->geo_done))))
     return r;
@@ -275,7 +276,8 @@ static int run_pass(struct exc_vision *v, cudaStream_t st, const float *d_pix, c
   if ((r = exc_vision_to_bf16(st, d_pix, v->pix_bf16, n * (int64_t)pd)) ||
       (r = exc_gemm(gm, st, v->pix_bf16, pd, v->patch_w, v->x, V, EXC_DTYPE_F32, false, un, pd,
                     V)) ||
-      (r = exc_vision_pos_embed_add(st, v->pos_embed, taps, wts, v->patch_b, v->x, n, (int)V)) ||
+      (r = exc_vision_pos_embed_add(st, v->pos_embed, taps, wts, v->patch_b, v->x, n, (int)V,
+                                    rb)) ||
       (r = exc_vision_rotary_tables(st, pos, n, v->inv_freq, c->head_dim, v->cos_t, v->sin_t)))
     return r;
 
@@ -285,18 +287,18 @@ static int run_pass(struct exc_vision *v, cudaStream_t st, const float *d_pix, c
     const float *res = b > 0 ? v->y : NULL;
     const __nv_bfloat16 *res_b = b > 0 ? v->blocks[b - 1].fc2_b : NULL;
     if ((r = exc_vision_add_layer_norm(st, v->x, res, res_b, bl->norm1_w, bl->norm1_b, v->a, n,
-                                       (int)V, eps)) ||
+                                       (int)V, eps, rb)) ||
         (r = exc_gemm(gm, st, v->a, V, bl->qkv_w, v->y, 3 * V, EXC_DTYPE_F32, false, un, V,
                       3 * V)) ||
         (r = exc_vision_qkv_rotary(st, v->y, bl->qkv_b, v->cos_t, v->sin_t, v->qkv, n,
-                                   c->num_heads, c->head_dim)) ||
+                                   c->num_heads, c->head_dim, rb)) ||
         (r = exc_vision_attention(st, v->qkv, tiles, n_tiles, c->num_heads, c->head_dim, scale,
                                   v->a)) ||
         (r = exc_gemm(gm, st, v->a, V, bl->proj_w, v->y, V, EXC_DTYPE_F32, false, un, V, V)) ||
         (r = exc_vision_add_layer_norm(st, v->x, v->y, bl->proj_b, bl->norm2_w, bl->norm2_b, v->a,
-                                       n, (int)V, eps)) ||
+                                       n, (int)V, eps, rb)) ||
         (r = exc_gemm(gm, st, v->a, V, bl->fc1_w, v->y, F, EXC_DTYPE_F32, false, un, V, F)) ||
-        (r = exc_vision_gelu(st, v->y, bl->fc1_b, v->f, n, (int)F, c->block_act)) ||
+        (r = exc_vision_gelu(st, v->y, bl->fc1_b, v->f, n, (int)F, c->block_act, rb)) ||
         (r = exc_gemm(gm, st, v->f, F, bl->fc2_w, v->y, V, EXC_DTYPE_F32, false, un, F, V)))
       return r;
   }
@@ -305,12 +307,13 @@ static int run_pass(struct exc_vision *v, cudaStream_t st, const float *d_pix, c
   const float *res = c->depth > 0 ? v->y : NULL;
   const __nv_bfloat16 *res_b = c->depth > 0 ? v->blocks[c->depth - 1].fc2_b : NULL;
   if ((r = exc_vision_add_layer_norm(st, v->x, res, res_b, v->merger_norm_w, v->merger_norm_b,
-                                     v->a, n, (int)V, eps)) ||
+                                     v->a, n, (int)V, eps, rb)) ||
       (r = exc_gemm(gm, st, v->a, MV, v->merger_fc1_w, v->y, MV, EXC_DTYPE_F32, false, nm, MV,
                     MV)) ||
-      (r = exc_vision_gelu(st, v->y, v->merger_fc1_b, v->f, (int64_t)nm, (int)MV, EX_GELU_ERF)) ||
+      (r = exc_vision_gelu(st, v->y, v->merger_fc1_b, v->f, (int64_t)nm, (int)MV, EX_GELU_ERF,
+                           rb)) ||
       (r = exc_gemm(gm, st, v->f, MV, v->merger_fc2_w, out, O, EXC_DTYPE_F32, false, nm, MV, O)) ||
-      (r = exc_vision_add_bias(st, out, v->merger_fc2_b, (int64_t)nm, (int)O)))
+      (r = exc_vision_add_bias(st, out, v->merger_fc2_b, (int64_t)nm, (int)O, rb)))
     return r;
   return 0;
 }

@@ -1,13 +1,15 @@
 /* The Qwen3.5 vision tower and 2×2 merger on CUDA (spec/qwen3_5.md §6): weights bf16 on the device,
  * fp32 activations between ops, GEMMs through cuda_gemm (bf16 in, fp32 out), the ops of
- * cuda_vision_ops.h between them. All device memory (weights and scratch for a documented maximum
- * patch count) is reserved by exc_vision_new; a forward allocates nothing. Its output rows replace
- * the `<|image_pad|>` embeddings in order. Twin: ex_vision.c (float32 CPU), compared in
- * tests/cuda/test_vision_tower.c. Left out: the transformers bf16 run's rounding of the residual
- * stream (fp32 here), video-specific batching (frames are segments like images). */
+ * cuda_vision_ops.h between them; with round_bf16 (the ref-bf16 numerics) every op rounds where the
+ * transformers bf16 run does (spec §6), otherwise the residual stream stays fp32. All device
+ * memory (weights and scratch for a documented maximum patch count) is reserved by exc_vision_new;
+ * a forward allocates nothing. Its output rows replace the `<|image_pad|>` embeddings in order.
+ * Twin: ex_vision.c (float32 CPU), compared in tests/cuda/test_vision_tower.c. Left out:
+ * video-specific batching (frames are segments like images). */
 #ifndef S1_EX_CUDA_VISION_H
 #define S1_EX_CUDA_VISION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cm_error.h"
@@ -65,6 +67,7 @@ struct exc_vision {
   cudaEvent_t geo_done;            /* recorded after the geometry upload (host buffer reusable) */
   int32_t *cu_host;                /* [max_segs + 1] host heap, cu_seqlens of one pass */
   struct exc_gemm *gemm;           /* cuBLASLt handle (borrowed, not freed here) */
+  bool round_bf16;                 /* ref-bf16: round as the bf16 reference (set before forwards) */
 };
 
 /* Uploads a loaded float32 tower as bf16 (exact for BF16 checkpoints: ex_vision_new converted
@@ -94,7 +97,8 @@ void exc_vision_free(struct exc_vision *v);
  * geometry upload); ret_embeds is ready when the stream is. pixel_values must stay valid until then.
  * Returns: 0; the errors of ex_vision_count; -CM_ESHAPE (n_patches disagrees with grid_thw);
  * -CM_ELIMIT (one image larger than max_patches or max_segs); -EINVAL; -CM_ECUDA.
- * Source: Qwen3_5VisionModel.forward (transformers 5.17, bf16 weights); twin ex_vision_forward. */
+ * Source: Qwen3_5VisionModel.forward (transformers 5.17, bf16 weights); twin ex_vision_forward
+ * (with the same round_bf16). */
 int exc_vision_forward(struct exc_vision *v, cudaStream_t stream, const float *pixel_values,
                        int64_t n_patches, const int32_t *grid_thw, int n_images,
                        float *ret_embeds, struct cm_diag *diag);

@@ -4,13 +4,15 @@
 #include <errno.h>
 
 #include "cuda_vision_ops.h"
+#include "exc_kernel.cuh"
 #include "vision_common.cuh"
 
 #define LN_THREADS 256
 
 static __global__ void add_layer_norm_kernel(float *x, const float *y, const __nv_bfloat16 *y_bias,
                                              const __nv_bfloat16 *w, const __nv_bfloat16 *b,
-                                             __nv_bfloat16 *out, int dim, float eps) {
+                                             __nv_bfloat16 *out, int dim, float eps,
+                                             bool round_bf16) {
   __shared__ float red[32];
   size_t r = blockIdx.x;
   float *xr = x + r * (size_t)dim;
@@ -21,7 +23,7 @@ static __global__ void add_layer_norm_kernel(float *x, const float *y, const __n
       float v = yr[i];
       if (y_bias)
         v += __bfloat162float(y_bias[i]);
-      v = xr[i] + v;
+      v = round_bf16 ? exc_r16(xr[i] + exc_r16(v)) : xr[i] + v;
       xr[i] = v;
       sum += v;
     }
@@ -46,11 +48,12 @@ static __global__ void add_layer_norm_kernel(float *x, const float *y, const __n
 extern "C" int exc_vision_add_layer_norm(cudaStream_t stream, float *x, const float *y,
                                          const __nv_bfloat16 *y_bias, const __nv_bfloat16 *w,
                                          const __nv_bfloat16 *b, __nv_bfloat16 *out, int64_t n,
-                                         int dim, float eps) {
+                                         int dim, float eps, bool round_bf16) {
   if (n < 0 || dim < 1 || dim > 8192 || n > 0x7fffffffLL)
     return -EINVAL;
   if (n == 0)
     return 0;
-  add_layer_norm_kernel<<<(unsigned)n, LN_THREADS, 0, stream>>>(x, y, y_bias, w, b, out, dim, eps);
+  add_layer_norm_kernel<<<(unsigned)n, LN_THREADS, 0, stream>>>(x, y, y_bias, w, b, out, dim, eps,
+                                                                round_bf16);
   return VIS_LAUNCHED();
 }

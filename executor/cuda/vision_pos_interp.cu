@@ -5,12 +5,13 @@
 #include <errno.h>
 
 #include "cuda_vision_ops.h"
+#include "exc_kernel.cuh"
 #include "vision_common.cuh"
 
 /* One block per row, threads over the columns. */
 static __global__ void pos_embed_add_kernel(const __nv_bfloat16 *table, const int32_t *taps,
                                             const float *weights, const __nv_bfloat16 *bias,
-                                            float *x, int dim) {
+                                            float *x, int dim, bool round_bf16) {
   const size_t r = blockIdx.x;
   const int32_t *t = taps + 4 * r;
   const float *wt = weights + 4 * r;
@@ -26,18 +27,19 @@ static __global__ void pos_embed_add_kernel(const __nv_bfloat16 *table, const in
     float v = xr[i];
     if (bias)
       v = __fadd_rn(v, __bfloat162float(bias[i]));
-    xr[i] = __fadd_rn(v, pe);
+    xr[i] = round_bf16 ? exc_r16(__fadd_rn(exc_r16(v), exc_r16(pe))) : __fadd_rn(v, pe);
   }
 }
 
 extern "C" int exc_vision_pos_embed_add(cudaStream_t stream, const __nv_bfloat16 *table,
                                         const int32_t *taps, const float *weights,
-                                        const __nv_bfloat16 *bias, float *x, int64_t n, int dim) {
+                                        const __nv_bfloat16 *bias, float *x, int64_t n, int dim,
+                                        bool round_bf16) {
   if (n < 0 || n > 0x7fffffffLL || dim < 1)
     return -EINVAL;
   if (n == 0)
     return 0;
-  pos_embed_add_kernel<<<(unsigned)n, dim >= 1024 ? 256 : 128, 0, stream>>>(table, taps, weights,
-                                                                             bias, x, dim);
+  pos_embed_add_kernel<<<(unsigned)n, dim >= 1024 ? 256 : 128, 0, stream>>>(
+      table, taps, weights, bias, x, dim, round_bf16);
   return VIS_LAUNCHED();
 }

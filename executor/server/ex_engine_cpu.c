@@ -261,6 +261,7 @@ int ex_engine_cpu_new(const struct cm_model_dir *dir, const struct ex_engine_opt
     if ((r = ex_vision_config_parse(vc, &vcfg, diag)) ||
         (r = ex_vision_new(&vcfg, dir->weights, NULL, &c->vision, diag)))
       goto fail;
+    c->vision->round_bf16 = c->model->round_bf16;
     c->base.has_vision = true;
   }
   if (!(c->logits = malloc((size_t)c->base.cfg.vocab_size * sizeof(float)))) {
