@@ -340,7 +340,8 @@ def main():
                                            "max": float(max(spread))}
         print(f"context: transformers bf16 batch 2 vs batch 1 (its own spread): median "
               f"{np.median(spread):.3e} max {max(spread):.3e}; s1 vs transformers: median "
-              f"{np.median([max(r['hidden_rel']) for r in results]):.3e}", flush=True)
+              f"{np.median([max(r['hidden_rel']) for r in results if 'hidden_rel' in r]):.3e}",
+              flush=True)
     if s1_fp32res:
         summary["fp32_residual_context"] = {
             "top5_set_equal": sum(r.get("fp32_residual_top5_set_equal", False) for r in results),
