@@ -160,7 +160,7 @@ int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const flo
   }
   if ((r = exc_vision_new(&cfg, host, n_patches, segs, gemm, &v, diag)))
     goto out;
-  v->round_bf16 = round_bf16;
+  v->round_bf16 = EXC_VISION_ROUND_BF16 && round_bf16; /* see cuda_vision.h */
   ex_vision_free(host);
   host = NULL;
   size_t n_out = (size_t)n_merged * (size_t)cfg.out_hidden_size;

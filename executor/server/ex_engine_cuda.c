@@ -244,8 +244,8 @@ static int load_vision(struct cuda_engine *c, const struct cm_model_dir *dir, in
     r = cm_diag_set(diag, r, "cuda:%d: device or cuBLASLt handle unavailable", device);
   if (!r)
     r = exc_vision_new(&vcfg, host, c->max_patches, VISION_SEGS, c->vgemm, &c->vision, diag);
-  if (!r) /* the tower rounds as the text stack does */
-    c->vision->round_bf16 = c->lim.numerics == EXC_NUMERICS_REF_BF16;
+  if (!r) /* see EXC_VISION_ROUND_BF16 */
+    c->vision->round_bf16 = EXC_VISION_ROUND_BF16 && c->lim.numerics == EXC_NUMERICS_REF_BF16;
   ex_vision_free(host);
   if (!r && (r = EXC_CUDA(cudaMalloc((void **)&c->d_vis, (size_t)(c->max_patches / 4) *
                                                              (size_t)c->base.cfg.hidden_size *
