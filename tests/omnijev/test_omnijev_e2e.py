@@ -23,7 +23,11 @@ new_tok_emb.pt) and exported with s1-export --family omnijev. Parts:
             grid and prompt), and the answers differ from Pillow's-panel answers by at most
             PANEL_TOL (the numerals differ, recipe/omnijev/README.md); the differences are printed.
 
-Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]  (RUNNER: features, video, panels)
+  all       every part above on one model and one trio, features beside the trio parts (the
+            sanitizer build runs this form).
+
+Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]
+(RUNNER, test_omnijev_run: features, video, panels, all)
 """
 import base64
 import hashlib
@@ -34,6 +38,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -506,28 +512,77 @@ def part_panels(t, runner, model, work, fails):
     print("panels: max |answer(our panel) - answer(Pillow's panel)| = %.4f" % worst)
 
 
+PARTS = ("http", "invariance", "bad", "features", "video", "panels")
+TRIO_PARTS = ("http", "invariance", "bad", "video", "panels")
+
+
+def run_part(part, t, runner, model, work, fix, url, fails):
+    work = os.path.join(work, part)  # the parts' files apart (request and panel names overlap)
+    os.makedirs(work)
+    if part == "features":
+        part_features(runner, model, work, fix, url, fails)
+    elif part == "video":
+        part_video(t, runner, model, work, fails)
+    elif part == "panels":
+        part_panels(t, runner, model, work, fails)
+    else:
+        {"http": part_http, "invariance": part_invariance, "bad": part_bad}[part](t, fix, url, fails)
+
+
+def timed_part(p, t, runner, model, work, fix, url, fails, prefix):
+    """Runs one part; its failures go to fails (named by part when prefix); an exception is one."""
+    t0 = time.time()
+    part_fails = []
+    try:
+        run_part(p, t, runner, model, work, fix, url, part_fails)
+    except Exception as e:  # noqa: BLE001 (reported as this part's failure)
+        if not prefix:
+            raise
+        part_fails.append("%s: %r" % (p, e))
+    fails += ["[%s] %s" % (p, f) for f in part_fails] if prefix else part_fails
+    if prefix:
+        print("%s: %s (%d failures) in %.1f s" % (p, "PASS" if not part_fails else "FAIL",
+                                                 len(part_fails), time.time() - t0), flush=True)
+
+
 def main():
+    """PART one of PARTS, or all: every part on one model and one trio (the sanitizer build's
+    form, where each part's start costs tens of seconds); there features (in process, its own
+    runner processes) runs beside the trio parts, so that the test keeps two cores busy, and
+    failures name their part."""
     part, build, shared, tok35 = sys.argv[1:5]
+    runner = sys.argv[5] if len(sys.argv) > 5 else None
+    every = part == "all"
+    assert every or part in PARTS, "unknown part %r" % part
     fix, url = fixture()
     work = tempfile.mkdtemp(prefix="s1-omni-", dir="/tmp")
-    fails = []
-    t = None
+    fails, feat_fails = [], []
+    t = feat = None
     try:
+        t0 = time.time()
         model = make_model(build, tok35, work, fix)
-        if part == "features":
-            part_features(sys.argv[5], model, work, fix, url, fails)
-        else:
+        print("model made and exported in %.1f s" % (time.time() - t0), flush=True)
+        if part == "features" or every:
+            args = ("features", None, runner, model, work, fix, url, feat_fails, every)
+            if every:
+                feat = threading.Thread(target=timed_part, args=args)
+                feat.start()
+            else:
+                timed_part(*args)
+        if part in TRIO_PARTS or every:
+            t0 = time.time()
             t = trio.Trio(build, shared)
             t.model = model
             # the 255-row Choice runs for minutes in the ASan build on a small machine
             t.start_all(timeout_ms=400000)
-            if part == "video":
-                part_video(t, sys.argv[5], model, work, fails)
-            elif part == "panels":
-                part_panels(t, sys.argv[5], model, work, fails)
-            else:
-                {"http": part_http, "invariance": part_invariance, "bad": part_bad}[part](t, fix, url, fails)
+            if every:
+                print("trio healthy in %.1f s" % (time.time() - t0), flush=True)
+            for p in TRIO_PARTS if every else (part,):
+                timed_part(p, t, runner, model, work, fix, url, fails, every)
     finally:
+        if feat is not None:
+            feat.join()
+        fails += feat_fails
         if t is not None:
             t.stop(failed=bool(fails))
         shutil.rmtree(work, ignore_errors=True)
