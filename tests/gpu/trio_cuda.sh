@@ -9,9 +9,8 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1 shared=$2 tok35=$3 work=$4 device=${5:-cuda:0}
-if [ ! -s "$tok35" ]; then
-  "${S1_PYTHON:-python3}" "$here/../oracle/tokenizer_qwen35.py" "$tok35.tmp" >/dev/null
-  mv "$tok35.tmp" "$tok35"
+if [ ! -s "$tok35" ]; then  # derived under the lock the other tests take
+  S1_PYTHON=${S1_PYTHON:-python3} "$here/../oracle/qwen35_tokenizer.sh" "$tok35"
 fi
 rm -rf "$work"
 mkdir -p "$work/bin"

@@ -23,17 +23,24 @@ new_tok_emb.pt) and exported with s1-export --family omnijev. Parts:
             grid and prompt), and the answers differ from Pillow's-panel answers by at most
             PANEL_TOL (the numerals differ, recipe/omnijev/README.md); the differences are printed.
 
-Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]  (RUNNER: features, video, panels)
+  all       every part above on one model and one trio (two executors behind it), in three
+            streams at once (STREAMS; the sanitizer build runs this form).
+
+Stdlib only. usage: test_omnijev_e2e.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [RUNNER]
+(RUNNER, test_omnijev_run: features, video, panels, all)
 """
 import base64
 import hashlib
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -506,29 +513,103 @@ def part_panels(t, runner, model, work, fails):
     print("panels: max |answer(our panel) - answer(Pillow's panel)| = %.4f" % worst)
 
 
+PARTS = ("http", "invariance", "bad", "features", "video", "panels")
+TRIO_PARTS = ("http", "invariance", "bad", "video", "panels")
+
+
+def run_part(part, t, runner, model, work, fix, url, fails):
+    work = os.path.join(work, part)  # the parts' files apart (request and panel names overlap)
+    os.makedirs(work)
+    if part == "features":
+        part_features(runner, model, work, fix, url, fails)
+    elif part == "video":
+        part_video(t, runner, model, work, fails)
+    elif part == "panels":
+        part_panels(t, runner, model, work, fails)
+    else:
+        {"http": part_http, "invariance": part_invariance, "bad": part_bad}[part](t, fix, url, fails)
+
+
+def timed_part(p, t, runner, model, work, fix, url, fails, prefix):
+    """Runs one part; its failures go to fails (named by part when prefix); an exception is one."""
+    t0 = time.time()
+    part_fails = []
+    try:
+        run_part(p, t, runner, model, work, fix, url, part_fails)
+    except Exception as e:  # noqa: BLE001 (reported as this part's failure)
+        if not prefix:
+            raise
+        part_fails.append("%s: %r" % (p, e))
+    fails += ["[%s] %s" % (p, f) for f in part_fails] if prefix else part_fails
+    if prefix:
+        print("%s: %s (%d failures) in %.1f s" % (p, "PASS" if not part_fails else "FAIL",
+                                                 len(part_fails), time.time() - t0), flush=True)
+
+
+# all: the parts in three streams at once, each a thread: two post to the one trio, whose frontend
+# hands each request to one of two preprocessor + executor pairs (one credit each), the third runs
+# test_omnijev_run processes. Sums of the ASan build's part times: about even.
+STREAMS = (("http", "bad", "video"), ("invariance", "panels"), ("features",))
+
+
+def start_two_executors(t, model):
+    """The trio with a second s1-executor (ex2) and s1-preprocessor (pp2) on the same frontend; one
+    credit per preprocessor, so two requests at once go one to each executor."""
+    ex2_url = "ipc://%s/ex2.sock" % t.tmp
+    t.start_executor()
+    t.start("ex2", [t.bin("executor/server/s1-executor"), "--model", model, "--device", "cpu",
+                    "--listen", ex2_url])
+    # the 255-row Choice runs for minutes in the ASan build on a small machine, sharing its cores
+    # with the other tests (scripts/test)
+    t.start_frontend(timeout_ms=1200000)
+    t.client_timeout = 1230
+    t.start_preprocessor(credits=1)
+    t.start("pp2", [t.bin("preprocessor/s1-preprocessor"), "--frontend", t.fe_url, "--executor",
+                    ex2_url, "--model", model, "--credits", "1", "--id", "pp2"])
+    t.wait_health(200)
+    t.wait_metric("s1_preprocessors_ready 2")
+
+
 def main():
+    """PART one of PARTS, or all: every part on one model and one trio (the sanitizer build's
+    form, where each part's start costs tens of seconds), in STREAMS; failures name their part."""
     part, build, shared, tok35 = sys.argv[1:5]
+    runner = sys.argv[5] if len(sys.argv) > 5 else None
+    every = part == "all"
+    assert every or part in PARTS, "unknown part %r" % part
     fix, url = fixture()
     work = tempfile.mkdtemp(prefix="s1-omni-", dir="/tmp")
     fails = []
     t = None
     try:
+        t0 = time.time()
         model = make_model(build, tok35, work, fix)
-        if part == "features":
-            part_features(sys.argv[5], model, work, fix, url, fails)
-        else:
+        print("model made and exported in %.1f s" % (time.time() - t0), flush=True)
+        if part in TRIO_PARTS or every:
+            t0 = time.time()
             t = trio.Trio(build, shared)
             t.model = model
-            # the 255-row Choice runs for minutes in the ASan build on a small machine
-            t.start_all(timeout_ms=400000)
-            if part == "video":
-                part_video(t, sys.argv[5], model, work, fails)
-            elif part == "panels":
-                part_panels(t, sys.argv[5], model, work, fails)
+            if every:
+                start_two_executors(t, model)
+                print("trio healthy in %.1f s" % (time.time() - t0), flush=True)
             else:
-                {"http": part_http, "invariance": part_invariance, "bad": part_bad}[part](t, fix, url, fails)
+                t.start_all(timeout_ms=1200000)  # as above
+        if every:
+            got = [[] for _ in STREAMS]
+            def stream(parts, out):
+                for p in parts:
+                    timed_part(p, t, runner, model, work, fix, url, out, True)
+            th = [threading.Thread(target=stream, args=(ps, o)) for ps, o in zip(STREAMS, got)]
+            for x in th:
+                x.start()
+            for x in th:
+                x.join()
+            fails += [f for o in got for f in o]
+        else:
+            timed_part(part, t, runner, model, work, fix, url, fails, False)
     finally:
         if t is not None:
+            t.kill("ex2", signal.SIGTERM)
             t.stop(failed=bool(fails))
         shutil.rmtree(work, ignore_errors=True)
     for f in fails[:60]:
