@@ -3,6 +3,7 @@
 #include "cpu_norm.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 #include "cpu_act.h"
 
@@ -23,8 +24,10 @@ void ex_cpu_rms_norm(const float *x, const float *w, float eps, float *y, size_t
   }
 }
 
-void ex_cpu_gated_rms_norm(const float *x, const float *z, const float *w, float eps, float *y,
-                           size_t n, size_t d) {
+/* The shared body; bf16 rounds after each of the bf16 reference's three ops: the normalised value,
+ * its product with w, the product with silu(z). */
+static void gated_rms_norm(const float *x, const float *z, const float *w, float eps, float *y,
+                           size_t n, size_t d, bool bf16) {
   for (size_t r = 0; r < n; r++) {
     const float *xr = x + r * d;
     const float *zr = z + r * d;
@@ -32,22 +35,18 @@ void ex_cpu_gated_rms_norm(const float *x, const float *z, const float *w, float
     float inv = inv_rms(xr, d, eps);
     for (size_t i = 0; i < d; i++) {
       float s = zr[i] / (1.0f + expf(-zr[i]));
-      yr[i] = (w[i] * (xr[i] * inv)) * s;
+      yr[i] = bf16 ? ex_cpu_bf16(ex_cpu_bf16(ex_cpu_bf16(xr[i] * inv) * w[i]) * s)
+                   : (w[i] * (xr[i] * inv)) * s;
     }
   }
 }
 
+void ex_cpu_gated_rms_norm(const float *x, const float *z, const float *w, float eps, float *y,
+                           size_t n, size_t d) {
+  gated_rms_norm(x, z, w, eps, y, n, d, false);
+}
+
 void ex_cpu_gated_rms_norm_bf16(const float *x, const float *z, const float *w, float eps,
                                 float *y, size_t n, size_t d) {
-  for (size_t r = 0; r < n; r++) {
-    const float *xr = x + r * d;
-    const float *zr = z + r * d;
-    float *yr = y + r * d;
-    float inv = inv_rms(xr, d, eps);
-    for (size_t i = 0; i < d; i++) {
-      float s = zr[i] / (1.0f + expf(-zr[i]));
-      float nrm = ex_cpu_bf16(ex_cpu_bf16(xr[i] * inv) * w[i]);
-      yr[i] = ex_cpu_bf16(nrm * s);
-    }
-  }
+  gated_rms_norm(x, z, w, eps, y, n, d, true);
 }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 
 #include "cpu_act.h"
 
@@ -29,8 +30,9 @@ int ex_cpu_mrope_tables(const int32_t *pos, size_t n, int rot_dims, double theta
   return 0;
 }
 
-void ex_cpu_rope_apply(float *x, size_t n, size_t n_heads, size_t head_dim, size_t rot_dims,
-                       const float *cos_t, const float *sin_t) {
+/* The shared body; bf16 rounds each product and the sum as the bf16 reference (one op each). */
+static void rope_apply(float *x, size_t n, size_t n_heads, size_t head_dim, size_t rot_dims,
+                       const float *cos_t, const float *sin_t, bool bf16) {
   size_t f = rot_dims / 2;
   for (size_t t = 0; t < n; t++) {
     const float *c = cos_t + t * f;
@@ -39,26 +41,24 @@ void ex_cpu_rope_apply(float *x, size_t n, size_t n_heads, size_t head_dim, size
       float *v = x + (t * n_heads + h) * head_dim;
       for (size_t j = 0; j < f; j++) {
         float a = v[j], b = v[j + f];
-        v[j] = a * c[j] - b * s[j];
-        v[j + f] = b * c[j] + a * s[j];
+        if (bf16) {
+          v[j] = ex_cpu_bf16(ex_cpu_bf16(a * c[j]) - ex_cpu_bf16(b * s[j]));
+          v[j + f] = ex_cpu_bf16(ex_cpu_bf16(b * c[j]) + ex_cpu_bf16(a * s[j]));
+        } else {
+          v[j] = a * c[j] - b * s[j];
+          v[j + f] = b * c[j] + a * s[j];
+        }
       }
     }
   }
 }
 
+void ex_cpu_rope_apply(float *x, size_t n, size_t n_heads, size_t head_dim, size_t rot_dims,
+                       const float *cos_t, const float *sin_t) {
+  rope_apply(x, n, n_heads, head_dim, rot_dims, cos_t, sin_t, false);
+}
+
 void ex_cpu_rope_apply_bf16(float *x, size_t n, size_t n_heads, size_t head_dim, size_t rot_dims,
                             const float *cos_t, const float *sin_t) {
-  size_t f = rot_dims / 2;
-  for (size_t t = 0; t < n; t++) {
-    const float *c = cos_t + t * f;
-    const float *s = sin_t + t * f;
-    for (size_t h = 0; h < n_heads; h++) {
-      float *v = x + (t * n_heads + h) * head_dim;
-      for (size_t j = 0; j < f; j++) {
-        float a = v[j], b = v[j + f];
-        v[j] = ex_cpu_bf16(ex_cpu_bf16(a * c[j]) - ex_cpu_bf16(b * s[j]));
-        v[j + f] = ex_cpu_bf16(ex_cpu_bf16(b * c[j]) + ex_cpu_bf16(a * s[j]));
-      }
-    }
-  }
+  rope_apply(x, n, n_heads, head_dim, rot_dims, cos_t, sin_t, true);
 }
