@@ -99,7 +99,9 @@ static void block_positions(int h, int w, int32_t *pos) {
   }
 }
 
-static void test_pos_embed(struct xt_rng *g, int h, int w, int side, int dim) {
+/* x += bias + pe against ex_cpu_vision_pos_embed_add; bf16: x = R(R(x + bias) + R(pe)) against
+ * R(gemm + bias) then ex_cpu_vision_pos_embed_add_bf16. */
+static void test_pos_embed(struct xt_rng *g, int h, int w, int side, int dim, bool bf16) {
   size_t n = (size_t)h * (size_t)w, N = n * (size_t)dim, T = (size_t)side * side * dim;
   int32_t *pos = malloc(n * 2 * sizeof(int32_t)), *taps = malloc(n * 4 * sizeof(int32_t));
   float *wts = hbuf(n * 4), *table = hbuf(T), *bias = hbuf((size_t)dim), *x = hbuf(N);
@@ -116,16 +118,23 @@ static void test_pos_embed(struct xt_rng *g, int h, int w, int side, int dim) {
   xt_up(d_taps, taps, n * 16);
   xt_up(d_wts, wts, n * 16);
   xt_up(d_x, x, N * 4);
-  XT_OK(exc_vision_pos_embed_add(0, d_table, d_taps, d_wts, d_bias, d_x, (int64_t)n, dim, false));
+  XT_OK(exc_vision_pos_embed_add(0, d_table, d_taps, d_wts, d_bias, d_x, (int64_t)n, dim, bf16));
   XT_CUDA(cudaDeviceSynchronize());
   xt_down(got, d_x, N * 4);
   for (size_t r = 0; r < n; r++)
     for (int i = 0; i < dim; i++)
       x[r * dim + i] += bias[i];
-  ex_cpu_vision_pos_embed_add(table, taps, wts, x, n, (size_t)dim);
   char what[96];
-  snprintf(what, sizeof what, "pos_embed_add %dx%d side %d dim %d", h, w, side, dim);
-  xt_close(what, got, x, N, 1e-6, 1e-6);
+  snprintf(what, sizeof what, "pos_embed_add%s %dx%d side %d dim %d", bf16 ? " bf16" : "", h, w,
+           side, dim);
+  if (bf16) {
+    round_all(x, N);
+    ex_cpu_vision_pos_embed_add_bf16(table, taps, wts, x, n, (size_t)dim);
+    xt_bf16_twin(what, got, x, N, ULP_ABS, ULP_REL, BF16_EXACT);
+  } else {
+    ex_cpu_vision_pos_embed_add(table, taps, wts, x, n, (size_t)dim);
+    xt_close(what, got, x, N, 1e-6, 1e-6);
+  }
   cudaFree(d_table), cudaFree(d_bias), cudaFree(d_taps), cudaFree(d_wts), cudaFree(d_x);
   free(pos), free(taps), free(wts), free(table), free(bias), free(x), free(got);
 }
@@ -296,39 +305,6 @@ static void test_layer_norm_bf16(struct xt_rng *g, int64_t n, int dim) {
   free(x), free(y), free(yb), free(w), free(b), free(ref), free(got), free(xgot);
 }
 
-/* x = R(R(x + bias) + R(pe)) against R(gemm + bias) then ex_cpu_vision_pos_embed_add_bf16. */
-static void test_pos_embed_bf16(struct xt_rng *g, int h, int w, int side, int dim) {
-  size_t n = (size_t)h * (size_t)w, N = n * (size_t)dim, T = (size_t)side * side * dim;
-  int32_t *pos = malloc(n * 2 * sizeof(int32_t)), *taps = malloc(n * 4 * sizeof(int32_t));
-  float *wts = hbuf(n * 4), *table = hbuf(T), *bias = hbuf((size_t)dim), *x = hbuf(N);
-  float *got = hbuf(N);
-  block_positions(h, w, pos);
-  for (size_t r = 0; r < n; r++)
-    ex_vision_pos_interp_taps(pos[2 * r], pos[2 * r + 1], h, w, side, taps + 4 * r, wts + 4 * r);
-  xt_fill_bf16_normal(g, table, T, 0.5f);
-  xt_fill_bf16_normal(g, bias, (size_t)dim, 0.1f);
-  xt_fill_normal(g, x, N, 1.0f);
-  void *d_table = xt_dev_bf16(table, T), *d_bias = xt_dev_bf16(bias, (size_t)dim);
-  int32_t *d_taps = xt_dev(n * 16);
-  float *d_wts = xt_dev(n * 16), *d_x = xt_dev(N * 4);
-  xt_up(d_taps, taps, n * 16);
-  xt_up(d_wts, wts, n * 16);
-  xt_up(d_x, x, N * 4);
-  XT_OK(exc_vision_pos_embed_add(0, d_table, d_taps, d_wts, d_bias, d_x, (int64_t)n, dim, true));
-  XT_CUDA(cudaDeviceSynchronize());
-  xt_down(got, d_x, N * 4);
-  for (size_t r = 0; r < n; r++)
-    for (int i = 0; i < dim; i++)
-      x[r * dim + i] += bias[i];
-  round_all(x, N);
-  ex_cpu_vision_pos_embed_add_bf16(table, taps, wts, x, n, (size_t)dim);
-  char what[96];
-  snprintf(what, sizeof what, "pos_embed_add bf16 %dx%d side %d dim %d", h, w, side, dim);
-  xt_bf16_twin(what, got, x, N, ULP_ABS, ULP_REL, BF16_EXACT);
-  cudaFree(d_table), cudaFree(d_bias), cudaFree(d_taps), cudaFree(d_wts), cudaFree(d_x);
-  free(pos), free(taps), free(wts), free(table), free(bias), free(x), free(got);
-}
-
 /* qkv = R(gemm + bias), then q, k = R(rotary_fp32), against ex_cpu_vision_rotary_apply_bf16. */
 static void test_rotary_bf16(struct xt_rng *g, int64_t n, int heads, int hd) {
   size_t V = (size_t)heads * hd, W = 3 * V, N = (size_t)n * W, C = (size_t)n * hd;
@@ -442,9 +418,9 @@ int main(void) {
   test_layer_norm(&g, 37, 48);
   test_layer_norm(&g, 5, 1152);
   test_layer_norm(&g, 1, 1024);
-  test_pos_embed(&g, 20, 14, 4, 48);
-  test_pos_embed(&g, 36, 64, 48, 64);
-  test_pos_embed(&g, 2, 2, 48, 72);
+  test_pos_embed(&g, 20, 14, 4, 48, false);
+  test_pos_embed(&g, 36, 64, 48, 64, false);
+  test_pos_embed(&g, 2, 2, 48, 72, false);
   test_rotary(&g, 37, 2, 24);
   test_rotary(&g, 100, 16, 64);
   test_rotary(&g, 1, 16, 72);
@@ -461,8 +437,8 @@ int main(void) {
   test_gelu(&g, 7, 4096, EX_GELU_ERF);
   test_layer_norm_bf16(&g, 37, 48);
   test_layer_norm_bf16(&g, 5, 1152);
-  test_pos_embed_bf16(&g, 20, 14, 4, 48);
-  test_pos_embed_bf16(&g, 36, 64, 48, 64);
+  test_pos_embed(&g, 20, 14, 4, 48, true);
+  test_pos_embed(&g, 36, 64, 48, 64, true);
   test_rotary_bf16(&g, 37, 2, 24);
   test_rotary_bf16(&g, 100, 16, 64);
   test_rotary_bf16(&g, 1, 16, 72);
