@@ -458,10 +458,15 @@ static int prepare_gemms(struct exc_qwen35 *e) {
       {e->hq * e->d, e->h, EXC_DTYPE_F32, false},
       {e->vd, e->h, EXC_DTYPE_F32, false},
       {e->inter, e->h, EXC_DTYPE_F32, false},
+      /* ref-bf16 without an adapter: the gate/up and output projections written in bf16 */
+      {e->h, 2 * e->inter, EXC_DTYPE_BF16, false},
+      {e->hq * e->d, e->h, EXC_DTYPE_BF16, false},
+      {e->vd, e->h, EXC_DTYPE_BF16, false},
+      {e->inter, e->h, EXC_DTYPE_BF16, false},
   };
   size_t n_shapes = sizeof(shapes) / sizeof(shapes[0]);
   if (!ref_bf16(e))
-    n_shapes -= 3;
+    n_shapes -= 7;
   for (size_t i = 0; i < n_shapes; i++) {
     int r = exc_gemm_prepare(e->gemm, shapes[i].k, shapes[i].m, shapes[i].t, shapes[i].acc);
     if (r)
@@ -738,8 +743,13 @@ static int out_proj(struct exc_qwen35 *e, int li, enum exc_lora_site site, const
     r = exc_gemm(e->gemm, e->stream, x, k, w, e->hres, e->h, EXC_DTYPE_F32, true, t, k, e->h);
     return r ? r : lora_site(e, li, site, x, k, e->hres, e->h, t);
   }
+  if (!e->lora) { /* the GEMM rounds x·Wᵀ to bf16 itself, as the reference's linear does */
+    bf16_t *y = (bf16_t *)e->proj;
+    r = exc_gemm(e->gemm, e->stream, x, k, w, y, e->h, EXC_DTYPE_BF16, false, t, k, e->h);
+    return r ? r : exc_add_bf16_round(e->stream, e->hres, y, e->h, t, e->h);
+  }
   r = exc_gemm(e->gemm, e->stream, x, k, w, e->proj, e->h, EXC_DTYPE_F32, false, t, k, e->h);
-  if (!r && e->lora && !(r = round_rows(e, e->proj, e->h, t, e->h)))
+  if (!r && !(r = round_rows(e, e->proj, e->h, t, e->h)))
     r = lora_site(e, li, site, x, k, e->proj, e->h, t);
   return r ? r : exc_add_round_bf16(e->stream, e->hres, e->proj, e->h, t, e->h);
 }
@@ -866,6 +876,21 @@ static int mlp(struct exc_qwen35 *e, const struct dlayer *l, size_t t) {
                         e->h)))
     return r;
   prof(e, EXC_OP_NORM);
+  if (ref_bf16(e) && !e->lora && e->inter % 8 == 0) { /* gate and up written in bf16 by the GEMM
+                          * (the reference's rounded gate_proj and up_proj outputs): half the
+                          * traffic of the float32 scratch */
+    bf16_t *gu = (bf16_t *)e->proj;
+    if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, gu, 2 * e->inter, EXC_DTYPE_BF16,
+                      false, t, e->h, 2 * e->inter)))
+      return r;
+    prof(e, EXC_OP_GEMM_IN);
+    if ((r = exc_swiglu_bf16(e->stream, gu, gu + e->inter, 2 * e->inter, e->mix, t, e->inter)))
+      return r;
+    prof(e, EXC_OP_SWIGLU);
+    r = out_proj(e, li, EXC_LORA_MLP_DOWN, e->mix, e->inter, l->w_down, t);
+    prof(e, EXC_OP_GEMM_OUT);
+    return r;
+  }
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter, EXC_DTYPE_F32,
                     false, t, e->h, 2 * e->inter)) ||
       (r = lora_in(e, li, EXC_LORA_MLP_IN, e->a, e->h, e->proj, 2 * e->inter, t)))

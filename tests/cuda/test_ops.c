@@ -6,6 +6,7 @@
  * in-place bf16 rounding, the bf16 residual add, selected LM-head rows and the chunked
  * full-vocabulary log-prob. Row counts 1, 63, 64, 65, 127,
  * 129 and 3,400 (elementwise ops), odd widths where the op allows them. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -435,6 +436,66 @@ static void test_swiglu_cast(struct xt_rng *r) {
   }
 }
 
+/* The bf16-input forms used when the GEMMs write bf16 (ref-bf16): SwiGLU from bf16 gate/up rows
+ * (bit-identical to exc_swiglu_rounded on the same values as float32, and the twin of
+ * ex_cpu_swiglu_bf16) and the residual add of a bf16 projection (exact). */
+static void test_swiglu_add_bf16(struct xt_rng *r) {
+  for (size_t k = 0; k < N_ROWS; k++) {
+    size_t n = ROWS[k], width = 1000, ld = 2 * width + 8;
+    float *gu = hmalloc(n * ld);
+    xt_fill_bf16_normal(r, gu, n * ld, 3.0f);
+    __nv_bfloat16 *dgu16 = xt_dev_bf16(gu, n * ld);
+    float *dgu32 = dev_f32(gu, n * ld);
+    void *dout = xt_dev(n * width * 2), *dref = xt_dev(n * width * 2);
+    xt_poison(dout, n * width * 2);
+    xt_poison(dref, n * width * 2);
+    XT_OK(exc_swiglu_bf16(0, dgu16, dgu16 + width, ld, dout, n, width));
+    XT_OK(exc_swiglu_rounded(0, dgu32, dgu32 + width, ld, dref, n, width));
+    float *g = hmalloc(n * width), *u = hmalloc(n * width), *want = hmalloc(n * width);
+    float *got = hmalloc(n * width), *ref = hmalloc(n * width);
+    for (size_t t = 0; t < n; t++) {
+      memcpy(g + t * width, gu + t * ld, width * 4);
+      memcpy(u + t * width, gu + t * ld + width, width * 4);
+    }
+    ex_cpu_swiglu_bf16(g, u, want, n * width);
+    xt_down_bf16(got, dout, n * width);
+    xt_down_bf16(ref, dref, n * width);
+    char what[64];
+    snprintf(what, sizeof(what), "swiglu_bf16 vs swiglu_rounded n=%zu", n);
+    xt_close(what, got, ref, n * width, 0, 0);
+    snprintf(what, sizeof(what), "swiglu_bf16 n=%zu", n);
+    xt_bf16_twin(what, got, want, n * width, BF16_ABS, BF16_REL, BF16_EXACT);
+    /* residual add of a bf16 projection: h = bf16(h + y), exact */
+    float *hh = hmalloc(n * width);
+    xt_fill_bf16_normal(r, hh, n * width, 4.0f);
+    float *dh = dev_f32(hh, n * width);
+    XT_OK(exc_add_bf16_round(0, dh, dgu16 + width, ld, n, width));
+    for (size_t t = 0; t < n; t++)
+      for (size_t i = 0; i < width; i++)
+        want[t * width + i] = bf(hh[t * width + i] + gu[t * ld + width + i]);
+    xt_down(got, dh, n * width * 4);
+    snprintf(what, sizeof(what), "add_bf16_round n=%zu", n);
+    xt_close(what, got, want, n * width, 0, 0);
+    cudaFree(dh);
+    free(hh);
+    free(gu);
+    free(g);
+    free(u);
+    free(want);
+    free(got);
+    free(ref);
+    cudaFree(dgu16);
+    cudaFree(dgu32);
+    cudaFree(dout);
+    cudaFree(dref);
+  }
+  /* widths the 16-byte form cannot take are refused, not run */
+  void *d = xt_dev(64 * 2);
+  if (exc_swiglu_bf16(0, d, (__nv_bfloat16 *)d + 4, 12, d, 1, 4) != -EINVAL)
+    xt_fail("exc_swiglu_bf16 accepted width 4 (not a multiple of 8)");
+  cudaFree(d);
+}
+
 /* LM readouts on a 4B-like head (H 2560) with an odd vocabulary (248,079 valid of 248,080 rows). */
 static void test_logits(struct xt_rng *r) {
   size_t h = 2560, vocab = 248079, vpad = exc_gemm_pad(vocab), n = 5, m = 33, chunk = 16384;
@@ -520,6 +581,7 @@ int main(void) {
   test_gated_norm(&r);
   test_attn_prep(&r);
   test_swiglu_cast(&r);
+  test_swiglu_add_bf16(&r);
   test_logits(&r);
   return xt_finish("test_ops");
 }
