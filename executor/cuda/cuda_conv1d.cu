@@ -34,9 +34,10 @@ __device__ static int find_seq(const struct conv_params &p, int tile) {
   return lo;
 }
 
-template <int K>
+/* X: float, or __nv_bfloat16 (a GEMM's bf16 output; read as its float32 value) */
+template <int K, typename X>
 __global__ __launch_bounds__(CONV_NT) static void conv_kernel(const __grid_constant__ struct conv_params p,
-                                                              const float *__restrict__ x,
+                                                              const X *__restrict__ x,
                                                               const float *__restrict__ w,
                                                               float *__restrict__ y, int c) {
   int ch = blockIdx.x * CONV_NT + threadIdx.x;
@@ -56,13 +57,13 @@ __global__ __launch_bounds__(CONV_NT) static void conv_kernel(const __grid_const
     int t = t0 - (K - 1) + j; /* may be negative: the window */
     float v;
     if (t >= 0)
-      v = x[((size_t)sq.start + t) * c + ch];
+      v = (float)x[((size_t)sq.start + t) * c + ch];
     else
       v = sq.window_in ? sq.window_in[(size_t)(K - 1 + t) * c + ch] : 0.0f;
     hist[j] = v;
   }
   for (int t = t0; t < t1; t++) {
-    hist[K - 1] = x[((size_t)sq.start + t) * c + ch];
+    hist[K - 1] = (float)x[((size_t)sq.start + t) * c + ch];
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < K; j++)
@@ -81,8 +82,9 @@ __global__ __launch_bounds__(CONV_NT) static void conv_kernel(const __grid_const
 }
 
 /* window_out = last K−1 rows of (window_in ++ x rows); blockIdx.y = sequence */
+template <typename X>
 __global__ static void conv_window_kernel(const __grid_constant__ struct conv_params p,
-                                          const float *__restrict__ x, int c, int k) {
+                                          const X *__restrict__ x, int c, int k) {
   const struct exc_conv_seq sq = p.seqs[blockIdx.y];
   if (!sq.window_out)
     return;
@@ -93,23 +95,24 @@ __global__ static void conv_window_kernel(const __grid_constant__ struct conv_pa
     int m = sq.n + i; /* index in (window ++ x) */
     float v;
     if (m >= hist)
-      v = x[((size_t)sq.start + m - hist) * c + ch];
+      v = (float)x[((size_t)sq.start + m - hist) * c + ch];
     else
       v = sq.window_in ? sq.window_in[(size_t)m * c + ch] : 0.0f;
     sq.window_out[(size_t)i * c + ch] = v;
   }
 }
 
-template <int K>
-static int conv_launch(cudaStream_t stream, const struct conv_params &p, const float *x,
+template <int K, typename X>
+static int conv_launch(cudaStream_t stream, const struct conv_params &p, const X *x,
                        const float *w, float *y, int c) {
   int tiles = p.tile_start[p.n_seqs];
-  conv_kernel<K><<<dim3((unsigned)((c + CONV_NT - 1) / CONV_NT), (unsigned)tiles), CONV_NT, 0,
+  conv_kernel<K, X><<<dim3((unsigned)((c + CONV_NT - 1) / CONV_NT), (unsigned)tiles), CONV_NT, 0,
                    stream>>>(p, x, w, y, c);
   return EXC_CUDA(cudaGetLastError());
 }
 
-static int conv1d_silu(cudaStream_t stream, const float *x, const float *w, float *y,
+template <typename X>
+static int conv1d_silu(cudaStream_t stream, const X *x, const float *w, float *y,
                        const struct exc_conv_seq *seqs, int n_seqs, size_t c, size_t kernel,
                        bool rounded) {
   if (n_seqs < 1 || n_seqs > EXC_MAX_SEQS || c == 0 || c > (1u << 24) || kernel < 2 ||
@@ -130,20 +133,20 @@ static int conv1d_silu(cudaStream_t stream, const float *x, const float *w, floa
   p.rounded = rounded;
   int rc;
   switch (kernel) {
-  case 2: rc = conv_launch<2>(stream, p, x, w, y, (int)c); break;
-  case 3: rc = conv_launch<3>(stream, p, x, w, y, (int)c); break;
-  case 4: rc = conv_launch<4>(stream, p, x, w, y, (int)c); break;
-  case 5: rc = conv_launch<5>(stream, p, x, w, y, (int)c); break;
-  case 6: rc = conv_launch<6>(stream, p, x, w, y, (int)c); break;
-  case 7: rc = conv_launch<7>(stream, p, x, w, y, (int)c); break;
-  default: rc = conv_launch<8>(stream, p, x, w, y, (int)c); break;
+  case 2: rc = conv_launch<2, X>(stream, p, x, w, y, (int)c); break;
+  case 3: rc = conv_launch<3, X>(stream, p, x, w, y, (int)c); break;
+  case 4: rc = conv_launch<4, X>(stream, p, x, w, y, (int)c); break;
+  case 5: rc = conv_launch<5, X>(stream, p, x, w, y, (int)c); break;
+  case 6: rc = conv_launch<6, X>(stream, p, x, w, y, (int)c); break;
+  case 7: rc = conv_launch<7, X>(stream, p, x, w, y, (int)c); break;
+  default: rc = conv_launch<8, X>(stream, p, x, w, y, (int)c); break;
   }
   if (rc)
     return rc;
   size_t hist_elems = (kernel - 1) * c;
   unsigned blocks = (unsigned)((hist_elems + 255) / 256);
-  conv_window_kernel<<<dim3(blocks, (unsigned)n_seqs), 256, 0, stream>>>(p, x, (int)c,
-                                                                        (int)kernel);
+  conv_window_kernel<X><<<dim3(blocks, (unsigned)n_seqs), 256, 0, stream>>>(p, x, (int)c,
+                                                                           (int)kernel);
   return EXC_CUDA(cudaGetLastError());
 }
 
@@ -156,5 +159,12 @@ extern "C" int exc_causal_conv1d_silu(cudaStream_t stream, const float *x, const
 extern "C" int exc_causal_conv1d_silu_rounded(cudaStream_t stream, const float *x, const float *w,
                                               float *y, const struct exc_conv_seq *seqs,
                                               int n_seqs, size_t c, size_t kernel) {
+  return conv1d_silu(stream, x, w, y, seqs, n_seqs, c, kernel, true);
+}
+
+extern "C" int exc_causal_conv1d_silu_bf16(cudaStream_t stream, const __nv_bfloat16 *x,
+                                           const float *w, float *y,
+                                           const struct exc_conv_seq *seqs, int n_seqs, size_t c,
+                                           size_t kernel) {
   return conv1d_silu(stream, x, w, y, seqs, n_seqs, c, kernel, true);
 }

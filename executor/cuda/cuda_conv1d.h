@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exc_bf16.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,6 +37,15 @@ int exc_causal_conv1d_silu(cudaStream_t stream, const float *x, const float *w, 
 int exc_causal_conv1d_silu_rounded(cudaStream_t stream, const float *x, const float *w, float *y,
                                    const struct exc_conv_seq *seqs, int n_seqs, size_t c,
                                    size_t kernel);
+
+/* As exc_causal_conv1d_silu_rounded with the input rows in bf16 (the in_proj_qkv output a GEMM with
+ * a bf16 output writes, already the reference's rounded projection); windows and y stay float32
+ * (window_out holds the bf16 values as float32). Bit-identical to the _rounded form on the same
+ * values held as float32. Shapes: x [total, c] bf16 device; the rest, ownership and returns as
+ * there. Source: spec/qwen3_5.md §4.2, §0.2; twin ex_cpu_causal_conv1d_silu_bf16. */
+int exc_causal_conv1d_silu_bf16(cudaStream_t stream, const __nv_bfloat16 *x, const float *w,
+                                float *y, const struct exc_conv_seq *seqs, int n_seqs, size_t c,
+                                size_t kernel);
 
 #ifdef __cplusplus
 }

@@ -460,13 +460,14 @@ static int prepare_gemms(struct exc_qwen35 *e) {
       {e->inter, e->h, EXC_DTYPE_F32, false},
       /* ref-bf16 without an adapter: the gate/up and output projections written in bf16 */
       {e->h, 2 * e->inter, EXC_DTYPE_BF16, false},
+      {e->h, e->cd, EXC_DTYPE_BF16, false},
       {e->hq * e->d, e->h, EXC_DTYPE_BF16, false},
       {e->vd, e->h, EXC_DTYPE_BF16, false},
       {e->inter, e->h, EXC_DTYPE_BF16, false},
   };
   size_t n_shapes = sizeof(shapes) / sizeof(shapes[0]);
   if (!ref_bf16(e))
-    n_shapes -= 7;
+    n_shapes -= 8;
   for (size_t i = 0; i < n_shapes; i++) {
     int r = exc_gemm_prepare(e->gemm, shapes[i].k, shapes[i].m, shapes[i].t, shapes[i].acc);
     if (r)
@@ -813,11 +814,14 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
   struct ex_gdn_dims dims = {e->hk, e->hv, e->dk, e->dv};
   size_t wn = (e->kconv - 1) * e->cd;
   int r;
-  if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_qkv, e->proj, e->cd, EXC_DTYPE_F32, false,
-                    t, e->h, e->cd)) ||
+  /* ref-bf16 without an adapter: in_proj_qkv written in bf16 by the GEMM (the reference's rounded
+   * projection) and read so by the convolution */
+  bool qkv16 = ref_bf16(e) && !e->lora;
+  if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_qkv, e->proj, e->cd,
+                    qkv16 ? EXC_DTYPE_BF16 : EXC_DTYPE_F32, false, t, e->h, e->cd)) ||
       (r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_zba, e->zba, e->m_zba, EXC_DTYPE_F32,
                     false, t, e->h, e->m_zba)) ||
-      (r = round_rows(e, e->proj, e->cd, t, e->cd)) ||
+      (!qkv16 && (r = round_rows(e, e->proj, e->cd, t, e->cd))) ||
       (r = round_rows(e, e->zba, e->m_zba, t, e->m_zba)) ||
       (r = lora_in(e, li, EXC_LORA_GDN_QKV, e->a, e->h, e->proj, e->cd, t)) ||
       (r = lora_in(e, li, EXC_LORA_GDN_ZBA, e->a, e->h, e->zba, e->m_zba, t)))
@@ -838,8 +842,13 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
                                       .state_out = seqs[i].advance ? sl->s[li] : NULL};
   }
   /* ref-bf16: the convolution and the SiLU each round (spec §4.2), inside the kernel */
-  if ((r = (ref_bf16(e) ? exc_causal_conv1d_silu_rounded : exc_causal_conv1d_silu)(
-           e->stream, e->proj, l->conv, e->convout, e->cseq, ns, e->cd, e->kconv)))
+  if (qkv16)
+    r = exc_causal_conv1d_silu_bf16(e->stream, (const bf16_t *)e->proj, l->conv, e->convout,
+                                    e->cseq, ns, e->cd, e->kconv);
+  else
+    r = (ref_bf16(e) ? exc_causal_conv1d_silu_rounded : exc_causal_conv1d_silu)(
+        e->stream, e->proj, l->conv, e->convout, e->cseq, ns, e->cd, e->kconv);
+  if (r)
     return r;
   prof(e, EXC_OP_CONV);
   for (int i = 0; i < ns && !r; i++)

@@ -155,6 +155,33 @@ static void run_rounded(size_t c, int n) {
   printf("rounded c=%-6zu T=%-5d bit-equal %.4f max|d|=%.3g %s\n", c, n, frac, e.max_abs,
          bad ? "FAIL" : "ok");
   failures += bad;
+  /* the bf16-input form (x as a GEMM's bf16 output): y and the carried window bit-identical to
+   * the float32-input form on the same values */
+  uint16_t *x16 = malloc((size_t)n * c * 2);
+  for (size_t i = 0; i < total; i++)
+    x16[i] = tw_f2bf(x[i]);
+  void *dx16 = tw_dmalloc((size_t)n * c * 2);
+  float *dy16 = tw_dmalloc((size_t)n * c * 4), *dwo = tw_dmalloc(2 * (K - 1) * c * 4);
+  TW_CUDA(cudaMemcpy(dx16, x16, (size_t)n * c * 2, cudaMemcpyHostToDevice));
+  TW_CUDA(cudaMemset(dy16, 0xff, (size_t)n * c * 4));
+  TW_CUDA(cudaMemset(dwo, 0xff, 2 * (K - 1) * c * 4));
+  struct exc_conv_seq a32 = {0, n, dwin, dwo}, a16 = {0, n, dwin, dwo + (K - 1) * c};
+  TW_OK(exc_causal_conv1d_silu_rounded(0, dx, dw, dy, &a32, 1, c, K));
+  TW_OK(exc_causal_conv1d_silu_bf16(0, dx16, dw, dy16, &a16, 1, c, K));
+  float *y16 = malloc((size_t)n * c * 4), *wo = malloc(2 * (K - 1) * c * 4);
+  TW_CUDA(cudaMemcpy(y, dy, (size_t)n * c * 4, cudaMemcpyDeviceToHost));
+  TW_CUDA(cudaMemcpy(y16, dy16, (size_t)n * c * 4, cudaMemcpyDeviceToHost));
+  TW_CUDA(cudaMemcpy(wo, dwo, 2 * (K - 1) * c * 4, cudaMemcpyDeviceToHost));
+  size_t diff = 0;
+  for (size_t i = 0; i < total; i++)
+    diff += memcmp(&y[i], &y16[i], 4) != 0;
+  for (size_t i = 0; i < (K - 1) * c; i++)
+    diff += memcmp(&wo[i], &wo[(K - 1) * c + i], 4) != 0;
+  printf("bf16 input c=%-6zu T=%-5d differing from the float32 input: %zu %s\n", c, n, diff,
+         diff ? "FAIL" : "ok");
+  failures += diff != 0;
+  free(x16), free(y16), free(wo);
+  cudaFree(dx16), cudaFree(dy16), cudaFree(dwo);
   free(x), free(w), free(win), free(y), free(yr);
   cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dwin);
 }
