@@ -55,16 +55,21 @@ static __global__ void gated_norm_kernel(const float *x, const float *z, size_t 
   size_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   const float *xr = x + (size_t)blockIdx.x * dv;
   const float *zr = z + t * ld_z + h * dv;
+  /* rounded: x is read as R(x) (the reference's bf16 core_attn_out; the GDN output needs no
+   * separate rounding pass) */
   float ss = 0.0f;
-  for (size_t i = threadIdx.x; i < dv; i += blockDim.x)
-    ss += xr[i] * xr[i];
+  for (size_t i = threadIdx.x; i < dv; i += blockDim.x) {
+    float xv = rounded ? exc_r16(xr[i]) : xr[i];
+    ss += xv * xv;
+  }
   ss = exc_block_sum(ss, red);
   float inv = 1.0f / sqrtf(ss / (float)dv + eps);
   for (size_t i = threadIdx.x; i < dv; i += blockDim.x) {
     float zv = zr[i];
     float s = zv / (1.0f + expf(-zv));
+    float xv = rounded ? exc_r16(xr[i]) : xr[i];
     /* the bf16 reference rounds the normalised value and its product with w (spec §4.8) */
-    float nrm = rounded ? exc_r16(exc_r16(xr[i] * inv) * w[i]) : w[i] * (xr[i] * inv);
+    float nrm = rounded ? exc_r16(exc_r16(xv * inv) * w[i]) : w[i] * (xv * inv);
     y[(size_t)blockIdx.x * dv + i] = __float2bfloat16_rn(nrm * s);
   }
 }

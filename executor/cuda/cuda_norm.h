@@ -36,8 +36,9 @@ int exc_gated_rms_norm(cudaStream_t stream, const float *x, const float *z, size
                        const float *w, float eps, __nv_bfloat16 *y, size_t n, size_t n_heads,
                        size_t dv);
 
-/* As exc_gated_rms_norm, evaluated as the bf16 reference does (x, z, w already bf16 values):
- * y = R(R(R(x̂) · w) · silu(z)), three roundings. Shapes, units, ownership, returns as there.
+/* As exc_gated_rms_norm, evaluated as the bf16 reference does (z and w already bf16 values; x is
+ * read as R(x), the reference's bf16 GDN output, so a float32 x needs no rounding pass first):
+ * y = R(R(R(x̂) · w) · silu(z)), three roundings, x̂ from R(x). Shapes, units, ownership, returns as there.
  * Source: spec/qwen3_5.md §4.8; twin ex_cpu_gated_rms_norm_bf16. */
 int exc_gated_rms_norm_rounded(cudaStream_t stream, const float *x, const float *z, size_t ld_z,
                                const float *w, float eps, __nv_bfloat16 *y, size_t n,

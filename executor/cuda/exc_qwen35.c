@@ -864,11 +864,10 @@ static int gdn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *
     return r;
   prof(e, EXC_OP_GDN_PREPARE);
   if ((r = exc_gdn_chunked(e->stream, e->convout, e->cd, e->beta, e->g, e->gout, e->gseq, ns, &dims,
-                           e->gdn_scratch)) ||
-      (r = round_rows(e, e->gout, e->vd, t, e->vd)))
+                           e->gdn_scratch)))
     return r;
   prof(e, EXC_OP_GDN);
-  /* ref-bf16: three roundings (spec §4.8) */
+  /* ref-bf16: the GDN output rounded as read, then three roundings (spec §4.8) */
   if ((r = (ref_bf16(e) ? exc_gated_rms_norm_rounded : exc_gated_rms_norm)(
            e->stream, e->gout, e->zba, e->m_zba, l->gdn_norm, e->cfg.rms_eps, e->mix, t, e->hv,
            e->dv)))
