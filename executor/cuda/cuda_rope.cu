@@ -70,15 +70,18 @@ static __global__ void attn_prep_kernel(const float *qg, const float *k, const f
       v_out[(t * n_kv + g) * d + i] = __float2bfloat16_rn(vs[i]);
     return;
   }
+  /* round_norm: the projection is read as R(x) (the reference's bf16 q_proj / k_proj output; no
+   * separate rounding pass before this kernel) */
   float ss = 0.0f;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
-    float x = src[i];
+    float x = round_norm ? exc_r16(src[i]) : src[i];
     ss += x * x;
   }
   ss = exc_block_sum(ss, red);
   float inv = 1.0f / sqrtf(ss / (float)d + eps);
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
-    float o = (src[i] * inv) * (1.0f + w[i]);
+    float x = round_norm ? exc_r16(src[i]) : src[i];
+    float o = (x * inv) * (1.0f + w[i]);
     vec[i] = round_norm ? __bfloat162float(__float2bfloat16_rn(o)) : o;
   }
   __syncthreads();

@@ -48,9 +48,9 @@ int exc_attn_prep(cudaStream_t stream, const float *qg, const float *k, const fl
 
 /* As exc_attn_prep, with the normed q and k rounded to bf16 before the rotation (the bf16
  * reference's q_norm / k_norm outputs): q[t,h] = bf16(rope(bf16(rmsnorm(...) · (1 + q_norm)))),
- * likewise k; the gate and v as there. With cos/sin tables already rounded to bf16 and the
- * projection rows already bf16 values, this is the CPU forward's round_bf16 path (norm, round,
- * rotate, round). Shapes, units, ownership and returns as exc_attn_prep.
+ * likewise k, the projection read as R(x) (the reference's bf16 q_proj / k_proj output: a float32
+ * projection needs no rounding pass first); the gate and v as there. With cos/sin tables already
+ * rounded to bf16 this is the CPU forward's round_bf16 path (round, norm, round, rotate, round). Shapes, units, ownership and returns as exc_attn_prep.
  * Source: spec/qwen3_5.md §5.1 steps 3-4, §3.5; twin ex_cpu_rms_norm, ex_cpu_round_bf16,
  * ex_cpu_rope_apply, ex_cpu_round_bf16. */
 int exc_attn_prep_rounded(cudaStream_t stream, const float *qg, const float *k, const float *v,

@@ -762,7 +762,7 @@ static int attn_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq 
   int r;
   if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_qkv, e->proj, e->m_attn, EXC_DTYPE_F32,
                     false, t, e->h, e->m_attn)) ||
-      (r = round_rows(e, e->proj, e->m_attn, t, e->m_attn)) ||
+      /* ref-bf16: the prep kernel reads the projection as R(x); lora_in rounds itself */
       (r = lora_in(e, li, EXC_LORA_ATTN_IN, e->a, e->h, e->proj, e->m_attn, t)))
     return r;
   prof(e, EXC_OP_GEMM_IN);

@@ -316,6 +316,9 @@ static void test_attn_prep(struct xt_rng *r) {
           memcpy(q + (t * hq + h) * d, proj + t * ld + (size_t)h * 2 * d, d * 4);
         memcpy(kk + t * kw, proj + t * ld + qw, kw * 4);
       }
+      /* the kernel reads the float32 projection as R(x) (the reference's bf16 q_proj, k_proj) */
+      ex_cpu_round_bf16(q, nq);
+      ex_cpu_round_bf16(kk, nk);
       ex_cpu_rms_norm(q, qn, 1e-6f, q, n * hq, d);
       ex_cpu_rms_norm(kk, kn, 1e-6f, kk, n * hkv, d);
       ex_cpu_round_bf16(q, nq);
