@@ -28,7 +28,7 @@ enum {
  * beside it), and the largest weight probed (larger ones, the LM head, keep the reference). */
 static const size_t probe_bytes_max = (size_t)2 << 30;
 static const size_t probe_weight_max = (size_t)512 << 20;
-static const size_t flush_bytes = (size_t)128 << 20; /* > the H200's 50 MB L2 */
+static const size_t flush_bytes = (size_t)128 << 20; /* > the H200's 60 MB L2 */
 
 size_t exc_gemm_pad(size_t m) {
   return (m + EXC_GEMM_ALIGN_ELEMS - 1) / EXC_GEMM_ALIGN_ELEMS * EXC_GEMM_ALIGN_ELEMS;

@@ -28,18 +28,12 @@ struct bshape {
 /* The engine's default (ref-bf16) projections: output projections write a scratch (no
  * accumulate). spec/qwen3_5.md shapes; 4B: 8 attention + 24 GDN layers, 27B: 16 + 48. */
 static const struct bshape shapes[] = {
-    {"4b", "attn qkv+gate", 2560, 10240, 8},
-    {"4b", "attn o / gdn out", 4096, 2560, 32},
-    {"4b", "gdn qkv", 2560, 8192, 24},
-    {"4b", "gdn z,b,a", 2560, 4160, 24},
-    {"4b", "mlp gate_up", 2560, 18432, 32},
-    {"4b", "mlp down", 9216, 2560, 32},
-    {"27b", "attn qkv+gate", 5120, 14336, 16},
-    {"27b", "attn o / gdn out", 6144, 5120, 64},
-    {"27b", "gdn qkv", 5120, 10240, 48},
-    {"27b", "gdn z,b,a", 5120, 6240, 48},
-    {"27b", "mlp gate_up", 5120, 34816, 64},
-    {"27b", "mlp down", 17408, 5120, 64},
+    {"4b", "attn qkv+gate", 2560, 10240, 8},   {"4b", "attn o / gdn out", 4096, 2560, 32},
+    {"4b", "gdn qkv", 2560, 8192, 24},         {"4b", "gdn z,b,a", 2560, 4160, 24},
+    {"4b", "mlp gate_up", 2560, 18432, 32},    {"4b", "mlp down", 9216, 2560, 32},
+    {"27b", "attn qkv+gate", 5120, 14336, 16}, {"27b", "attn o / gdn out", 6144, 5120, 64},
+    {"27b", "gdn qkv", 5120, 10240, 48},       {"27b", "gdn z,b,a", 5120, 6240, 48},
+    {"27b", "mlp gate_up", 5120, 34816, 64},   {"27b", "mlp down", 17408, 5120, 64},
 };
 
 static int cmpf(const void *a, const void *b) {
@@ -150,8 +144,9 @@ int main(int argc, char **argv) {
       sum_ref[mi][j] += tr * s->layers;
       sum_new[mi][j] += tn * s->layers;
     }
-    printf("     selection %.0f ms (%d candidates, %d rejected), %d of %d buckets not the reference\n",
-           prep, e->n_candidates, e->n_rejected, n_other, EXC_GEMM_N_BUCKETS);
+    printf(
+        "     selection %.0f ms (%d candidates, %d rejected), %d of %d buckets not the reference\n",
+        prep, e->n_candidates, e->n_rejected, n_other, EXC_GEMM_N_BUCKETS);
     cudaFree(dw);
     cudaFree(dx);
     cudaFree(dy_ref);

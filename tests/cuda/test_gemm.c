@@ -220,9 +220,13 @@ static void print_selection(const char *name, const struct exc_gemm_algo *e) {
     cublasLtMatmulAlgoConfigGetAttribute(&e->bucket_algo[b], CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
                                          sizeof(tile), &got);
     bool same = !memcmp(&e->bucket_algo[b], &e->algo, sizeof(e->algo));
-    printf("    bucket %d (n <= %zu, timed at %zu): %s algo %d tile %u, %.1f us (reference %.1f)\n",
-           b, exc_gemm_bucket_rows(b) == SIZE_MAX ? (size_t)0 : exc_gemm_bucket_rows(b),
-           e->bucket_rows[b], same ? "reference" : "other", id, tile, e->bucket_us[b],
+    char range[32];
+    if (b < EXC_GEMM_N_BUCKETS - 1)
+      snprintf(range, sizeof(range), "n <= %zu", exc_gemm_bucket_rows(b));
+    else
+      snprintf(range, sizeof(range), "n > %zu", exc_gemm_bucket_rows(b - 1));
+    printf("    bucket %d (%s, timed at %zu): %s algo %d tile %u, %.1f us (reference %.1f)\n", b,
+           range, e->bucket_rows[b], same ? "reference" : "other", id, tile, e->bucket_us[b],
            e->ref_us[b]);
   }
 }
