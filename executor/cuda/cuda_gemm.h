@@ -93,8 +93,8 @@ void exc_gemm_free(struct exc_gemm *g);
  * output type. The call runs its shape's algorithm for the bucket of n (exc_gemm_bucket; a table
  * lookup, nothing else on this path). A shape not prepared gets its reference on its first call
  * (cuBLASLt heuristic at n = EXC_GEMM_REF_ROWS, split-K reductions excluded) for every bucket.
- * Every algorithm used computes each output element in one CTA with the reference's bits, so a
- * row's result does not depend on n.
+ * Every algorithm used is split-K-free and matched the reference bit for bit on the probe of
+ * exc_gemm_prepare, so a row's result does not depend on n (tested at every bucket).
  * Shapes: x [n, ld_x] bf16 (first k columns used), w [m, k] bf16 row-major (the PyTorch weight
  *         layout, rows padded to exc_gemm_pad(m) by the caller when m is odd), y [n, ld_y] of
  *         y_dtype (first m columns written); k, ld_x, ld_y, m multiples of EXC_GEMM_ALIGN_ELEMS,
@@ -109,22 +109,19 @@ int exc_gemm(struct exc_gemm *g, cudaStream_t stream, const __nv_bfloat16 *x, si
              const __nv_bfloat16 *w, void *y, size_t ld_y, enum exc_dtype y_dtype, bool accumulate,
              size_t n, size_t k, size_t m);
 
-/* Chooses (and caches) the algorithms of a shape before the first request: the reference (as on a
- * first exc_gemm call) and then, when g->select, one algorithm per row-count bucket. Candidates
- * are the reference plus the cuBLASLt heuristic's split-K-free results (no reduction scheme) at
- * every bucket's n. Each is run on random inputs (w [m, k], x rows uniform in [-1, 1) as bf16, and
- * random start values when accumulating) at n = 256 and n = 1 and, per bucket, at the bucket's
- * timing n; a candidate with any output bit differing from the reference's on those rows is
- * rejected. The rest are timed at the bucket's upper n (4,096 for the last; fewer where memory
- * binds) with CUDA events, median of 5 after one warm-up, the L2 flushed before each run; the
- * fastest wins. Why identical bits are expected at all: with no split-K each output element is
- * the accumulation of one CTA's k loop, and kernels with the same MMA instruction and k order give
- * the same bits whatever their tile; the probe enforces it rather than assuming it. bf16 outputs
- * and weights over 512 MiB keep the reference (see enum exc_gemm_sel). Cost: synchronizes the
- * device; allocates and frees up to ~2.2 GiB of device memory for the probe (no room: reference
- * kept); tens to hundreds of ms per shape (algos[i].select_ms). A shape is selected once.
- * Returns exc_gemm's argument errors; -CM_ELIMIT; -CM_EUNSUPPORTED; -ENOMEM; -CM_ECUDA (a CUDA
- * failure during the probe: the shape then keeps its reference everywhere). */
+/* Chooses (and caches) a shape's algorithms before the first request: the reference (as on a first
+ * exc_gemm call), then, when g->select, per row-count bucket the fastest split-K-free candidate
+ * of the cuBLASLt heuristic (asked at every bucket's n) whose output is bit-identical to the
+ * reference's on a random probe (n = 256, 1 and the bucket's n; one differing bit rejects), timed
+ * with CUDA events at the bucket's upper n (4,096 or fewer for the last), cold L2, median of 5.
+ * Identical bits are possible because, without split-K, an output element is one CTA's k loop and
+ * kernels with the same MMA instruction and k order round alike whatever their tile; the probe
+ * checks it. bf16 outputs and weights over 512 MiB keep the reference (enum exc_gemm_sel).
+ * Shapes and arguments: as exc_gemm. Units: algos[].bucket_us µs, select_ms ms.
+ * Ownership: start-up only: synchronizes the device, allocates and frees up to ~2.2 GiB for the
+ * probe (no room: reference kept), takes 0.05-2 s per shape (measured on the H200); once per shape.
+ * Returns 0; exc_gemm's argument errors; -CM_ELIMIT; -CM_EUNSUPPORTED; -ENOMEM; -CM_ECUDA (then
+ * the shape keeps its reference for every n). Source: cuBLASLt heuristics; twin ex_cpu_linear. */
 int exc_gemm_prepare(struct exc_gemm *g, size_t k, size_t m, enum exc_dtype y_dtype,
                      bool accumulate);
 
