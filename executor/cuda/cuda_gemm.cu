@@ -18,7 +18,8 @@
 static const size_t bucket_hi[EXC_GEMM_N_BUCKETS] = {32, 64, 128, 256, 512, 1024, 2048, SIZE_MAX};
 
 enum {
-  PROBE_ROWS = 256,     /* rows compared bit for bit against the reference per candidate */
+  PROBE_ROWS = 256,     /* rows compared bit for bit per candidate (float32 outputs; bf16
+                         * outputs compare every probe row, see select_buckets) */
   LAST_TIME_ROWS = 4096, /* n at which the open-ended last bucket is timed (memory permitting) */
   N_HEURISTIC = 8,      /* heuristic results asked for at each bucket's n */
   MAX_CANDIDATES = 8 * EXC_GEMM_N_BUCKETS + 1, /* reference + the union of those results */
@@ -232,12 +233,13 @@ struct probe {
   __nv_bfloat16 *w;           /* [m, k] random */
   __nv_bfloat16 *x;           /* [n_max, k] random */
   void *y;                    /* [n_max, m] candidate output */
-  void *y_ref;                /* [PROBE_ROWS, m] the reference's output */
+  void *y_ref;                /* [n_ref, m] the reference's output */
   void *y0;                   /* [n_max, m] accumulate start values (accumulate only) */
   void *flush;                /* flush_bytes written before each timed run (cold L2) */
   unsigned long long *diff;   /* differing-word counter */
   cudaEvent_t ev[2 * TIME_REPS]; /* start/stop per timed run */
   size_t k, m, n_max;         /* shape and rows of x / y */
+  size_t n_ref;               /* rows of y_ref: compared per candidate */
   enum exc_dtype y_dtype;     /* output type */
   bool accumulate;            /* beta = 1 */
 };
@@ -265,7 +267,7 @@ static int probe_init(struct probe *p) {
     size_t bytes;
   } bufs[] = {
       {(void **)&p->w, p->m * p->k * 2},      {(void **)&p->x, p->n_max * p->k * 2},
-      {&p->y, p->n_max * p->m * es},          {&p->y_ref, (size_t)PROBE_ROWS * p->m * es},
+      {&p->y, p->n_max * p->m * es},          {&p->y_ref, p->n_ref * p->m * es},
       {&p->y0, p->accumulate ? p->n_max * p->m * es : 0}, {&p->flush, flush_bytes},
       {(void **)&p->diff, sizeof(unsigned long long)},
   };
@@ -376,11 +378,11 @@ struct candidate {
   int verdict;               /* 0 untested, 1 bit-identical to the reference, -1 rejected */
 };
 
-/* Runs the candidate at n = PROBE_ROWS and n = 1 and compares its rows with the reference's
+/* Runs the candidate at n = n_ref and n = 1 and compares its rows with the reference's
  * bit for bit. Returns 1 (identical), 0 (rejected: a differing bit or a failed launch), or a
  * negative CUDA error. */
 static int probe_check(struct exc_gemm *g, struct probe *p, const cublasLtMatmulAlgo_t *algo) {
-  const size_t ns[2] = {PROBE_ROWS, 1};
+  const size_t ns[2] = {p->n_ref, 1};
   for (int i = 0; i < 2; i++) {
     if (!algo_fits(g, p, algo, ns[i]) ||
         probe_run(g, p, algo, ns[i], p->y, true) != CUBLAS_STATUS_SUCCESS)
@@ -406,16 +408,14 @@ static int select_buckets(struct exc_gemm *g, struct exc_gemm_algo *e) {
   double t0 = now_ms();
   size_t es = esize(e->y_dtype), w_bytes = e->m * e->k * 2;
   e->tried = true;
-  if (e->y_dtype == EXC_DTYPE_BF16) {
-    e->sel = EXC_GEMM_SEL_SKIP_BF16;
-    return 0;
-  }
   if (w_bytes > probe_weight_max) {
     e->sel = EXC_GEMM_SEL_SKIP_SIZE;
     return 0;
   }
-  /* rows of x and y (and y0) that fit beside the weight */
-  size_t n_cap = (probe_bytes_max - w_bytes) / (e->k * 2 + (e->accumulate ? 2 : 1) * e->m * es);
+  /* rows of x and y (and y0, and y_ref for bf16) that fit beside the weight */
+  bool bf16 = e->y_dtype == EXC_DTYPE_BF16;
+  size_t n_cap = (probe_bytes_max - w_bytes) /
+                 (e->k * 2 + (1 + (e->accumulate ? 1 : 0) + (bf16 ? 1 : 0)) * e->m * es);
   if (n_cap > LAST_TIME_ROWS)
     n_cap = LAST_TIME_ROWS;
   if (n_cap < PROBE_ROWS)
@@ -429,6 +429,12 @@ static int select_buckets(struct exc_gemm *g, struct exc_gemm_algo *e) {
   p.k = e->k;
   p.m = e->m;
   p.n_max = n_cap;
+  /* A float32 output shows any accumulation difference in its bits. A bf16 output keeps 16 bits
+   * fewer: an accumulator differing by d float32 ulps flips the rounded value with probability
+   * about d·2^-16, so the probe compares every one of its n_cap rows (≥ 256 × m elements, up to
+   * 4,096 × m): for m = 2,560 that is ≥ 10 expected flips per 1-ulp difference in every element
+   * at 256 rows and 160 at 4,096, while a different k order moves most elements by many ulps. */
+  p.n_ref = bf16 ? n_cap : (size_t)PROBE_ROWS;
   p.y_dtype = e->y_dtype;
   p.accumulate = e->accumulate;
   struct candidate *c = (struct candidate *)calloc(MAX_CANDIDATES, sizeof(*c));
@@ -463,9 +469,9 @@ static int select_buckets(struct exc_gemm *g, struct exc_gemm_algo *e) {
   }
   e->n_candidates = n_c;
 
-  /* the reference output on PROBE_ROWS rows, then every candidate against it (the reference too:
+  /* the reference output on n_ref rows, then every candidate against it (the reference too:
    * a rerun that changes a bit would mean it is not deterministic) */
-  if (probe_run(g, &p, &e->algo, PROBE_ROWS, p.y_ref, true) != CUBLAS_STATUS_SUCCESS) {
+  if (probe_run(g, &p, &e->algo, p.n_ref, p.y_ref, true) != CUBLAS_STATUS_SUCCESS) {
     r = -CM_ECUDA;
     goto out;
   }
@@ -488,7 +494,7 @@ static int select_buckets(struct exc_gemm *g, struct exc_gemm_algo *e) {
    * its warm-up run's rows compared again at that n) */
   for (int b = 0; b < EXC_GEMM_N_BUCKETS; b++) {
     size_t lo = b ? bucket_hi[b - 1] + 1 : 1, nb = n_time[b];
-    size_t n_cmp = nb < (size_t)PROBE_ROWS ? nb : (size_t)PROBE_ROWS;
+    size_t n_cmp = nb < p.n_ref ? nb : p.n_ref;
     float best = INFINITY;
     int best_i = 0;
     for (int i = 0; i < n_c; i++) {

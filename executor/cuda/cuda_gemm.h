@@ -1,8 +1,8 @@
-/* The bf16 GEMM of the CUDA engine: y = x·wᵀ through cuBLASLt with float32 accumulation. Each weight
- * shape has a reference algorithm and, once prepared, one algorithm per row-count bucket that was
- * proved bit-identical to the reference at start-up, so a row's result never depends on how many
- * rows share the call (batched rows equal single rows bit for bit) while small calls get tiles
- * that fill the GPU. No bias, no LoRA, no other epilogue, no split-K.
+/* The bf16 GEMM of the CUDA engine: y = x·wᵀ through cuBLASLt with float32 accumulation. Each
+ * weight shape has a reference algorithm and, once prepared, one algorithm per row-count bucket
+ * that matched the reference bit for bit on a start-up probe, so a row's result does not depend on
+ * how many rows share the call (batched rows equal single rows bit for bit) while small calls get
+ * tiles that fill the GPU. No bias, no LoRA, no other epilogue, no split-K.
  * Twin: cpu/cpu_matmul.c (ex_cpu_linear). */
 #ifndef S1_EX_CUDA_GEMM_H
 #define S1_EX_CUDA_GEMM_H
@@ -27,8 +27,8 @@ enum exc_dtype {
 
 #define EXC_GEMM_ALIGN_ELEMS 8  /* k, ld_x, ld_y and m_pad are multiples of this (16-byte rows) */
 #define EXC_GEMM_MAX_SHAPES 128 /* distinct (m, k, out dtype, accumulate) shapes per handle */
-#define EXC_GEMM_REF_ROWS 1024  /* row count n at which the reference algorithm of a shape is chosen */
-#define EXC_GEMM_N_BUCKETS 8    /* row-count buckets: n ≤ 32, 64, 128, 256, 512, 1024, 2048, larger */
+#define EXC_GEMM_REF_ROWS 1024  /* row count n at which a shape's reference algorithm is chosen */
+#define EXC_GEMM_N_BUCKETS 8    /* row-count buckets: n ≤ 32, 64, …, 1024, 2048, larger */
 
 /* Rows a weight of m output features is padded to on the device (m rounded up to a multiple of
  * EXC_GEMM_ALIGN_ELEMS; e.g. a 248,079-row LM head becomes 248,080 rows, the pad rows zero): odd
@@ -38,7 +38,8 @@ size_t exc_gemm_pad(size_t m);
 /* Bucket index (0 … EXC_GEMM_N_BUCKETS − 1) of a call with n rows: the first bucket whose upper
  * row count is ≥ n, the last for every n > 2048. */
 int exc_gemm_bucket(size_t n);
-/* Upper row count of bucket b (32, 64, …, 2048; SIZE_MAX for the last); 0 when b is out of range. */
+/* Upper row count of bucket b (32, 64, …, 2048; SIZE_MAX for the last); 0 when b is out of
+ * range. */
 size_t exc_gemm_bucket_rows(int b);
 
 /* How a shape's per-bucket algorithms were chosen. */
@@ -46,8 +47,6 @@ enum exc_gemm_sel {
   EXC_GEMM_SEL_REF,         /* the reference for every n (first used without exc_gemm_prepare, or
                              * selection off: exc_gemm.select, env S1_GEMM_SELECT=0) */
   EXC_GEMM_SEL_BUCKETS,     /* per bucket the fastest candidate that passed the probe */
-  EXC_GEMM_SEL_SKIP_BF16,   /* bf16 output: its rounding hides most accumulation differences
-                             * from a probe, so the reference is kept */
   EXC_GEMM_SEL_SKIP_SIZE,   /* weight over 512 MiB (the LM head): reference kept */
   EXC_GEMM_SEL_SKIP_MEMORY, /* no device memory for the probe: reference kept */
   EXC_GEMM_SEL_UNSTABLE,    /* the reference changed a bit on a rerun: reference kept */
@@ -112,11 +111,12 @@ int exc_gemm(struct exc_gemm *g, cudaStream_t stream, const __nv_bfloat16 *x, si
 /* Chooses (and caches) a shape's algorithms before the first request: the reference (as on a first
  * exc_gemm call), then, when g->select, per row-count bucket the fastest split-K-free candidate
  * of the cuBLASLt heuristic (asked at every bucket's n) whose output is bit-identical to the
- * reference's on a random probe (n = 256, 1 and the bucket's n; one differing bit rejects), timed
- * with CUDA events at the bucket's upper n (4,096 or fewer for the last), cold L2, median of 5.
- * Identical bits are possible because, without split-K, an output element is one CTA's k loop and
- * kernels with the same MMA instruction and k order round alike whatever their tile; the probe
- * checks it. bf16 outputs and weights over 512 MiB keep the reference (enum exc_gemm_sel).
+ * reference's on a random probe (rows at n = 256, or all probe rows up to 4,096 for bf16 outputs,
+ * whose rounding hides most single differences; n = 1; the bucket's n; one differing bit
+ * rejects), timed with CUDA events at the bucket's upper n (4,096 or fewer for the last), cold
+ * L2, median of 5. Identical bits are possible because, without split-K, an output element is one
+ * CTA's k loop and kernels with the same MMA instruction and k order round alike whatever their
+ * tile; the probe checks it. Weights over 512 MiB keep the reference (enum exc_gemm_sel).
  * Shapes and arguments: as exc_gemm. Units: algos[].bucket_us µs, select_ms ms.
  * Ownership: start-up only: synchronizes the device, allocates and frees up to ~2.2 GiB for the
  * probe (no room: reference kept), takes 0.05-2 s per shape (measured on the H200); once per shape.

@@ -3,7 +3,8 @@
  * exc_gemm_prepare, at n = 128, 512, 1024 and 3400 rows. CUDA events around each call, the L2
  * flushed before each, 3 warm-ups, median of 10, uniform random bf16 inputs. Also checks that both
  * give the same bits on the first 256 rows, and prints each shape's selection cost and the
- * per-model GEMM sums (shape time × layers using it). Usage: bench_gemm [4b|27b|all] */
+ * per-model GEMM sums (shape time × layers using it). Usage: bench_gemm [4b|27b|all] [f32|bf16]
+ * (the output type of every shape; default f32). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,7 @@ static double now_ms(void) {
 
 /* Median ms of one exc_gemm at n rows, cold L2. */
 static float time_gemm(struct exc_gemm *g, const void *dx, const void *dw, void *dy, void *flush,
-                       size_t n, size_t k, size_t m) {
+                       size_t n, size_t k, size_t m, enum exc_dtype y_dtype) {
   cudaEvent_t e0, e1;
   XT_CUDA(cudaEventCreate(&e0));
   XT_CUDA(cudaEventCreate(&e1));
@@ -57,7 +58,7 @@ static float time_gemm(struct exc_gemm *g, const void *dx, const void *dw, void 
   for (int i = 0; i < WARM + REPS; i++) {
     XT_CUDA(cudaMemsetAsync(flush, i, flush_bytes, 0));
     XT_CUDA(cudaEventRecord(e0, 0));
-    XT_OK(exc_gemm(g, 0, dx, k, dw, dy, m, EXC_DTYPE_F32, false, n, k, m));
+    XT_OK(exc_gemm(g, 0, dx, k, dw, dy, m, y_dtype, false, n, k, m));
     XT_CUDA(cudaEventRecord(e1, 0));
     XT_CUDA(cudaEventSynchronize(e1));
     if (i >= WARM)
@@ -69,9 +70,10 @@ static float time_gemm(struct exc_gemm *g, const void *dx, const void *dw, void 
   return t[REPS / 2];
 }
 
-static const struct exc_gemm_algo *entry(const struct exc_gemm *g, size_t k, size_t m) {
+static const struct exc_gemm_algo *entry(const struct exc_gemm *g, size_t k, size_t m,
+                                         enum exc_dtype t) {
   for (int i = 0; i < g->n_algos; i++)
-    if (g->algos[i].k == k && g->algos[i].m == m && g->algos[i].y_dtype == EXC_DTYPE_F32 &&
+    if (g->algos[i].k == k && g->algos[i].m == m && g->algos[i].y_dtype == t &&
         !g->algos[i].accumulate)
       return &g->algos[i];
   return NULL;
@@ -79,6 +81,9 @@ static const struct exc_gemm_algo *entry(const struct exc_gemm *g, size_t k, siz
 
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "all";
+  enum exc_dtype t = argc > 2 && !strcmp(argv[2], "bf16") ? EXC_DTYPE_BF16 : EXC_DTYPE_F32;
+  size_t es = t == EXC_DTYPE_BF16 ? 2 : 4;
+  printf("output type %s\n", t == EXC_DTYPE_BF16 ? "bf16" : "f32");
   xt_require_gpu();
   struct exc_gemm *g_ref = NULL, *g_new = NULL;
   XT_OK(exc_gemm_new(32u << 20, &g_ref));
@@ -113,21 +118,21 @@ int main(int argc, char **argv) {
     void *dw = xt_dev(m * k * 2), *dx = xt_dev(nmax * k * 2);
     xt_up(dw, pool + (si * 7919) % 1000003, m * k * 2);
     xt_up(dx, pool + (si * 104729) % 1000003, nmax * k * 2);
-    void *dy_ref = xt_dev(nmax * m * 4), *dy_new = xt_dev(nmax * m * 4);
-    XT_OK(exc_gemm_prepare(g_ref, k, m, EXC_DTYPE_F32, false));
+    void *dy_ref = xt_dev(nmax * m * es), *dy_new = xt_dev(nmax * m * es);
+    XT_OK(exc_gemm_prepare(g_ref, k, m, t, false));
     double t0 = now_ms();
-    XT_OK(exc_gemm_prepare(g_new, k, m, EXC_DTYPE_F32, false));
+    XT_OK(exc_gemm_prepare(g_new, k, m, t, false));
     double prep = now_ms() - t0;
     sel_ms[mi] += prep;
-    const struct exc_gemm_algo *e = entry(g_new, k, m);
+    const struct exc_gemm_algo *e = entry(g_new, k, m, t);
     int n_other = 0;
     for (int b = 0; b < EXC_GEMM_N_BUCKETS; b++)
       n_other += !!memcmp(&e->bucket_algo[b], &e->algo, sizeof(e->algo));
     for (int j = 0; j < N_NS; j++) {
       size_t n = ns[j];
-      float tr = time_gemm(g_ref, dx, dw, dy_ref, flush, n, k, m);
-      float tn = time_gemm(g_new, dx, dw, dy_new, flush, n, k, m);
-      size_t rows = n < CMP_ROWS ? n : CMP_ROWS, bytes = rows * m * 4;
+      float tr = time_gemm(g_ref, dx, dw, dy_ref, flush, n, k, m, t);
+      float tn = time_gemm(g_new, dx, dw, dy_new, flush, n, k, m, t);
+      size_t rows = n < CMP_ROWS ? n : CMP_ROWS, bytes = rows * m * es;
       unsigned char *a = malloc(bytes), *b = malloc(bytes);
       xt_down(a, dy_ref, bytes);
       xt_down(b, dy_new, bytes);
@@ -138,7 +143,7 @@ int main(int argc, char **argv) {
       }
       free(a);
       free(b);
-      double gbs = (double)(m * k * 2 + n * k * 2 + n * m * 4) / (tn * 1e-3) / 1e9;
+      double gbs = (double)(m * k * 2 + n * k * 2 + n * m * es) / (tn * 1e-3) / 1e9;
       printf("%-4s %-17s %6zu %6zu %5zu %9.4f %9.4f %7.2f %8.0f\n", s->model, s->name, k, m, n, tr,
              tn, tr / tn, gbs);
       sum_ref[mi][j] += tr * s->layers;

@@ -2,9 +2,9 @@
  * invariance the engine relies on: every row of a GEMM over n = 1 and n = 37 rows (other leading
  * dimensions) is bit-equal to the same row inside n = 3,400, for each output type and with the
  * residual accumulate (beta = 1), on tiny, 4B-shaped and LM-head (padded odd width) shapes. Then,
- * with the per-bucket algorithms of exc_gemm_prepare, at the 4B and 27B layer shapes: rows of a
- * GEMM at both ends of every row-count bucket (1, 32, 33, 64, …, 2048, 2049, 3400) equal the same
- * rows at n = 1024 and computed alone, bit for bit, and the CPU twin. */
+ * with the per-bucket algorithms of exc_gemm_prepare, at the 4B and 27B layer shapes (float32 and
+ * bf16 outputs): rows of a GEMM at both ends of every row-count bucket (1, 32, 33, 64, …, 2048,
+ * 2049, 3400) equal the same rows at n = 1024 and computed alone, bit for bit, and the CPU twin. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -188,7 +188,6 @@ static const char *sel_name(enum exc_gemm_sel s) {
   switch (s) {
   case EXC_GEMM_SEL_REF: return "reference";
   case EXC_GEMM_SEL_BUCKETS: return "buckets";
-  case EXC_GEMM_SEL_SKIP_BF16: return "skip-bf16";
   case EXC_GEMM_SEL_SKIP_SIZE: return "skip-size";
   case EXC_GEMM_SEL_SKIP_MEMORY: return "skip-memory";
   case EXC_GEMM_SEL_UNSTABLE: return "UNSTABLE";
@@ -207,7 +206,8 @@ static const struct exc_gemm_algo *entry(const struct exc_gemm *g, size_t k, siz
 
 /* Prints a shape's selection: per bucket whether it runs the reference, its timed n and µs. */
 static void print_selection(const char *name, const struct exc_gemm_algo *e) {
-  printf("  %s: selection %s, %d candidates, %d rejected (differing bits or failed launch), %.0f ms\n",
+  printf("  %s: selection %s, %d candidates, %d rejected (differing bits or failed launch), "
+         "%.0f ms\n",
          name, sel_name(e->sel), e->n_candidates, e->n_rejected, e->select_ms);
   if (e->sel != EXC_GEMM_SEL_BUCKETS)
     return;
@@ -231,27 +231,29 @@ static void print_selection(const char *name, const struct exc_gemm_algo *e) {
   }
 }
 
-/* One GEMM over rows [0, n) of dx into dy (ld m, float32), the start values copied first when
- * accumulating, the output poisoned otherwise; synchronized. */
+/* One GEMM over rows [0, n) of dx into dy (ld m, the shape's output type), the start values
+ * copied first when accumulating, the output poisoned otherwise; synchronized. */
 static void run_rows(struct exc_gemm *g, const struct shape *s, const void *dx, const void *dw,
                      void *dy, const void *dy0, size_t n) {
-  size_t row_bytes = s->m_true * 4;
+  size_t row_bytes = s->m_true * esize(s->y_dtype);
   if (dy0)
     XT_CUDA(cudaMemcpy(dy, dy0, n * row_bytes, cudaMemcpyDeviceToDevice));
   else
     xt_poison(dy, n * row_bytes);
-  XT_OK(exc_gemm(g, 0, dx, s->k, dw, dy, s->m_true, EXC_DTYPE_F32, s->accumulate, n, s->k,
+  XT_OK(exc_gemm(g, 0, dx, s->k, dw, dy, s->m_true, s->y_dtype, s->accumulate, n, s->k,
                  s->m_true));
   XT_CUDA(cudaDeviceSynchronize());
 }
 
-/* The bucket test of one layer shape (float32 output): see the file comment. */
+/* The bucket test of one layer shape (float32 output, or bf16 without accumulate): see the file
+ * comment. */
 static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng *rng) {
   enum { N_ALL = 3400, N_REF = EXC_GEMM_REF_ROWS };
   size_t k = s->k, m = s->m_true;
-  printf("buckets %s: k %zu m %zu%s\n", s->name, k, m, s->accumulate ? " accumulate" : "");
-  XT_OK(exc_gemm_prepare(g, k, m, EXC_DTYPE_F32, s->accumulate));
-  const struct exc_gemm_algo *e = entry(g, k, m, EXC_DTYPE_F32, s->accumulate);
+  printf("buckets %s: k %zu m %zu %s%s\n", s->name, k, m,
+         s->y_dtype == EXC_DTYPE_BF16 ? "bf16" : "f32", s->accumulate ? " accumulate" : "");
+  XT_OK(exc_gemm_prepare(g, k, m, s->y_dtype, s->accumulate));
+  const struct exc_gemm_algo *e = entry(g, k, m, s->y_dtype, s->accumulate);
   if (!e)
     xt_fail("%s: no cache entry after exc_gemm_prepare", s->name);
   else {
@@ -263,7 +265,7 @@ static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng
   fill_bf16_uniform(rng, w, m * k, 0.05f);
   fill_bf16_uniform(rng, x, (size_t)N_ALL * k, 1.0f);
   void *dw = xt_dev_bf16(w, m * k), *dx = xt_dev_bf16(x, (size_t)N_ALL * k);
-  size_t row_bytes = m * 4;
+  size_t row_bytes = m * esize(s->y_dtype);
   float *y0 = NULL;
   void *dy0 = NULL;
   if (s->accumulate) {
@@ -308,7 +310,7 @@ static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng
         XT_CUDA(cudaMemcpy(d1, (char *)dy0 + r * row_bytes, row_bytes, cudaMemcpyDeviceToDevice));
       else
         xt_poison(d1, row_bytes);
-      XT_OK(exc_gemm(g, 0, (const __nv_bfloat16 *)dx + r * k, k, dw, d1, m, EXC_DTYPE_F32,
+      XT_OK(exc_gemm(g, 0, (const __nv_bfloat16 *)dx + r * k, k, dw, d1, m, s->y_dtype,
                      s->accumulate, 1, k, m));
       xt_down(h1, d1, row_bytes);
       if (memcmp(h1, hy + r * row_bytes, row_bytes))
@@ -318,13 +320,20 @@ static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng
   }
   printf("  %d row counts, %zu rows bit-equal to n=%d, 3 rows each bit-equal to n=1\n", n_ns,
          n_rows_checked, N_REF);
-  /* the CPU twin on the first row of n = 1 and the last row of n = 3400 (hy still holds it) */
+  /* the CPU twin on the first and the last row of n = 3400 (hy still holds it) */
   char what[160];
-  snprintf(what, sizeof(what), "%s n=3400 row %d", s->name, N_ALL - 1);
-  check_row(what, (const float *)(hy + (size_t)(N_ALL - 1) * row_bytes), x + (size_t)(N_ALL - 1) * k,
-            w, y0 ? y0 + (size_t)(N_ALL - 1) * m : NULL, k, m, m, EXC_DTYPE_F32);
-  snprintf(what, sizeof(what), "%s n=3400 row 0", s->name);
-  check_row(what, (const float *)hy, x, w, y0, k, m, m, EXC_DTYPE_F32);
+  float *got = malloc(m * sizeof(float));
+  const size_t twin_rows[2] = {0, N_ALL - 1};
+  for (int i = 0; i < 2; i++) {
+    size_t r = twin_rows[i];
+    if (s->y_dtype == EXC_DTYPE_BF16)
+      xt_from_bf16((const uint16_t *)(hy + r * row_bytes), got, m);
+    else
+      memcpy(got, hy + r * row_bytes, row_bytes);
+    snprintf(what, sizeof(what), "%s n=3400 row %zu", s->name, r);
+    check_row(what, got, x + r * k, w, y0 ? y0 + r * m : NULL, k, m, m, s->y_dtype);
+  }
+  free(got);
   cudaFree(dw);
   cudaFree(dx);
   cudaFree(dy0);
@@ -372,9 +381,8 @@ int main(void) {
     const struct exc_gemm_algo *e = entry(g, shapes[i].k, m, shapes[i].y_dtype,
                                           shapes[i].accumulate);
     print_selection(shapes[i].name, e);
-    enum exc_gemm_sel want = shapes[i].y_dtype == EXC_DTYPE_BF16 ? EXC_GEMM_SEL_SKIP_BF16
-                             : m * shapes[i].k * 2 > (512u << 20) ? EXC_GEMM_SEL_SKIP_SIZE
-                                                                  : EXC_GEMM_SEL_BUCKETS;
+    enum exc_gemm_sel want =
+        m * shapes[i].k * 2 > (512u << 20) ? EXC_GEMM_SEL_SKIP_SIZE : EXC_GEMM_SEL_BUCKETS;
     if (e->sel != want)
       xt_fail("%s: selection %s, expected %s", shapes[i].name, sel_name(e->sel), sel_name(want));
   }
@@ -389,6 +397,10 @@ int main(void) {
       {"27b out acc", 6144, 5120, EXC_DTYPE_F32, true},
       {"27b gate_up", 5120, 34816, EXC_DTYPE_F32, false},
       {"27b down acc", 17408, 5120, EXC_DTYPE_F32, true},
+      /* ref-bf16 writes these projections in bf16 */
+      {"4b down bf16", 9216, 2560, EXC_DTYPE_BF16, false},
+      {"27b gate_up bf16", 5120, 34816, EXC_DTYPE_BF16, false},
+      {"27b down bf16", 17408, 5120, EXC_DTYPE_BF16, false},
   };
   for (size_t i = 0; i < sizeof(layers) / sizeof(layers[0]); i++)
     run_buckets(g, &layers[i], &rng);
