@@ -928,82 +928,101 @@ __global__ __launch_bounds__(NC * 8) static void gdn_state_fused_kernel(
 /* 2''. State walk of `invt`: gdn_state_fused_kernel's work (V' = U − W·S, e^{Γ}⊙(Q·S) into
  * `out`, S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V')) with every product on tensor cores in 3xTF32
  * (mma.sync m16n8k8: x = hi + lo, lo·hi + hi·lo + hi·hi accumulated in fp32; the dropped lo·lo is
- * ≈ 2⁻²² relative) and S kept in registers across all chunks.
- * Block (column block of NC, value head, sequence), NW = NC/16 · 2 warps; warp w owns the
- * transposed state Sᵀ[16 columns (m-tile w/2), dk/2 (half w%2)] as mma accumulator fragments
- * (n-tile j holds dk = half·dk/2 + 8j …: d0 (col g, dk 2t), d1 (g, 2t+1), d2 (g+8, 2t),
- * d3 (g+8, 2t+1); g = lane/4, t = lane%4). The products are transposed so that S is always the
- * A operand or the accumulator: (W·S)ᵀ = Sᵀ·Wᵀ, (Q·S)ᵀ = Sᵀ·Qᵀ, Sᵀ ← e^{ΓC}Sᵀ + V''ᵀ·K. A D
- * fragment is an A fragment with the k order permuted (k slot t ↔ 2t, slot t+4 ↔ 2t+1:
- * a = {d0, d2, d1, d3}); the B fragments are read with the same permutation (b0 at k = 2t,
- * b1 at k = 2t+1), so no shuffle is needed. Per chunk:
- * 1. each warp forms its half-dk partial of Sᵀ·[Wᵀ | Qᵀ] (16 columns × 128 rows), hands the other
- *    warp of its m-tile the half that one finalises (through `xch`), then the dk-half-0 warp forms
- *    V' = U − W·S (to scratch, over U) and V''ᵀ = (e^{ΓC−Γ}⊙V')ᵀ (to `vt`), the dk-half-1 warp
- *    e^{Γ}⊙(Q·S) into `out` (rows < len; A·V' is added by gdn_out_av_kernel);
- * 2. each warp adds V''ᵀ·K[:, its dk half] to e^{ΓC}·(its Sᵀ) (the product in fresh
- *    accumulators, the sum in fp32).
- * Columns ≥ DV − cb (dv = 24 with NC = 32) are carried as zeros (U padded with zeros) and never
- * written. K is double-buffered (chunk ci+1 streams in during ci); Wᵀ and Q are refilled once the
- * chunk's first products are done, U and the coefficients once the finalisation is done.
- * Shared pitches are chosen for conflict-free fragment loads: Wᵀ 64+4, Q dk+8 (float2 loads),
- * K dk+4, U NC+4, V''ᵀ 64+8 (float2 loads and stores). */
-template <int DK, int DV, int NC> struct gdn_state_tc_smem {
-  static constexpr int NW = NC / 16 * 2;
+ * ≈ 2⁻²² relative). The products are transposed, (W·S)ᵀ = Sᵀ·Wᵀ, (Q·S)ᵀ = Sᵀ·Qᵀ and
+ * Sᵀ ← e^{ΓC}Sᵀ + V''ᵀ·K, so that S is the A operand or the accumulator.
+ * Block (column block of NC, value head, sequence), NW = NC/16 · NQ warps; warp w = (m-tile
+ * w / NQ of 16 columns, part q = w % NQ):
+ * - it keeps Sᵀ[16 columns, dk slice q of dk/NQ] in registers across all chunks as mma accumulator
+ *   fragments (n-tile j: d0 (col g, dk 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1) of the
+ *   8-wide dk block; g = lane/4, t = lane%4), and copies it to `ss` (Sᵀ [NC][dk+8]) after each
+ *   update for the others' first products;
+ * - 1. it forms rows slice q (128/NQ of the 128 rows [W; Q]) of Sᵀ·[Wᵀ | Qᵀ] over the whole dk
+ *   (A fragments from ss) and finalises them in registers: V' = U − W·S (to scratch, over U) and
+ *   V''ᵀ = (e^{ΓC−Γ}⊙V')ᵀ (to `vt`), or e^{Γ}⊙(Q·S) into `out` (rows < len; A·V' is added by
+ *   gdn_out_av_kernel);
+ * - 2. it adds V''ᵀ[its 16 columns, 64]·K[64, its dk slice] to e^{ΓC}·(its Sᵀ) (the product in fresh
+ *   accumulators, the sum in fp32).
+ * A fragments are read with k permuted inside each 8-step (slot t ↔ 2t, slot t+4 ↔ 2t+1; B rows
+ * the same), so that a D fragment's column pair (2t, 2t+1) is one float2. Columns ≥ DV − cb
+ * (dv = 24 with NC = 32) are carried as zeros (U padded with zeros) and never written. K is
+ * double-buffered (chunk ci+1 streams in during ci); Wᵀ and Q are refilled once the chunk's first
+ * products are done, U and the coefficients once the finalisation is done. Shared pitches give
+ * conflict-free fragment accesses: Wᵀ 64+4, Q dk+8 (float2), K dk+4, U NC+4, V''ᵀ 64+8 and
+ * Sᵀ dk+8 (float2 loads and stores). */
+template <int DK, int DV, int NC, int NQ> struct gdn_state_tc_smem {
+  static constexpr int NW = NC / 16 * NQ;
   static constexpr int WP = GDN_C + 4, QP = DK + 8, KP = DK + 4, UP = NC + 4, VP = GDN_C + 8,
-                       CFP = 3 * GDN_C + 4;
+                       SP = DK + 8, CFP = 3 * GDN_C + 4;
   static constexpr int wt = 0, qs = wt + DK * WP, ks = qs + GDN_C * QP, us = ks + 2 * GDN_C * KP,
-                       vt = us + GDN_C * UP, xch = vt + NC * VP, cf = xch + NW * 32 * 32,
+                       vt = us + GDN_C * UP, ss = vt + NC * VP, cf = ss + NC * SP,
                        total = cf + CFP;
 };
 
-/* d += a·b (m16n8k8, fp32 accumulation) with a, b given as fp32 and split here: three mma */
-__device__ __forceinline__ static void mma3_frag(float d[4], const float a[4], const float b[2]) {
-  uint32_t ah[4], al[4], bh[2], bl[2];
+/* x = hi + lo for the four A-fragment values */
+__device__ __forceinline__ static void tf32_split4(const float a[4], uint32_t ah[4],
+                                                   uint32_t al[4]) {
 #pragma unroll
   for (int r = 0; r < 4; r++)
     tf32_split(a[r], ah[r], al[r]);
-  tf32_split(b[0], bh[0], bl[0]);
-  tf32_split(b[1], bh[1], bl[1]);
+}
+/* d += a·b (m16n8k8, fp32 accumulation) in 3xTF32: a given split, b as fp32 (split here) */
+__device__ __forceinline__ static void mma3_frag(float d[4], const uint32_t ah[4],
+                                                 const uint32_t al[4], float b0, float b1) {
+  uint32_t bh[2], bl[2];
+  tf32_split(b0, bh[0], bl[0]);
+  tf32_split(b1, bh[1], bl[1]);
   mma_tf32(d, al, bh);
   mma_tf32(d, ah, bl);
   mma_tf32(d, ah, bh);
 }
 
-template <int DK, int DV, int NC>
-__global__ __launch_bounds__(NC * 4) static void gdn_state_tc_kernel(
+template <int DK, int DV, int NC, int NQ>
+__global__ __launch_bounds__(NC / 16 * NQ * 32) static void gdn_state_tc_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     float *__restrict__ scratch, float *__restrict__ out, int hk, int hv) {
   using LY = gdn_layout<DK, DV>;
-  using SM = gdn_state_tc_smem<DK, DV, NC>;
-  constexpr int NT = NC * 4, WP = SM::WP, QP = SM::QP, KP = SM::KP, UP = SM::UP, VP = SM::VP,
-                CFP = SM::CFP, DKH = DK / 2, NJ = DKH / 8; /* n-tiles of a warp's dk half */
-  static_assert(NC % 16 == 0 && DK % 16 == 0 && SM::NW * 32 == NT, "walk tiling");
+  using SM = gdn_state_tc_smem<DK, DV, NC, NQ>;
+  constexpr int NT = SM::NW * 32, WP = SM::WP, QP = SM::QP, KP = SM::KP, UP = SM::UP,
+                VP = SM::VP, SP = SM::SP;
+  constexpr int DKQ = DK / NQ, NJ = DKQ / 8;          /* a warp's dk slice and its n-tiles */
+  constexpr int RQ = 2 * GDN_C / NQ, NR = RQ / 8;     /* a warp's rows of [W; Q], n-tiles */
+  static_assert(NC % 16 == 0 && DKQ % 8 == 0 && GDN_C % RQ == 0, "walk tiling");
   extern __shared__ float4 smem4[];
   float *sm = (float *)smem4;
   float *wt = sm + SM::wt, *qs = sm + SM::qs, *ks0 = sm + SM::ks, *us = sm + SM::us;
-  float *vt = sm + SM::vt, *xch = sm + SM::xch, *cf = sm + SM::cf;
+  float *vt = sm + SM::vt, *ss = sm + SM::ss, *cf = sm + SM::cf;
 
   const int cb = blockIdx.x * NC, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
   const int ncr = min(NC, DV - cb); /* real columns of this block */
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int m0 = (warp >> 1) * 16, half = warp & 1, dkh0 = half * DKH;
+  const int m0 = (warp / NQ) * 16, q = warp % NQ, dq0 = q * DKQ;
+  const bool is_w = q * RQ < GDN_C;             /* rows of W (V') or of Q (output) */
+  const int rb = (q * RQ) % GDN_C;              /* first row of the warp's slice in W or Q */
   const struct exc_gdn_seq sq = p.seqs[s];
   const int kh = h / (hv / hk);
   const int n_chunks = p.chunk_start[s + 1] - p.chunk_start[s];
   auto chunk_base = [&](int ci) {
     return scratch + ((size_t)(p.chunk_start[s] + ci) * hv + h) * LY::total;
   };
-
-  float st[NJ][4]; /* Sᵀ fragments: (col m0 + g + 8(r/2), dk dkh0 + 8j + 2t + r%2) */
+  /* Sᵀ fragment r of n-tile j: column m0 + g + 8(r/2), dk dq0 + 8j + 2t + r%2 */
+  float st[NJ][4];
 #pragma unroll
   for (int j = 0; j < NJ; j++)
 #pragma unroll
     for (int r = 0; r < 4; r++) {
-      const int col = m0 + g + 8 * (r >> 1), a = dkh0 + 8 * j + 2 * t + (r & 1);
+      const int col = m0 + g + 8 * (r >> 1), a = dq0 + 8 * j + 2 * t + (r & 1);
       st[j][r] = sq.state_in && col < ncr ? sq.state_in[((size_t)h * DK + a) * DV + cb + col]
                                           : 0.0f;
     }
+  auto store_ss = [&]() {
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+      for (int rp = 0; rp < 2; rp++)
+        *(float2 *)&ss[(m0 + g + 8 * rp) * SP + dq0 + 8 * j + 2 * t] =
+            make_float2(st[j][2 * rp], st[j][2 * rp + 1]);
+  };
+  store_ss();
 
   auto load_k = [&](int ci) {
     float *ks = ks0 + (ci & 1) * GDN_C * KP;
@@ -1058,76 +1077,67 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_tc_kernel(
     const int len = min(GDN_C, sq.n - ci * GDN_C);
     const size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
     cp_async_wait_all();
-    __syncthreads(); /* chunk ci's inputs landed; the previous chunk is done with vt, xch, K */
+    __syncthreads(); /* chunk ci's inputs landed, ss holds S; the previous chunk is done with vt */
     if (ci + 1 < n_chunks) {
       load_k(ci + 1);
       cp_async_commit();
     }
-    /* 1. P = Sᵀ[m-tile, dk half]·[Wᵀ | Qᵀ][dk half, 128 rows]: n-tiles 0…7 are W's rows,
-     *    8…15 Q's rows (8 each) */
-    float acc[16][4];
+    /* 1. P = Sᵀ[m-tile, dk]·[Wᵀ | Qᵀ][dk, rows rb … rb + RQ of W or Q] */
+    float acc[NR][4];
 #pragma unroll
-    for (int n = 0; n < 16; n++)
+    for (int n = 0; n < NR; n++)
 #pragma unroll
       for (int r = 0; r < 4; r++)
         acc[n][r] = 0.0f;
+#pragma unroll 4
+    for (int kb = 0; kb < DK / 8; kb++) {
+      const int a0 = 8 * kb + 2 * t; /* dk of slot t; slot t+4 is a0 + 1 */
+      const float2 x0 = *(const float2 *)&ss[(m0 + g) * SP + a0];
+      const float2 x1 = *(const float2 *)&ss[(m0 + g + 8) * SP + a0];
+      const float af[4] = {x0.x, x1.x, x0.y, x1.y};
+      uint32_t ah[4], al[4];
+      tf32_split4(af, ah, al);
+      if (is_w) {
 #pragma unroll
-    for (int j = 0; j < NJ; j++) {
-      const int a0 = dkh0 + 8 * j + 2 * t; /* k of slot t; slot t+4 is a0 + 1 */
-      const float af[4] = {st[j][0], st[j][2], st[j][1], st[j][3]};
+        for (int n = 0; n < NR; n++)
+          mma3_frag(acc[n], ah, al, wt[a0 * WP + rb + 8 * n + g],
+                    wt[(a0 + 1) * WP + rb + 8 * n + g]);
+      } else {
 #pragma unroll
-      for (int n = 0; n < 8; n++) {
-        const float bf[2] = {wt[a0 * WP + 8 * n + g], wt[(a0 + 1) * WP + 8 * n + g]};
-        mma3_frag(acc[n], af, bf);
-      }
-#pragma unroll
-      for (int n = 0; n < 8; n++) {
-        const float2 q = *(const float2 *)&qs[(8 * n + g) * QP + a0];
-        const float bf[2] = {q.x, q.y};
-        mma3_frag(acc[8 + n], af, bf);
+        for (int n = 0; n < NR; n++) {
+          const float2 qv = *(const float2 *)&qs[(rb + 8 * n + g) * QP + a0];
+          mma3_frag(acc[n], ah, al, qv.x, qv.y);
+        }
       }
     }
-    /* the other warp of the m-tile finalises the other half: half 0 the W rows, half 1 Q's */
-    {
-      float *x = xch + warp * 1024 + lane;
-#pragma unroll
-      for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-          x[(n * 4 + r) * 32] = half ? acc[n][r] : acc[8 + n][r];
-    }
-    __syncthreads(); /* partials exchanged; Wᵀ and Q free */
+    __syncthreads(); /* Wᵀ and Q free */
     if (ci + 1 < n_chunks) {
       load_wq(ci + 1);
       cp_async_commit();
     }
-    {
-      const float *x = xch + (warp ^ 1) * 1024 + lane;
-      if (half == 0) { /* V' = U − W·S */
+    if (is_w) { /* V' = U − W·S, V''ᵀ */
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+      for (int n = 0; n < NR; n++)
 #pragma unroll
-          for (int rp = 0; rp < 2; rp++) { /* rp: column g or g + 8 */
-            const int col = m0 + g + 8 * rp, i = 8 * n + 2 * t;
-            float v0 = us[i * UP + col] - (acc[n][2 * rp] + x[(n * 4 + 2 * rp) * 32]);
-            float v1 = us[(i + 1) * UP + col] - (acc[n][2 * rp + 1] + x[(n * 4 + 2 * rp + 1) * 32]);
-            *(float2 *)&vt[col * VP + i] = make_float2(cf[GDN_C + i] * v0, cf[GDN_C + i + 1] * v1);
-            if (col < ncr) {
-              base[LY::u + i * DV + cb + col] = v0;
-              base[LY::u + (i + 1) * DV + cb + col] = v1;
-            }
+        for (int rp = 0; rp < 2; rp++) { /* rp: column g or g + 8 */
+          const int col = m0 + g + 8 * rp, i = rb + 8 * n + 2 * t;
+          const float v0 = us[i * UP + col] - acc[n][2 * rp];
+          const float v1 = us[(i + 1) * UP + col] - acc[n][2 * rp + 1];
+          *(float2 *)&vt[col * VP + i] = make_float2(cf[GDN_C + i] * v0, cf[GDN_C + i + 1] * v1);
+          if (col < ncr) {
+            base[LY::u + i * DV + cb + col] = v0;
+            base[LY::u + (i + 1) * DV + cb + col] = v1;
           }
-      } else { /* e^{Γ} ⊙ (Q·S) */
+        }
+    } else { /* e^{Γ} ⊙ (Q·S) */
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+      for (int n = 0; n < NR; n++)
 #pragma unroll
-          for (int r = 0; r < 4; r++) {
-            const int col = m0 + g + 8 * (r >> 1), i = 8 * n + 2 * t + (r & 1);
-            if (i < len && col < ncr)
-              out[((row0 + i) * hv + h) * DV + cb + col] =
-                  cf[i] * (acc[8 + n][r] + x[(n * 4 + r) * 32]);
-          }
-      }
+        for (int r = 0; r < 4; r++) {
+          const int col = m0 + g + 8 * (r >> 1), i = rb + 8 * n + 2 * t + (r & 1);
+          if (i < len && col < ncr)
+            out[((row0 + i) * hv + h) * DV + cb + col] = cf[i] * acc[n][r];
+        }
     }
     const float el = cf[2 * GDN_C];
     __syncthreads(); /* V''ᵀ complete; U and the coefficients free */
@@ -1135,24 +1145,25 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_tc_kernel(
       load_uc(ci + 1);
       cp_async_commit();
     }
-    /* 2. Sᵀ ← e^{ΓC}·Sᵀ + V''ᵀ[m-tile, 64]·K[64, dk half] */
+    /* 2. Sᵀ ← e^{ΓC}·Sᵀ + V''ᵀ[m-tile, 64]·K[64, dk slice] */
     float pr[NJ][4];
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
       for (int r = 0; r < 4; r++)
         pr[j][r] = 0.0f;
-#pragma unroll 2
+#pragma unroll 4
     for (int kb = 0; kb < GDN_C / 8; kb++) {
       const int i0 = 8 * kb + 2 * t; /* i of slot t; slot t+4 is i0 + 1 */
       const float2 v0 = *(const float2 *)&vt[(m0 + g) * VP + i0];
       const float2 v1 = *(const float2 *)&vt[(m0 + g + 8) * VP + i0];
       const float af[4] = {v0.x, v1.x, v0.y, v1.y};
+      uint32_t ah[4], al[4];
+      tf32_split4(af, ah, al);
 #pragma unroll
       for (int j = 0; j < NJ; j++) {
-        const int a = dkh0 + 8 * j + g;
-        const float bf[2] = {ks[i0 * KP + a], ks[(i0 + 1) * KP + a]};
-        mma3_frag(pr[j], af, bf);
+        const int a = dq0 + 8 * j + g;
+        mma3_frag(pr[j], ah, al, ks[i0 * KP + a], ks[(i0 + 1) * KP + a]);
       }
     }
 #pragma unroll
@@ -1160,13 +1171,14 @@ __global__ __launch_bounds__(NC * 4) static void gdn_state_tc_kernel(
 #pragma unroll
       for (int r = 0; r < 4; r++)
         st[j][r] = el * st[j][r] + pr[j][r];
+    store_ss(); /* read after the next chunk's first barrier */
   }
   if (sq.state_out) {
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
       for (int r = 0; r < 4; r++) {
-        const int col = m0 + g + 8 * (r >> 1), a = dkh0 + 8 * j + 2 * t + (r & 1);
+        const int col = m0 + g + 8 * (r >> 1), a = dq0 + 8 * j + 2 * t + (r & 1);
         if (col < ncr)
           sq.state_out[((size_t)h * DK + a) * DV + cb + col] = st[j][r];
       }
@@ -1370,12 +1382,13 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
                       int hk, int hv, void *scratch) {
   constexpr bool INV = KIND != EXC_GDN_KERNEL_SIMT; /* intra per (chunk, key head), T blocked */
   constexpr bool TCW = KIND == EXC_GDN_KERNEL_INV_T; /* the walk on tensor cores */
+  constexpr int NQ = DK >= 32 ? 4 : 2; /* invt: parts of dk and of [W; Q]'s rows per 16 columns */
   size_t intra_smem = INV ? (size_t)gdn_intra_inv_smem<DK, DV>::total * sizeof(float)
                           : (size_t)gdn_intra_smem<DK>::total * sizeof(float);
-  size_t smem_s = (size_t)(TCW   ? gdn_state_tc_smem<DK, DV, NCS>::total
+  size_t smem_s = (size_t)(TCW   ? gdn_state_tc_smem<DK, DV, NCS, NQ>::total
                            : INV ? gdn_state_fused_smem<DK, DV, NCS>::total
                                  : gdn_state_smem<DK, DV, NCS>::total) * sizeof(float);
-  size_t smem_l = (size_t)(TCW   ? gdn_state_tc_smem<DK, DV, NCL>::total
+  size_t smem_l = (size_t)(TCW   ? gdn_state_tc_smem<DK, DV, NCL, NQ>::total
                            : INV ? gdn_state_fused_smem<DK, DV, NCL>::total
                                  : gdn_state_smem<DK, DV, NCL>::total) * sizeof(float);
   size_t out_smem = (size_t)(INV ? gdn_out_av_smem<OC>::total : gdn_out_smem<DK, OC>::total) *
@@ -1392,8 +1405,8 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
           (rc = gdn_set_smem(gdn_out_av_kernel<DK, DV, OC>, out_smem)))
         return rc;
       if constexpr (TCW) {
-        if ((rc = gdn_set_smem(gdn_state_tc_kernel<DK, DV, NCS>, smem_s)) ||
-            (rc = gdn_set_smem(gdn_state_tc_kernel<DK, DV, NCL>, smem_l)))
+        if ((rc = gdn_set_smem(gdn_state_tc_kernel<DK, DV, NCS, NQ>, smem_s)) ||
+            (rc = gdn_set_smem(gdn_state_tc_kernel<DK, DV, NCL, NQ>, smem_l)))
           return rc;
       } else if ((rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCS>, smem_s)) ||
                  (rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCL>, smem_l)))
@@ -1424,10 +1437,10 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
   const dim3 grid_o((unsigned)total_chunks, (unsigned)hv, DV / OC);
   if constexpr (TCW) {
     if (few)
-      gdn_state_tc_kernel<DK, DV, NCS><<<grid_s, NCS * 4, smem_s, stream>>>(
+      gdn_state_tc_kernel<DK, DV, NCS, NQ><<<grid_s, NCS / 16 * NQ * 32, smem_s, stream>>>(
           p, qkv, ld, (float *)scratch, out, hk, hv);
     else
-      gdn_state_tc_kernel<DK, DV, NCL><<<grid_l, NCL * 4, smem_l, stream>>>(
+      gdn_state_tc_kernel<DK, DV, NCL, NQ><<<grid_l, NCL / 16 * NQ * 32, smem_l, stream>>>(
           p, qkv, ld, (float *)scratch, out, hk, hv);
   } else if constexpr (INV) {
     if (few)
