@@ -940,8 +940,8 @@ __global__ __launch_bounds__(NC * 8) static void gdn_state_fused_kernel(
  *   (A fragments from ss) and finalises them in registers: V' = U − W·S (to scratch, over U) and
  *   V''ᵀ = (e^{ΓC−Γ}⊙V')ᵀ (to `vt`), or e^{Γ}⊙(Q·S) into `out` (rows < len; A·V' is added by
  *   gdn_out_av_kernel);
- * - 2. it adds V''ᵀ[its 16 columns, 64]·K[64, its dk slice] to e^{ΓC}·(its Sᵀ) (the product in fresh
- *   accumulators, the sum in fp32).
+ * - 2. it adds V''ᵀ[its 16 columns, 64]·K[64, its dk slice] to e^{ΓC}·(its Sᵀ) (the product in
+ *   fresh accumulators, the sum in fp32).
  * A fragments are read with k permuted inside each 8-step (slot t ↔ 2t, slot t+4 ↔ 2t+1; B rows
  * the same), so that a D fragment's column pair (2t, 2t+1) is one float2. Columns ≥ DV − cb
  * (dv = 24 with NC = 32) are carried as zeros (U padded with zeros) and never written. K is
