@@ -1,21 +1,18 @@
-/* Gated DeltaNet core on CUDA (see cuda_gdn.h), all in float32 SIMT (TF32 tensor cores would cost
- * ~3e-4 relative, over the 1e-4 budget). The chunked rule runs in three launches:
+/* Gated DeltaNet core on CUDA (see cuda_gdn.h). The chunked rule runs in three launches:
  * 1. intra: every (chunk, value head) in parallel: Γ, L = β(KKᵀ)⊙D, A = (QKᵀ)⊙D and the
  *    unit-triangular solves for U and W (the state-free part);
  * 2. state: one block per (sequence, value head, column block of the state) walks its chunks in
- *    order with its [dk, nc] slice of S in shared memory: it keeps S at each chunk start,
+ *    order with its [dk, nc] slice of S: it keeps S at each chunk start,
  *    V' = U − W·S and S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V') — the only sequential work;
  * 3. output: every (chunk, value head, column half) in parallel: O = e^{Γ}⊙(Q·S_c) + A·V'.
- * Variants (exc_gdn_kernel_set, env S1_GDN_KERNEL): `simt` forms every product in fp32 FMAs;
- * `tcinv` forms the products (KKᵀ, QKᵀ, W·S, Kᵀ·V', Q·S, A·V') on tensor cores in 3xTF32
- * (x = hi + lo, hi·hi + hi·lo + lo·hi with fp32 accumulation, ≈ fp32 accuracy) and replaces the
- * per-column solves by T = (I + L)⁻¹ (fp32 SIMT) and the products T·(β⊙V), T·(βe^Γ⊙K).
- * `invw` (fp32 SIMT throughout): one intra block per (chunk, key head) forms KKᵀ and QKᵀ once for
- * the Hv/Hk value heads that share them, then per value head T = (I + L)⁻¹ and U, W as triangular
- * SIMT products (1'. below); its walk splits each sum over dk between two halves of a twice as
- * large block. `invb`: `invw` with T by 16×16 blocks. `invf`: `invb` whose walk also forms the
- * output's e^{Γ}⊙(Q·S) (2'.), so S per chunk is not stored and the output launch only adds A·V'
- * (3'.). */
+ * Variants (exc_gdn_kernel_set, env S1_GDN_KERNEL): `simt` is the above in fp32 FMAs (4×4 / 8×4
+ * register tiles). `invf` (fp32 SIMT): one intra block per (chunk, key head) forms KKᵀ and QKᵀ once
+ * for the Hv/Hk value heads that share them, then per value head T = (I + L)⁻¹ by 16×16 blocks and
+ * U, W as triangular SIMT products (1'.); its walk also forms the output's e^{Γ}⊙(Q·S) (2'.), so S
+ * per chunk is not stored and the output launch only adds A·V' (3'.). `invt`: `invf` whose walk
+ * forms its products on tensor cores in 3xTF32 (x = hi + lo, lo·hi + hi·lo + hi·hi with fp32
+ * accumulation, ≈ fp32 accuracy; plain TF32 would cost ~3e-4 relative, over the 1e-4 budget)
+ * with S in registers (2''.). */
 #include <errno.h>
 #include <stdlib.h>
 #include <math.h>
@@ -90,47 +87,6 @@ __device__ __forceinline__ static void mma_tf32(float d[4], const uint32_t a[4],
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* One warp: acc (a 16×8 fragment laid out as d above) += A[16, k_end]·B[k_end, 8] in 3xTF32, with
- * A(i, k) at a[i·AI + k·AK] and B(k, j) at b[k·BK + j·BJ] (shared memory, fp32), B's rows scaled
- * by kscale[k] when KS; k_end a multiple of 16. The hi·hi products and the two cross terms go
- * to separate accumulators, each split over even and odd k-steps (six independent mma chains
- * instead of one dependent chain of 3·k_end/8), summed small-first at the end. */
-template <int AI, int AK, int BK, int BJ, bool KS = false>
-__device__ __forceinline__ static void mma3_tile(float acc[4], const float *a, const float *b,
-                                                 int k_end, int lane,
-                                                 const float *kscale = nullptr) {
-  const int g = lane >> 2, t = lane & 3;
-  const float *ap = a + g * AI + t * AK, *bp = b + t * BK + g * BJ;
-  float dh[2][4] = {}, dx[2][4] = {}, dy[2][4] = {}; /* hi·hi, lo·hi, hi·lo; [k-step parity] */
-#pragma unroll 2
-  for (int k16 = 0; k16 < k_end; k16 += 16) {
-#pragma unroll
-    for (int s = 0; s < 2; s++) {
-      const int k0 = k16 + 8 * s;
-      float af[4] = {ap[k0 * AK], ap[8 * AI + k0 * AK], ap[(k0 + 4) * AK],
-                     ap[8 * AI + (k0 + 4) * AK]};
-      float bf[2] = {bp[k0 * BK], bp[(k0 + 4) * BK]};
-      if constexpr (KS) {
-        bf[0] *= kscale[k0 + t];
-        bf[1] *= kscale[k0 + t + 4];
-      }
-      uint32_t ah[4], al[4], bh[2], bl[2];
-#pragma unroll
-      for (int r = 0; r < 4; r++)
-        tf32_split(af[r], ah[r], al[r]);
-#pragma unroll
-      for (int r = 0; r < 2; r++)
-        tf32_split(bf[r], bh[r], bl[r]);
-      mma_tf32(dx[s], al, bh);
-      mma_tf32(dy[s], ah, bl);
-      mma_tf32(dh[s], ah, bh);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 4; r++)
-    acc[r] += (dh[0][r] + dh[1][r]) + ((dx[0][r] + dx[1][r]) + (dy[0][r] + dy[1][r]));
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Preparation: L2 norms of q and k per head (one warp per head vector), then the gates. */
 __global__ static void gdn_l2norm_kernel(float *qkv, size_t ld, int n, int hk, int dk,
@@ -187,30 +143,26 @@ extern "C" int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, c
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 1. Intra-chunk kernel: block (chunk, value head). MODE 0 simt, 1 tc, 2 tcinv (see gdn_launch;
- * exc_gdn_kernel). Shared: Kᵀ [dk][TP], Qᵀ [dk][TP] (tcinv: then T = (I + L)⁻¹ [64][TP]),
- * L [64][TP], tcinv: β⊙V [64][TP] for 64 columns at a time; TP is 64+8 for the tensor-core modes
- * (conflict-free fragment loads), 64+4 for simt. */
-template <int DK, int MODE> struct gdn_intra_smem {
-  static constexpr int TP = MODE ? GDN_C + 8 : GDN_C + 4;
-  static constexpr int QR = (MODE == 2 && DK < GDN_C) ? GDN_C : DK; /* rows of Qᵀ, then T */
-  static constexpr int kt = 0, qt = kt + DK * TP, lm = qt + QR * TP, vs = lm + GDN_C * TP,
-                       gam = vs + (MODE == 2 ? GDN_C * TP : 0), total = gam + 4 * GDN_C;
+ * 1. Intra-chunk kernel of `simt`: block (chunk, value head). Shared: Kᵀ [dk][TP], Qᵀ [dk][TP],
+ * L [64][TP] (TP = 64 + 4), Γ, β, βe^{Γ}, g [4·64]. */
+template <int DK> struct gdn_intra_smem {
+  static constexpr int TP = GDN_C + 4;
+  static constexpr int kt = 0, qt = kt + DK * TP, lm = qt + DK * TP, gam = lm + GDN_C * TP,
+                       total = gam + 4 * GDN_C;
 };
 
-template <int DK, int DV, int MODE>
-__global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_kernel(
+template <int DK, int DV>
+__global__ __launch_bounds__(GDN_NT, 1) static void gdn_intra_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     const float *__restrict__ beta, const float *__restrict__ g, float *__restrict__ scratch,
     int hk, int hv) {
   using LY = gdn_layout<DK, DV>;
-  using SM = gdn_intra_smem<DK, MODE>;
+  using SM = gdn_intra_smem<DK>;
   constexpr int TP = SM::TP; /* transposed row pitch */
   extern __shared__ float4 smem4[];
   float *kt = (float *)smem4 + SM::kt; /* [DK][TP] */
   float *qt = (float *)smem4 + SM::qt; /* [DK][TP] */
   float *lm = (float *)smem4 + SM::lm; /* [64][TP], zero on and above the diagonal */
-  float *vs = (float *)smem4 + SM::vs; /* tcinv: [64][TP] β⊙V, one column pass */
   float *gam = (float *)smem4 + SM::gam; /* [64] */
   float *bet = gam + GDN_C;      /* [64] */
   float *beg = bet + GDN_C;      /* [64] β e^{Γ} */
@@ -266,26 +218,7 @@ __global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_ke
   }
   __syncthreads();
 
-  if constexpr (MODE > 0) {
-    /* L and Aᵀ: 16×8 tiles of the 64×64 products, one warp per tile; tiles wholly above the
-     * diagonal are zeros */
-    const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-    for (int tile = warp; tile < (GDN_C / 16) * (GDN_C / 8); tile += GDN_NT / 32) {
-      const int i0 = (tile / (GDN_C / 8)) * 16, j0 = (tile % (GDN_C / 8)) * 8;
-      float kk[4] = {0.f, 0.f, 0.f, 0.f}, qk[4] = {0.f, 0.f, 0.f, 0.f};
-      if (j0 <= i0 + 15) { /* warp-uniform */
-        mma3_tile<1, TP, TP, 1>(kk, kt + i0, kt + j0, DK, lane); /* A(i,a) = K[i][a] */
-        mma3_tile<1, TP, TP, 1>(qk, qt + i0, kt + j0, DK, lane); /* B(a,j) = K[j][a] */
-      }
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const int i = i0 + gq + (r >> 1) * 8, j = j0 + 2 * tq + (r & 1);
-        float d = j <= i ? expf(gam[i] - gam[j]) : 0.0f;
-        lm[i * TP + j] = j < i ? bet[i] * kk[r] * d : 0.0f;
-        at_out[j * GDN_C + i] = j <= i ? qk[r] * d : 0.0f;
-      }
-    }
-  } else {
+  {
     /* L and Aᵀ: 4×4 tiles of the 64×64 products, 256 threads */
     int ti = tid / 16, tj = tid % 16;
     float kk[4][4], qk[4][4];
@@ -325,69 +258,6 @@ __global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_ke
   }
   __syncthreads();
 
-  if constexpr (MODE == 2) {
-    /* T = (I + L)⁻¹ (unit lower triangular) by forward substitution into the Qᵀ area (free
-     * after the products): column c by the 4 lanes 4c … 4c+3, lane part p summing the terms
-     * with j − c ≡ p (mod 4), reduced by shuffles; V's first column pass streams in meanwhile. Then
-     * U = T·(β⊙V) and W = T·(βe^{Γ}⊙K) on tensor cores (the reference's own form:
-     * attn = (I + L)⁻¹, value = attn @ v_beta). */
-    float *tm = qt; /* [64][TP] */
-    constexpr int VH = DV < GDN_C ? DV : GDN_C; /* V columns per pass */
-    const float *vrow0 = qkv + row0 * ld + (size_t)2 * hk * DK + (size_t)h * DV;
-    auto stage_v = [&](int cpass) { /* raw V rows (β is applied in the product), zeros past len */
-      for (int idx = tid; idx < GDN_C * VH / 4; idx += GDN_NT) {
-        int j = idx / (VH / 4), c4 = (idx % (VH / 4)) * 4;
-        if (j < len)
-          cp_async16(&vs[j * TP + c4], vrow0 + (size_t)j * ld + cpass + c4);
-        else
-          *(float4 *)&vs[j * TP + c4] = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      cp_async_commit();
-    };
-    stage_v(0);
-    {
-      const int c = tid >> 2, part = tid & 3;
-      for (int i = 0; i < GDN_C; i++) {
-        float x = 0.0f;
-        for (int j = c + part; j < i; j += 4) /* T[j][c] = 0 for j < c */
-          x += lm[i * TP + j] * tm[j * TP + c];
-        x += __shfl_xor_sync(0xffffffffu, x, 1);
-        x += __shfl_xor_sync(0xffffffffu, x, 2);
-        if (part == 0)
-          tm[i * TP + c] = (i == c ? 1.0f : 0.0f) - x;
-        __syncwarp(); /* the column's later terms read this row from all four lanes */
-      }
-    }
-    cp_async_wait_all();
-    __syncthreads();
-    const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-    /* W = T·(βe^{Γ}⊙K), stored transposed; T is lower triangular: k only up to i0 + 16 */
-    for (int tile = warp; tile < (GDN_C / 16) * (DK / 8); tile += GDN_NT / 32) {
-      const int i0 = (tile / (DK / 8)) * 16, a0 = (tile % (DK / 8)) * 8;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      mma3_tile<TP, 1, 1, TP, true>(acc, tm + i0 * TP, kt + a0 * TP, i0 + 16, lane, beg);
-#pragma unroll
-      for (int r = 0; r < 4; r++)
-        wt_out[(a0 + 2 * tq + (r & 1)) * GDN_C + i0 + gq + (r >> 1) * 8] = acc[r];
-    }
-    /* U = T·(β⊙V), VH columns per pass */
-    for (int pass = 0; pass < DV / VH; pass++) {
-      if (pass > 0) {
-        __syncthreads(); /* every warp is done with the previous pass's columns */
-        stage_v(pass * VH);
-        cp_async_wait_all();
-        __syncthreads();
-      }
-      for (int tile = warp; tile < (GDN_C / 16) * (VH / 8); tile += GDN_NT / 32) {
-        const int i0 = (tile / (VH / 8)) * 16, c0 = (tile % (VH / 8)) * 8;
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        mma3_tile<TP, 1, TP, 1, true>(acc, tm + i0 * TP, vs + c0, i0 + 16, lane, bet);
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-          u_out[(i0 + gq + (r >> 1) * 8) * DV + pass * VH + c0 + 2 * tq + (r & 1)] = acc[r];
-      }
-    }
-  } else
   /* forward substitution, one column per thread: (I + L) U = β⊙V, (I + L) W = βe^{Γ}⊙K */
   for (int col = tid; col < DV + DK; col += GDN_NT) {
     float x[GDN_C];
@@ -430,7 +300,7 @@ __global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_ke
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 1'. Intra-chunk kernel of `invw`, `invb`, `invf` (fp32 SIMT): block (chunk, key head), 256
+ * 1'. Intra-chunk kernel of `invf` and `invt` (fp32 SIMT): block (chunk, key head), 256
  * threads, 2 blocks/SM.
  * KKᵀ and QKᵀ depend only on the key head, so the block forms them once (4×4 register tiles, kept
  * in registers) and then, for each of the r = Hv/Hk value heads of that key head in turn: Γ, L and
@@ -441,22 +311,22 @@ __global__ __launch_bounds__(GDN_NT, MODE == 2 ? 2 : 1) static void gdn_intra_ke
  * head's β⊙V [64][dv+4]; region B = Qᵀ [dk][TP], later the head's βe^{Γ}⊙K [64][dk+4]; L [64][TP];
  * Tᵀ [64][TP]; Γ, β, βe^{Γ}, g [4·64]. With gridDim.z = r (short inputs) each block takes one
  * value head and the products are formed r times. */
-template <int DK, int DV, bool BT> struct gdn_intra_inv_smem {
+template <int DK, int DV> struct gdn_intra_inv_smem {
   static constexpr int TP = GDN_C + 4, VP = DV + 4, KP = DK + 4, PP = 17; /* PP: pm row pitch */
   static constexpr int RA = DK * TP > GDN_C * VP ? DK * TP : GDN_C * VP;
   static constexpr int RB = DK * TP > GDN_C * KP ? DK * TP : GDN_C * KP;
   static constexpr int ra = 0, rb = ra + RA, lm = rb + RB, tt = lm + GDN_C * TP,
                        gam = tt + GDN_C * TP, pm = gam + 4 * GDN_C,
-                       total = pm + (BT ? 3 * 16 * PP : 0);
+                       total = pm + 3 * 16 * PP;
 };
 
-template <int DK, int DV, bool BT>
+template <int DK, int DV>
 __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     const float *__restrict__ beta, const float *__restrict__ g, float *__restrict__ scratch,
     int hk, int hv) {
   using LY = gdn_layout<DK, DV>;
-  using SM = gdn_intra_inv_smem<DK, DV, BT>;
+  using SM = gdn_intra_inv_smem<DK, DV>;
   constexpr int TP = SM::TP, VP = SM::VP, KP = SM::KP, PP = SM::PP, NG = (DV + DK) / 4;
   extern __shared__ float4 smem4[];
   float *ra = (float *)smem4 + SM::ra; /* Kᵀ [DK][TP], then β⊙V [64][VP] */
@@ -465,7 +335,7 @@ __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
   float *tt = (float *)smem4 + SM::tt; /* [64][TP]: tt[j][i] = T[i][j] */
   float *gam = (float *)smem4 + SM::gam;
   float *bet = gam + GDN_C, *beg = bet + GDN_C, *graw = beg + GDN_C;
-  float *pm = (float *)smem4 + SM::pm; /* BT: [3][16][PP] partial sums of off-diagonal blocks */
+  float *pm = (float *)smem4 + SM::pm; /* [3][16][PP] partial sums of off-diagonal blocks */
 
   int chunk = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
   int s = find_seq(p, chunk);
@@ -597,7 +467,7 @@ __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
       *(float4 *)&at_out[j * GDN_C + 4 * ti] = make_float4(av[0], av[1], av[2], av[3]);
     }
     __syncthreads();
-    if constexpr (BT) {
+    {
       /* Tᵀ by 16×16 blocks (T_IJ, I ≥ J): zeros above the block diagonal; the four diagonal
        * blocks D_I = (I + L_II)⁻¹ at once by forward substitution (column c by lanes 4c … 4c+3,
        * 16 steps); then by block distance d = 1, 2, 3: P = Σ_{K=J}^{I−1} L_IK·T_KJ and
@@ -650,31 +520,6 @@ __global__ __launch_bounds__(GDN_NT, 2) static void gdn_intra_inv_kernel(
         }
         __syncthreads();
       }
-    } else {
-      /* Tᵀ: tt[c][i] = δ_ic − Σ_{c ≤ j < i} L[i][j]·T[j][c], column c by lanes 4c … 4c+3 (lane part
-       * p sums the j ≡ c + p mod 4, in two interleaved partial sums), reduced by shuffles */
-      {
-        const int c = tid >> 2, part = tid & 3;
-        float *tcol = tt + c * TP;
-        for (int i = 0; i < GDN_C; i++) {
-          const float *li = lm + i * TP;
-          float x0 = 0.0f, x1 = 0.0f;
-          int j = c + part;
-          for (; j + 4 < i; j += 8) {
-            x0 += li[j] * tcol[j];
-            x1 += li[j + 4] * tcol[j + 4];
-          }
-          if (j < i)
-            x0 += li[j] * tcol[j];
-          float x = x0 + x1;
-          x += __shfl_xor_sync(0xffffffffu, x, 1);
-          x += __shfl_xor_sync(0xffffffffu, x, 2);
-          if (part == 0)
-            tcol[i] = (i == c ? 1.0f : 0.0f) - x;
-          __syncwarp(); /* the column's later terms read this entry from all four lanes */
-        }
-      }
-      __syncthreads();
     }
     /* [U | W] = T·[β⊙V | βe^{Γ}⊙K]: 4×4 tiles over 64 × (dv + dk); the sum over j stops at the
      * tile's last row (T is lower triangular). Row blocks ib of slot sl: a thread's slots
@@ -728,13 +573,13 @@ template <int DK, int DV, int NC> struct gdn_state_smem {
                        total = vps + GDN_C * CP;
 };
 
-template <int DK, int DV, int NC, bool TC, int KS = 1>
-__global__ __launch_bounds__(NC * 4 * KS) static void gdn_state_kernel(
+template <int DK, int DV, int NC>
+__global__ __launch_bounds__(NC * 4) static void gdn_state_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     float *__restrict__ scratch, int hk, int hv) {
   using LY = gdn_layout<DK, DV>;
   using SM = gdn_state_smem<DK, DV, NC>;
-  constexpr int NT = NC * 4 * KS, WP = SM::WP, KP = SM::KP, CP = SM::CP, CFP = SM::CFP;
+  constexpr int NT = NC * 4, WP = SM::WP, KP = SM::KP, CP = SM::CP, CFP = SM::CFP;
   extern __shared__ float4 smem4[];
   float *sm = (float *)smem4;
   float *wt0 = sm + SM::wt, *us0 = sm + SM::us, *ks0 = sm + SM::ks, *cf0 = sm + SM::cf;
@@ -796,66 +641,7 @@ __global__ __launch_bounds__(NC * 4 * KS) static void gdn_state_kernel(
       load_k(ci + 1);
       cp_async_commit();
     }
-    if constexpr (KS == 2) {
-      /* V' = U − W·S: 64 × NC, one 4×4 tile per thread of each half of the block; the second
-       * half sums a ∈ [dk/2, dk) and leaves its partial sums in vps for the first half */
-      const int half = tid / (NC * 4), tile = tid % (NC * 4);
-      const int i4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4, a0 = half * (DK / 2);
-      float acc[4][4];
-#pragma unroll
-      for (int r = 0; r < 4; r++)
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-          acc[r][c] = 0.0f;
-#pragma unroll 8
-      for (int a = a0; a < a0 + DK / 2; a++) {
-        float4 wv = *(const float4 *)&wt[a * WP + i4];
-        float4 sv = *(const float4 *)&st[a * CP + c4];
-        float wvv[4] = {wv.x, wv.y, wv.z, wv.w}, svv[4] = {sv.x, sv.y, sv.z, sv.w};
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-#pragma unroll
-          for (int c = 0; c < 4; c++)
-            acc[r][c] += wvv[r] * svv[c];
-      }
-      if (half == 1) {
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-          *(float4 *)&vps[(i4 + r) * CP + c4] =
-              make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-      }
-      __syncthreads();
-      if (half == 0) {
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          int i = i4 + r;
-          float e = cf[GDN_C + i];
-          float4 q = *(const float4 *)&vps[i * CP + c4];
-          float qv[4] = {q.x, q.y, q.z, q.w};
-          float v[4];
-#pragma unroll
-          for (int c = 0; c < 4; c++) {
-            v[c] = us[i * CP + c4 + c] - (acc[r][c] + qv[c]);
-            vps[i * CP + c4 + c] = e * v[c];
-          }
-          *(float4 *)&base[LY::u + i * DV + cb + c4] = make_float4(v[0], v[1], v[2], v[3]);
-        }
-      }
-    } else if constexpr (TC) { /* V' = U − W·S: 64 × NC, 16×8 tiles, one warp per tile */
-      const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-      for (int tile = warp; tile < (GDN_C / 16) * (NC / 8); tile += NT / 32) {
-        const int i0 = (tile / (NC / 8)) * 16, c0 = (tile % (NC / 8)) * 8;
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        mma3_tile<1, WP, CP, 1>(acc, wt + i0, st + c0, DK, lane); /* W(i,a) = wt[a][i] */
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          const int i = i0 + gq + (r >> 1) * 8, c = c0 + 2 * tq + (r & 1);
-          float v = us[i * CP + c] - acc[r];
-          vps[i * CP + c] = cf[GDN_C + i] * v;
-          base[LY::u + i * DV + cb + c] = v;
-        }
-      }
-    } else /* V' = U − W·S: 64 × NC, 4×4 tiles */
+    /* V' = U − W·S: 64 × NC, 4×4 tiles */
     for (int tile = tid; tile < (GDN_C / 4) * (NC / 4); tile += NT) {
       int i4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
       float acc[4][4];
@@ -896,49 +682,6 @@ __global__ __launch_bounds__(NC * 4 * KS) static void gdn_state_kernel(
     __syncthreads();
     /* S ← e^{ΓC} S + Kᵀ (e^{ΓC−Γ} ⊙ V'): DK × NC, 8×4 tiles */
     float el = cf[2 * GDN_C];
-    if constexpr (KS == 2) { /* 4×4 tiles, one per thread at dk = 128 */
-      for (int tile = tid; tile < (DK / 4) * (NC / 4); tile += NT) {
-        int a4 = (tile / (NC / 4)) * 4, c4 = (tile % (NC / 4)) * 4;
-        float acc[4][4];
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          float4 sv = *(const float4 *)&st[(a4 + r) * CP + c4];
-          acc[r][0] = el * sv.x;
-          acc[r][1] = el * sv.y;
-          acc[r][2] = el * sv.z;
-          acc[r][3] = el * sv.w;
-        }
-#pragma unroll 8
-        for (int i = 0; i < GDN_C; i++) {
-          float4 kv = *(const float4 *)&ks[i * KP + a4];
-          float4 vv = *(const float4 *)&vps[i * CP + c4];
-          float kvv[4] = {kv.x, kv.y, kv.z, kv.w}, vvv[4] = {vv.x, vv.y, vv.z, vv.w};
-#pragma unroll
-          for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int c = 0; c < 4; c++)
-              acc[r][c] += kvv[r] * vvv[c];
-        }
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-          *(float4 *)&st[(a4 + r) * CP + c4] =
-              make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-      }
-    } else if constexpr (TC) {
-      /* 16×8 tiles, one warp per tile, accumulating onto e^{ΓC}·S in place */
-      const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-      for (int tile = warp; tile < (DK / 16) * (NC / 8); tile += NT / 32) {
-        const int a0 = (tile / (NC / 8)) * 16, c0 = (tile % (NC / 8)) * 8;
-        float acc[4];
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-          acc[r] = el * st[(a0 + gq + (r >> 1) * 8) * CP + c0 + 2 * tq + (r & 1)];
-        mma3_tile<1, KP, CP, 1>(acc, ks + a0, vps + c0, GDN_C, lane); /* Kᵀ(a,i) = ks[i][a] */
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-          st[(a0 + gq + (r >> 1) * 8) * CP + c0 + 2 * tq + (r & 1)] = acc[r];
-      }
-    } else
     for (int tile = tid; tile < (DK / 8) * (NC / 4); tile += NT) {
       int a8 = (tile / (NC / 4)) * 8, c4 = (tile % (NC / 4)) * 4;
       float acc[8][4];
@@ -1182,6 +925,266 @@ __global__ __launch_bounds__(NC * 8) static void gdn_state_fused_kernel(
   }
 }
 
+/* 2''. State walk of `invt`: gdn_state_fused_kernel's work (V' = U − W·S, e^{Γ}⊙(Q·S) into
+ * `out`, S ← e^{ΓC}S + Kᵀ(e^{ΓC−Γ}⊙V')) with every product on tensor cores in 3xTF32
+ * (mma.sync m16n8k8: x = hi + lo, lo·hi + hi·lo + hi·hi accumulated in fp32; the dropped lo·lo is
+ * ≈ 2⁻²² relative). The products are transposed, (W·S)ᵀ = Sᵀ·Wᵀ, (Q·S)ᵀ = Sᵀ·Qᵀ and
+ * Sᵀ ← e^{ΓC}Sᵀ + V''ᵀ·K, so that S is the A operand or the accumulator.
+ * Block (column block of NC, value head, sequence), NW = NC/16 · NQ warps; warp w = (m-tile
+ * w / NQ of 16 columns, part q = w % NQ):
+ * - it keeps Sᵀ[16 columns, dk slice q of dk/NQ] in registers across all chunks as mma accumulator
+ *   fragments (n-tile j: d0 (col g, dk 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1) of the
+ *   8-wide dk block; g = lane/4, t = lane%4), and copies it to `ss` (Sᵀ [NC][dk+8]) after each
+ *   update for the others' first products;
+ * - 1. it forms rows slice q (128/NQ of the 128 rows [W; Q]) of Sᵀ·[Wᵀ | Qᵀ] over the whole dk
+ *   (A fragments from ss) and finalises them in registers: V' = U − W·S (to scratch, over U) and
+ *   V''ᵀ = (e^{ΓC−Γ}⊙V')ᵀ (to `vt`), or e^{Γ}⊙(Q·S) into `out` (rows < len; A·V' is added by
+ *   gdn_out_av_kernel);
+ * - 2. it adds V''ᵀ[its 16 columns, 64]·K[64, its dk slice] to e^{ΓC}·(its Sᵀ) (the product in
+ *   fresh accumulators, the sum in fp32).
+ * A fragments are read with k permuted inside each 8-step (slot t ↔ 2t, slot t+4 ↔ 2t+1; B rows
+ * the same), so that a D fragment's column pair (2t, 2t+1) is one float2. Columns ≥ DV − cb
+ * (dv = 24 with NC = 32) are carried as zeros (U padded with zeros) and never written. K is
+ * double-buffered (chunk ci+1 streams in during ci); Wᵀ and Q are refilled once the chunk's first
+ * products are done, U and the coefficients once the finalisation is done. Shared pitches give
+ * conflict-free fragment accesses: Wᵀ 64+4, Q dk+8 (float2), K dk+4, U NC+4, V''ᵀ 64+8 and
+ * Sᵀ dk+8 (float2 loads and stores). */
+template <int DK, int DV, int NC, int NQ> struct gdn_state_tc_smem {
+  static constexpr int NW = NC / 16 * NQ;
+  static constexpr int WP = GDN_C + 4, QP = DK + 8, KP = DK + 4, UP = NC + 4, VP = GDN_C + 8,
+                       SP = DK + 8, CFP = 3 * GDN_C + 4;
+  static constexpr int wt = 0, qs = wt + DK * WP, ks = qs + GDN_C * QP, us = ks + 2 * GDN_C * KP,
+                       vt = us + GDN_C * UP, ss = vt + NC * VP, cf = ss + NC * SP,
+                       total = cf + CFP;
+};
+
+/* x = hi + lo for the four A-fragment values */
+__device__ __forceinline__ static void tf32_split4(const float a[4], uint32_t ah[4],
+                                                   uint32_t al[4]) {
+#pragma unroll
+  for (int r = 0; r < 4; r++)
+    tf32_split(a[r], ah[r], al[r]);
+}
+/* d += a·b (m16n8k8, fp32 accumulation) in 3xTF32: a given split, b as fp32 (split here) */
+__device__ __forceinline__ static void mma3_frag(float d[4], const uint32_t ah[4],
+                                                 const uint32_t al[4], float b0, float b1) {
+  uint32_t bh[2], bl[2];
+  tf32_split(b0, bh[0], bl[0]);
+  tf32_split(b1, bh[1], bl[1]);
+  mma_tf32(d, al, bh);
+  mma_tf32(d, ah, bl);
+  mma_tf32(d, ah, bh);
+}
+
+template <int DK, int DV, int NC, int NQ>
+__global__ __launch_bounds__(NC / 16 * NQ * 32) static void gdn_state_tc_kernel(
+    const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
+    float *__restrict__ scratch, float *__restrict__ out, int hk, int hv) {
+  using LY = gdn_layout<DK, DV>;
+  using SM = gdn_state_tc_smem<DK, DV, NC, NQ>;
+  constexpr int NT = SM::NW * 32, WP = SM::WP, QP = SM::QP, KP = SM::KP, UP = SM::UP,
+                VP = SM::VP, SP = SM::SP;
+  constexpr int DKQ = DK / NQ, NJ = DKQ / 8;          /* a warp's dk slice and its n-tiles */
+  constexpr int RQ = 2 * GDN_C / NQ, NR = RQ / 8;     /* a warp's rows of [W; Q], n-tiles */
+  static_assert(NC % 16 == 0 && DKQ % 8 == 0 && GDN_C % RQ == 0, "walk tiling");
+  extern __shared__ float4 smem4[];
+  float *sm = (float *)smem4;
+  float *wt = sm + SM::wt, *qs = sm + SM::qs, *ks0 = sm + SM::ks, *us = sm + SM::us;
+  float *vt = sm + SM::vt, *ss = sm + SM::ss, *cf = sm + SM::cf;
+
+  const int cb = blockIdx.x * NC, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+  const int ncr = min(NC, DV - cb); /* real columns of this block */
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int m0 = (warp / NQ) * 16, q = warp % NQ, dq0 = q * DKQ;
+  const bool is_w = q * RQ < GDN_C;             /* rows of W (V') or of Q (output) */
+  const int rb = (q * RQ) % GDN_C;              /* first row of the warp's slice in W or Q */
+  const struct exc_gdn_seq sq = p.seqs[s];
+  const int kh = h / (hv / hk);
+  const int n_chunks = p.chunk_start[s + 1] - p.chunk_start[s];
+  auto chunk_base = [&](int ci) {
+    return scratch + ((size_t)(p.chunk_start[s] + ci) * hv + h) * LY::total;
+  };
+  /* Sᵀ fragment r of n-tile j: column m0 + g + 8(r/2), dk dq0 + 8j + 2t + r%2 */
+  float st[NJ][4];
+#pragma unroll
+  for (int j = 0; j < NJ; j++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int col = m0 + g + 8 * (r >> 1), a = dq0 + 8 * j + 2 * t + (r & 1);
+      st[j][r] = sq.state_in && col < ncr ? sq.state_in[((size_t)h * DK + a) * DV + cb + col]
+                                          : 0.0f;
+    }
+  auto store_ss = [&]() {
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+      for (int rp = 0; rp < 2; rp++)
+        *(float2 *)&ss[(m0 + g + 8 * rp) * SP + dq0 + 8 * j + 2 * t] =
+            make_float2(st[j][2 * rp], st[j][2 * rp + 1]);
+  };
+  store_ss();
+
+  auto load_k = [&](int ci) {
+    float *ks = ks0 + (ci & 1) * GDN_C * KP;
+    const int len = min(GDN_C, sq.n - ci * GDN_C);
+    const size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    for (int idx = tid; idx < GDN_C * DK / 4; idx += NT) {
+      int i = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
+      if (i < len)
+        cp_async16(&ks[i * KP + a4], qkv + (row0 + i) * ld + (size_t)(hk + kh) * DK + a4);
+      else
+        *(float4 *)&ks[i * KP + a4] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  auto load_wq = [&](int ci) {
+    const float *base = chunk_base(ci);
+    const int len = min(GDN_C, sq.n - ci * GDN_C);
+    const size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    for (int idx = tid; idx < DK * GDN_C / 4; idx += NT) {
+      int a = idx / (GDN_C / 4), i4 = (idx % (GDN_C / 4)) * 4;
+      cp_async16(&wt[a * WP + i4], base + LY::wt + a * GDN_C + i4);
+    }
+    for (int idx = tid; idx < GDN_C * DK / 4; idx += NT) {
+      int i = idx / (DK / 4), a4 = (idx % (DK / 4)) * 4;
+      if (i < len)
+        cp_async16(&qs[i * QP + a4], qkv + (row0 + i) * ld + (size_t)kh * DK + a4);
+      else
+        *(float4 *)&qs[i * QP + a4] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  auto load_uc = [&](int ci) { /* U columns ≥ ncr as zeros */
+    const float *base = chunk_base(ci);
+    for (int idx = tid; idx < GDN_C * NC / 4; idx += NT) {
+      int i = idx / (NC / 4), c4 = (idx % (NC / 4)) * 4;
+      if (c4 < ncr)
+        cp_async16(&us[i * UP + c4], base + LY::u + i * DV + cb + c4);
+      else
+        *(float4 *)&us[i * UP + c4] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int idx = tid; idx < 3 * GDN_C / 4; idx += NT)
+      cp_async16(&cf[idx * 4], base + LY::coef + idx * 4);
+  };
+
+  if (n_chunks > 0) {
+    load_k(0);
+    load_wq(0);
+    load_uc(0);
+    cp_async_commit();
+  }
+  for (int ci = 0; ci < n_chunks; ci++) {
+    float *base = chunk_base(ci);
+    const float *ks = ks0 + (ci & 1) * GDN_C * KP;
+    const int len = min(GDN_C, sq.n - ci * GDN_C);
+    const size_t row0 = (size_t)sq.start + (size_t)ci * GDN_C;
+    cp_async_wait_all();
+    __syncthreads(); /* chunk ci's inputs landed, ss holds S; the previous chunk is done with vt */
+    if (ci + 1 < n_chunks) {
+      load_k(ci + 1);
+      cp_async_commit();
+    }
+    /* 1. P = Sᵀ[m-tile, dk]·[Wᵀ | Qᵀ][dk, rows rb … rb + RQ of W or Q] */
+    float acc[NR][4];
+#pragma unroll
+    for (int n = 0; n < NR; n++)
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        acc[n][r] = 0.0f;
+#pragma unroll 4
+    for (int kb = 0; kb < DK / 8; kb++) {
+      const int a0 = 8 * kb + 2 * t; /* dk of slot t; slot t+4 is a0 + 1 */
+      const float2 x0 = *(const float2 *)&ss[(m0 + g) * SP + a0];
+      const float2 x1 = *(const float2 *)&ss[(m0 + g + 8) * SP + a0];
+      const float af[4] = {x0.x, x1.x, x0.y, x1.y};
+      uint32_t ah[4], al[4];
+      tf32_split4(af, ah, al);
+      if (is_w) {
+#pragma unroll
+        for (int n = 0; n < NR; n++)
+          mma3_frag(acc[n], ah, al, wt[a0 * WP + rb + 8 * n + g],
+                    wt[(a0 + 1) * WP + rb + 8 * n + g]);
+      } else {
+#pragma unroll
+        for (int n = 0; n < NR; n++) {
+          const float2 qv = *(const float2 *)&qs[(rb + 8 * n + g) * QP + a0];
+          mma3_frag(acc[n], ah, al, qv.x, qv.y);
+        }
+      }
+    }
+    __syncthreads(); /* Wᵀ and Q free */
+    if (ci + 1 < n_chunks) {
+      load_wq(ci + 1);
+      cp_async_commit();
+    }
+    if (is_w) { /* V' = U − W·S, V''ᵀ */
+#pragma unroll
+      for (int n = 0; n < NR; n++)
+#pragma unroll
+        for (int rp = 0; rp < 2; rp++) { /* rp: column g or g + 8 */
+          const int col = m0 + g + 8 * rp, i = rb + 8 * n + 2 * t;
+          const float v0 = us[i * UP + col] - acc[n][2 * rp];
+          const float v1 = us[(i + 1) * UP + col] - acc[n][2 * rp + 1];
+          *(float2 *)&vt[col * VP + i] = make_float2(cf[GDN_C + i] * v0, cf[GDN_C + i + 1] * v1);
+          if (col < ncr) {
+            base[LY::u + i * DV + cb + col] = v0;
+            base[LY::u + (i + 1) * DV + cb + col] = v1;
+          }
+        }
+    } else { /* e^{Γ} ⊙ (Q·S) */
+#pragma unroll
+      for (int n = 0; n < NR; n++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          const int col = m0 + g + 8 * (r >> 1), i = rb + 8 * n + 2 * t + (r & 1);
+          if (i < len && col < ncr)
+            out[((row0 + i) * hv + h) * DV + cb + col] = cf[i] * acc[n][r];
+        }
+    }
+    const float el = cf[2 * GDN_C];
+    __syncthreads(); /* V''ᵀ complete; U and the coefficients free */
+    if (ci + 1 < n_chunks) {
+      load_uc(ci + 1);
+      cp_async_commit();
+    }
+    /* 2. Sᵀ ← e^{ΓC}·Sᵀ + V''ᵀ[m-tile, 64]·K[64, dk slice] */
+    float pr[NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        pr[j][r] = 0.0f;
+#pragma unroll 4
+    for (int kb = 0; kb < GDN_C / 8; kb++) {
+      const int i0 = 8 * kb + 2 * t; /* i of slot t; slot t+4 is i0 + 1 */
+      const float2 v0 = *(const float2 *)&vt[(m0 + g) * VP + i0];
+      const float2 v1 = *(const float2 *)&vt[(m0 + g + 8) * VP + i0];
+      const float af[4] = {v0.x, v1.x, v0.y, v1.y};
+      uint32_t ah[4], al[4];
+      tf32_split4(af, ah, al);
+#pragma unroll
+      for (int j = 0; j < NJ; j++) {
+        const int a = dq0 + 8 * j + g;
+        mma3_frag(pr[j], ah, al, ks[i0 * KP + a], ks[(i0 + 1) * KP + a]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        st[j][r] = el * st[j][r] + pr[j][r];
+    store_ss(); /* read after the next chunk's first barrier */
+  }
+  if (sq.state_out) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int col = m0 + g + 8 * (r >> 1), a = dq0 + 8 * j + 2 * t + (r & 1);
+        if (col < ncr)
+          sq.state_out[((size_t)h * DK + a) * DV + cb + col] = st[j][r];
+      }
+  }
+}
+
 /* 3'. Output of `invf`: block (chunk, value head, column block of OC), 256 threads, 4×4 tiles:
  * out += A·V' on the rows < len that gdn_state_fused_kernel wrote. */
 template <int OC> struct gdn_out_av_smem {
@@ -1255,7 +1258,7 @@ template <int DK, int OC> struct gdn_out_smem {
                        eg = vp + GDN_C * CP, total = eg + GDN_C;
 };
 
-template <int DK, int DV, int OC, bool TC>
+template <int DK, int DV, int OC>
 __global__ __launch_bounds__(GDN_NT) static void gdn_out_kernel(
     const __grid_constant__ struct gdn_params p, const float *__restrict__ qkv, size_t ld,
     const float *__restrict__ scratch, float *__restrict__ out, int hk, int hv) {
@@ -1304,24 +1307,6 @@ __global__ __launch_bounds__(GDN_NT) static void gdn_out_kernel(
   }
   cp_async_wait_all();
   __syncthreads();
-  if constexpr (TC) { /* 16×8 tiles, one warp per tile; A·V' only over j < i0 + 16 (A is causal) */
-    const int warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-    for (int tile = warp; tile < (GDN_C / 16) * (OC / 8); tile += GDN_NT / 32) {
-      const int i0 = (tile / (OC / 8)) * 16, c0 = (tile % (OC / 8)) * 8;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      mma3_tile<1, TP, CP, 1>(acc, qt + i0, sc + c0, DK, lane); /* Q(i,a) = qt[a][i] */
-#pragma unroll
-      for (int r = 0; r < 4; r++)
-        acc[r] *= eg[i0 + gq + (r >> 1) * 8];
-      mma3_tile<1, TP, CP, 1>(acc, at + i0, vp + c0, i0 + 16, lane); /* A(i,j) = at[j][i] */
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const int i = i0 + gq + (r >> 1) * 8, c = c0 + 2 * tq + (r & 1);
-        if (i < len)
-          out[((row0 + i) * hv + h) * DV + cb + c] = acc[r];
-      }
-    }
-  } else
   for (int tile = tid; tile < (GDN_C / 4) * (OC / 4); tile += GDN_NT) {
     int i4 = (tile / (OC / 4)) * 4, c4 = (tile % (OC / 4)) * 4;
     float acc[4][4];
@@ -1390,53 +1375,46 @@ template <typename K> static int gdn_set_smem(K kernel, size_t bytes) {
 }
 
 /* NCS: state column block for few blocks (one per SM), NCL: for many; OC: output column block.
- * MODE: 0 simt, 2 tcinv, 4 invw, 5 invb, 6 invf (1: tcinv's products with SIMT's per-column
- * solves, 3: invw's intra with SIMT's walk; both measured slower and no longer dispatched). */
-template <int DK, int DV, int NCS, int NCL, int OC, int MODE>
+ * KIND: enum exc_gdn_kernel (simt, invf, invt). */
+template <int DK, int DV, int NCS, int NCL, int OC, int KIND>
 static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total_chunks,
                       const float *qkv, size_t ld, const float *beta, const float *g, float *out,
                       int hk, int hv, void *scratch) {
-  constexpr bool TC = MODE == 1 || MODE == 2; /* inv, invw: the simt output kernel */
-  constexpr bool INV = MODE >= 3;             /* intra per (chunk, key head) */
-  constexpr int KS = MODE >= 4 ? 2 : 1;       /* invw, invb: the state walk's sums split in two */
-  constexpr bool BT = MODE >= 5;              /* invb, invf: T = (I + L)⁻¹ by 16×16 blocks */
-  constexpr bool FUSED = MODE == 6;           /* invf: the walk forms e^Γ⊙(Q·S) of the output */
-  size_t intra_smem = INV ? (size_t)gdn_intra_inv_smem<DK, DV, BT>::total * sizeof(float)
-                          : (size_t)gdn_intra_smem<DK, MODE>::total * sizeof(float);
-  size_t smem_s = (size_t)(FUSED ? gdn_state_fused_smem<DK, DV, NCS>::total
-                                  : gdn_state_smem<DK, DV, NCS>::total) * sizeof(float);
-  size_t smem_l = (size_t)(FUSED ? gdn_state_fused_smem<DK, DV, NCL>::total
-                                  : gdn_state_smem<DK, DV, NCL>::total) * sizeof(float);
-  size_t out_smem = (size_t)(FUSED ? gdn_out_av_smem<OC>::total : gdn_out_smem<DK, OC>::total) *
+  constexpr bool INV = KIND != EXC_GDN_KERNEL_SIMT; /* intra per (chunk, key head), T blocked */
+  constexpr bool TCW = KIND == EXC_GDN_KERNEL_INV_T; /* the walk on tensor cores */
+  constexpr int NQ = DK >= 32 ? 4 : 2; /* invt: parts of dk and of [W; Q]'s rows per 16 columns */
+  size_t intra_smem = INV ? (size_t)gdn_intra_inv_smem<DK, DV>::total * sizeof(float)
+                          : (size_t)gdn_intra_smem<DK>::total * sizeof(float);
+  size_t smem_s = (size_t)(TCW   ? gdn_state_tc_smem<DK, DV, NCS, NQ>::total
+                           : INV ? gdn_state_fused_smem<DK, DV, NCS>::total
+                                 : gdn_state_smem<DK, DV, NCS>::total) * sizeof(float);
+  size_t smem_l = (size_t)(TCW   ? gdn_state_tc_smem<DK, DV, NCL, NQ>::total
+                           : INV ? gdn_state_fused_smem<DK, DV, NCL>::total
+                                 : gdn_state_smem<DK, DV, NCL>::total) * sizeof(float);
+  size_t out_smem = (size_t)(INV ? gdn_out_av_smem<OC>::total : gdn_out_smem<DK, OC>::total) *
                     sizeof(float);
   static bool attr_done = false; /* per instantiation; the calls are idempotent */
   int rc = 0;
   if (!attr_done) {
     if constexpr (INV) {
       /* two intra blocks per SM need the whole shared-memory carveout */
-      if ((rc = gdn_set_smem(gdn_intra_inv_kernel<DK, DV, BT>, intra_smem)) ||
-          (rc = EXC_CUDA(cudaFuncSetAttribute(gdn_intra_inv_kernel<DK, DV, BT>,
+      if ((rc = gdn_set_smem(gdn_intra_inv_kernel<DK, DV>, intra_smem)) ||
+          (rc = EXC_CUDA(cudaFuncSetAttribute(gdn_intra_inv_kernel<DK, DV>,
                                               cudaFuncAttributePreferredSharedMemoryCarveout,
-                                              (int)cudaSharedmemCarveoutMaxShared))))
-        return rc;
-    } else {
-      if ((rc = gdn_set_smem(gdn_intra_kernel<DK, DV, MODE>, intra_smem)))
-        return rc;
-      /* tcinv: two intra blocks per SM need the whole shared-memory carveout */
-      if (MODE == 2 && (rc = EXC_CUDA(cudaFuncSetAttribute(
-                            gdn_intra_kernel<DK, DV, MODE>,
-                            cudaFuncAttributePreferredSharedMemoryCarveout,
-                            (int)cudaSharedmemCarveoutMaxShared))))
-        return rc;
-    }
-    if constexpr (FUSED) {
-      if ((rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCS>, smem_s)) ||
-          (rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCL>, smem_l)) ||
+                                              (int)cudaSharedmemCarveoutMaxShared))) ||
           (rc = gdn_set_smem(gdn_out_av_kernel<DK, DV, OC>, out_smem)))
         return rc;
-    } else if ((rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS, TC, KS>, smem_s)) ||
-               (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL, TC, KS>, smem_l)) ||
-               (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC, TC>, out_smem)))
+      if constexpr (TCW) {
+        if ((rc = gdn_set_smem(gdn_state_tc_kernel<DK, DV, NCS, NQ>, smem_s)) ||
+            (rc = gdn_set_smem(gdn_state_tc_kernel<DK, DV, NCL, NQ>, smem_l)))
+          return rc;
+      } else if ((rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCS>, smem_s)) ||
+                 (rc = gdn_set_smem(gdn_state_fused_kernel<DK, DV, NCL>, smem_l)))
+        return rc;
+    } else if ((rc = gdn_set_smem(gdn_intra_kernel<DK, DV>, intra_smem)) ||
+               (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCS>, smem_s)) ||
+               (rc = gdn_set_smem(gdn_state_kernel<DK, DV, NCL>, smem_l)) ||
+               (rc = gdn_set_smem(gdn_out_kernel<DK, DV, OC>, out_smem)))
       return rc;
     attr_done = true;
   }
@@ -1444,43 +1422,49 @@ static int gdn_launch(cudaStream_t stream, const struct gdn_params &p, int total
     /* fewer (chunk, key head) blocks than SMs (short inputs): one block per value head instead,
      * each forming the key head's products itself */
     unsigned groups = (long)total_chunks * hk < gdn_sm_count() ? (unsigned)(hv / hk) : 1u;
-    gdn_intra_inv_kernel<DK, DV, BT><<<dim3((unsigned)total_chunks, (unsigned)hk, groups), GDN_NT,
+    gdn_intra_inv_kernel<DK, DV><<<dim3((unsigned)total_chunks, (unsigned)hk, groups), GDN_NT,
                                    intra_smem, stream>>>(p, qkv, ld, beta, g, (float *)scratch,
                                                          hk, hv);
-  }
-  else
-    gdn_intra_kernel<DK, DV, MODE><<<dim3((unsigned)total_chunks, (unsigned)hv), GDN_NT,
-                                     intra_smem, stream>>>(p, qkv, ld, beta, g, (float *)scratch,
-                                                           hk, hv);
+  } else
+    gdn_intra_kernel<DK, DV><<<dim3((unsigned)total_chunks, (unsigned)hv), GDN_NT, intra_smem,
+                               stream>>>(p, qkv, ld, beta, g, (float *)scratch, hk, hv);
   if ((rc = EXC_CUDA(cudaGetLastError())))
     return rc;
-  const bool few = (long)hv * (DV / NCS) * p.n_seqs <= gdn_sm_count();
-  const dim3 grid_s(DV / NCS, (unsigned)hv, (unsigned)p.n_seqs);
-  const dim3 grid_l(DV / NCL, (unsigned)hv, (unsigned)p.n_seqs);
+  constexpr unsigned nbs = (DV + NCS - 1) / NCS, nbl = (DV + NCL - 1) / NCL;
+  const bool few = (long)hv * nbs * p.n_seqs <= gdn_sm_count();
+  const dim3 grid_s(nbs, (unsigned)hv, (unsigned)p.n_seqs);
+  const dim3 grid_l(nbl, (unsigned)hv, (unsigned)p.n_seqs);
   const dim3 grid_o((unsigned)total_chunks, (unsigned)hv, DV / OC);
-  if constexpr (FUSED) {
+  if constexpr (TCW) {
+    if (few)
+      gdn_state_tc_kernel<DK, DV, NCS, NQ><<<grid_s, NCS / 16 * NQ * 32, smem_s, stream>>>(
+          p, qkv, ld, (float *)scratch, out, hk, hv);
+    else
+      gdn_state_tc_kernel<DK, DV, NCL, NQ><<<grid_l, NCL / 16 * NQ * 32, smem_l, stream>>>(
+          p, qkv, ld, (float *)scratch, out, hk, hv);
+  } else if constexpr (INV) {
     if (few)
       gdn_state_fused_kernel<DK, DV, NCS><<<grid_s, NCS * 8, smem_s, stream>>>(
           p, qkv, ld, (float *)scratch, out, hk, hv);
     else
       gdn_state_fused_kernel<DK, DV, NCL><<<grid_l, NCL * 8, smem_l, stream>>>(
           p, qkv, ld, (float *)scratch, out, hk, hv);
-    if ((rc = EXC_CUDA(cudaGetLastError())))
-      return rc;
-    gdn_out_av_kernel<DK, DV, OC><<<grid_o, GDN_NT, out_smem, stream>>>(
-        p, (const float *)scratch, out, hv);
   } else {
     if (few)
-      gdn_state_kernel<DK, DV, NCS, TC, KS><<<grid_s, NCS * 4 * KS, smem_s, stream>>>(
+      gdn_state_kernel<DK, DV, NCS><<<grid_s, NCS * 4, smem_s, stream>>>(
           p, qkv, ld, (float *)scratch, hk, hv);
     else
-      gdn_state_kernel<DK, DV, NCL, TC, KS><<<grid_l, NCL * 4 * KS, smem_l, stream>>>(
+      gdn_state_kernel<DK, DV, NCL><<<grid_l, NCL * 4, smem_l, stream>>>(
           p, qkv, ld, (float *)scratch, hk, hv);
-    if ((rc = EXC_CUDA(cudaGetLastError())))
-      return rc;
-    gdn_out_kernel<DK, DV, OC, TC><<<grid_o, GDN_NT, out_smem, stream>>>(
-        p, qkv, ld, (const float *)scratch, out, hk, hv);
   }
+  if ((rc = EXC_CUDA(cudaGetLastError())))
+    return rc;
+  if constexpr (INV)
+    gdn_out_av_kernel<DK, DV, OC><<<grid_o, GDN_NT, out_smem, stream>>>(
+        p, (const float *)scratch, out, hv);
+  else
+    gdn_out_kernel<DK, DV, OC><<<grid_o, GDN_NT, out_smem, stream>>>(
+        p, qkv, ld, (const float *)scratch, out, hk, hv);
   return EXC_CUDA(cudaGetLastError());
 }
 
@@ -1509,21 +1493,18 @@ extern "C" int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_
   p.n_seqs = n_seqs;
   int hk = (int)dims->n_k_heads, hv = (int)dims->n_v_heads;
   enum exc_gdn_kernel kind = exc_gdn_kernel_get();
-#define GDN_LAUNCH(DK, DV, NCS, NCL, OC, MODE)                                                     \
-  gdn_launch<DK, DV, NCS, NCL, OC, MODE>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,  \
+#define GDN_LAUNCH(DK, DV, NCS, NCL, OC, KIND)                                                     \
+  gdn_launch<DK, DV, NCS, NCL, OC, KIND>(stream, p, total_chunks, qkv, ld_qkv, beta, g, out, hk,  \
                                          hv, scratch)
+  /* invt: 16-column tiles, so dv = 24 takes one 32-column block with 8 zero columns */
   if (dims->dk == 128 && dims->dv == 128)
-    return kind == EXC_GDN_KERNEL_TC_INV   ? GDN_LAUNCH(128, 128, 32, 64, 64, 2)
-           : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(128, 128, 32, 64, 64, 4)
-           : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(128, 128, 32, 64, 64, 5)
-           : kind == EXC_GDN_KERNEL_INV_F  ? GDN_LAUNCH(128, 128, 32, 64, 64, 6)
-                                           : GDN_LAUNCH(128, 128, 32, 64, 64, 0);
+    return kind == EXC_GDN_KERNEL_INV_T   ? GDN_LAUNCH(128, 128, 32, 64, 64, EXC_GDN_KERNEL_INV_T)
+           : kind == EXC_GDN_KERNEL_INV_F ? GDN_LAUNCH(128, 128, 32, 64, 64, EXC_GDN_KERNEL_INV_F)
+                                          : GDN_LAUNCH(128, 128, 32, 64, 64, EXC_GDN_KERNEL_SIMT);
   if (dims->dk == 16 && dims->dv == 24)
-    return kind == EXC_GDN_KERNEL_TC_INV   ? GDN_LAUNCH(16, 24, 24, 24, 24, 2)
-           : kind == EXC_GDN_KERNEL_INV_W  ? GDN_LAUNCH(16, 24, 24, 24, 24, 4)
-           : kind == EXC_GDN_KERNEL_INV_B  ? GDN_LAUNCH(16, 24, 24, 24, 24, 5)
-           : kind == EXC_GDN_KERNEL_INV_F  ? GDN_LAUNCH(16, 24, 24, 24, 24, 6)
-                                           : GDN_LAUNCH(16, 24, 24, 24, 24, 0);
+    return kind == EXC_GDN_KERNEL_INV_T   ? GDN_LAUNCH(16, 24, 32, 32, 24, EXC_GDN_KERNEL_INV_T)
+           : kind == EXC_GDN_KERNEL_INV_F ? GDN_LAUNCH(16, 24, 24, 24, 24, EXC_GDN_KERNEL_INV_F)
+                                          : GDN_LAUNCH(16, 24, 24, 24, 24, EXC_GDN_KERNEL_SIMT);
 #undef GDN_LAUNCH
   return -EINVAL;
 }
@@ -1539,12 +1520,10 @@ extern "C" void exc_gdn_kernel_set(enum exc_gdn_kernel k) {
 extern "C" enum exc_gdn_kernel exc_gdn_kernel_get(void) {
   if (gdn_kernel_choice < 0) {
     const char *env = getenv("S1_GDN_KERNEL");
-    gdn_kernel_choice = !env                       ? EXC_GDN_KERNEL_INV_F
-                        : strcmp(env, "simt") == 0  ? EXC_GDN_KERNEL_SIMT
-                        : strcmp(env, "tcinv") == 0 ? EXC_GDN_KERNEL_TC_INV
-                        : strcmp(env, "invw") == 0  ? EXC_GDN_KERNEL_INV_W
-                        : strcmp(env, "invb") == 0  ? EXC_GDN_KERNEL_INV_B
-                                                    : EXC_GDN_KERNEL_INV_F;
+    gdn_kernel_choice = !env                      ? EXC_GDN_KERNEL_INV_F
+                        : strcmp(env, "simt") == 0 ? EXC_GDN_KERNEL_SIMT
+                        : strcmp(env, "invt") == 0 ? EXC_GDN_KERNEL_INV_T
+                                                   : EXC_GDN_KERNEL_INV_F;
   }
   return (enum exc_gdn_kernel)gdn_kernel_choice;
 }

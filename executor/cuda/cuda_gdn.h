@@ -48,27 +48,23 @@ size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
                                      const struct ex_gdn_dims *dims);
 
 /* Which implementation exc_gdn_chunked runs (same scratch size, results equal up to fp32
- * rounding): SIMT forms every product in fp32 FMAs, one intra block per (chunk, value head);
- * TC_INV forms the products on tensor cores in 3xTF32 (split hi + lo, three TF32 products, fp32
- * accumulation) with T = (I + L)⁻¹ (fp32 SIMT) and U = T·(β⊙V), W = T·(βe^Γ⊙K) as the reference
- * computes them. INV_W (all fp32 SIMT) forms KKᵀ and QKᵀ once per (chunk, key head) for its Hv/Hk
- * value heads, T = (I + L)⁻¹ by forward substitution and U, W as SIMT products, and walks the
- * state with twice SIMT's threads per block (each sum over dk split in two halves); INV_B is
- * INV_W with T formed by 16×16 blocks (diagonal blocks by substitution, the others as small
- * products); INV_F is INV_B with the output's e^Γ⊙(Q·S) formed in the state walk (S per chunk no
- * longer stored) and A·V' added by a lighter output launch. (The 3xTF32 variant with per-column
- * solves, and INV_W's intra with SIMT's walk, were measured slower everywhere and removed.) */
+ * rounding): SIMT forms every product in fp32 FMAs, one intra block per (chunk, value head), and
+ * stores S per chunk for a separate output launch (the reference implementation). INV_F (fp32
+ * SIMT) forms KKᵀ and QKᵀ once per (chunk, key head) for its Hv/Hk value heads, T = (I + L)⁻¹ by
+ * 16×16 blocks and U = T·(β⊙V), W = T·(βe^Γ⊙K) as SIMT products; its state walk also forms the
+ * output's e^Γ⊙(Q·S), and a light launch adds A·V'. INV_T is INV_F with the state walk's
+ * products (W·S, Q·S, Kᵀ·V') on tensor cores in 3xTF32 (x = hi + lo, three TF32 products with fp32
+ * accumulation, ≈ fp32 accuracy) and S held in registers. (tcinv, invw, invb and earlier
+ * variants were measured slower and removed; see notes/cuda-kernels.md.) */
 enum exc_gdn_kernel {
-  EXC_GDN_KERNEL_SIMT,   /* "simt" */
-  EXC_GDN_KERNEL_TC_INV, /* "tcinv" */
-  EXC_GDN_KERNEL_INV_W,  /* "invw" */
-  EXC_GDN_KERNEL_INV_B,  /* "invb" */
-  EXC_GDN_KERNEL_INV_F,  /* "invf", the default (fastest at every measured size, H200 2026-11-30) */
+  EXC_GDN_KERNEL_SIMT,  /* "simt" */
+  EXC_GDN_KERNEL_INV_F, /* "invf", the default */
+  EXC_GDN_KERNEL_INV_T, /* "invt" */
   EXC_GDN_KERNEL_COUNT
 };
 /* Process-wide choice for later launches (not thread-safe against concurrent launches; set it
  * before the executor starts; an out-of-range value selects the default). Without a call, the
- * first launch reads S1_GDN_KERNEL=simt|tcinv|invw|invb|invf (anything else, or unset: invf). */
+ * first launch reads S1_GDN_KERNEL=simt|invf|invt (anything else, or unset: invf). */
 void exc_gdn_kernel_set(enum exc_gdn_kernel k);
 enum exc_gdn_kernel exc_gdn_kernel_get(void);
 

@@ -184,12 +184,11 @@ int main(void) {
       g.scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
       g.seq = (struct exc_gdn_seq){0, T, g.state, NULL};
       /* every implementation (enum exc_gdn_kernel) named in S1_GDN_BENCH_KINDS (default all:
-       * "simt,tcinv,invw,invb,invf"; simt, the reference for max|d|, and the executor's choice
+       * "simt,invf,invt"; simt, the reference for max|d|, and the executor's choice
        * always run); the model sum takes the executor's choice (S1_GDN_KERNEL, else invf) */
-      const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/tci",
-                                                      "gdn_chunked/invw", "gdn_chunked/invb",
-                                                      "gdn_chunked/invf"};
-      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "tcinv", "invw", "invb", "invf"};
+      const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/invf",
+                                                      "gdn_chunked/invt"};
+      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "invf", "invt"};
       const char *kinds_env = getenv("S1_GDN_BENCH_KINDS");
       float t_kind[EXC_GDN_KERNEL_COUNT];
       double d_kind[EXC_GDN_KERNEL_COUNT]; /* max|out − out_simt| / max|out_simt| */

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The Gated DeltaNet chunked implementations (simt, tcinv, invw, invb, invf: enum
+# The Gated DeltaNet chunked implementations (simt, invf, invt: enum
 # exc_gdn_kernel) on the GPU machine, from binaries built here: the twin test, which checks
 # every variant against the CPU, then the kernel benchmark (each variant timed, its output compared
 # with simt's). A per-variant count of ok / FAIL lines goes to OUT_DIR/gdn_summary.txt and stdout.
@@ -12,7 +12,7 @@ start=$(date +%s)
 "$B/test_cuda_gdn" >"$O/test_cuda_gdn.log" 2>&1
 rc=$?
 echo "test_cuda_gdn rc=$rc $(($(date +%s) - start))s" >"$O/gdn_summary.txt"
-for v in simt tcinv invw invb invf; do
+for v in simt invf invt; do
   echo "$v: $(grep -c "^$v .* ok\$" "$O/test_cuda_gdn.log") ok," \
     "$(grep -c "^$v .*FAIL" "$O/test_cuda_gdn.log") FAIL" >>"$O/gdn_summary.txt"
 done
@@ -20,7 +20,7 @@ done
 # that faulted part-way would take the benchmark down with it)
 n_simt=$(grep -c "^simt .* ok\$" "$O/test_cuda_gdn.log")
 kinds=simt
-for v in tcinv invw invb invf; do
+for v in invf invt; do
   if [ "$(grep -c "^$v .* ok\$" "$O/test_cuda_gdn.log")" = "$n_simt" ] &&
     [ "$(grep -c "^$v .*FAIL" "$O/test_cuda_gdn.log")" = 0 ]; then
     kinds=$kinds,$v

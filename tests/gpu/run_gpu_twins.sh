@@ -33,10 +33,10 @@ for t in test_cuda_conv1d test_cuda_gdn test_cuda_attention; do
 done
 # PROFILE=1: Nsight Compute speed-of-light of the GDN kernels and the attention kernel at the 4B
 # shape, 3,400 tokens (launch indices follow bench_cuda_kernels' order: 90 attention launches, 30
-# conv, 60 prepare, 450 chunked per shape (simt, tcinv, invw, invb, invf); 4B 3,400 is the third
-# shape; the 3 launches shown are simt).
+# conv, 60 prepare, 270 GDN chunked kernels per shape (simt, invf, invt; 30 launches of 3 kernels
+# each; only these match the filter); 4B 3,400 is the third shape; the 3 launches shown are simt).
 if [ "${PROFILE:-0}" = 1 ]; then
-  timeout 150 ncu --clock-control none -k regex:'gdn_(intra|state|out)' --launch-skip 900 \
+  timeout 150 ncu --clock-control none -k regex:'gdn_(intra|state|out)' --launch-skip 540 \
     --launch-count 3 --section SpeedOfLight --section LaunchStats --section Occupancy \
     "$B/bench_cuda_kernels" >"$O/ncu.log" 2>&1
   timeout 120 ncu --clock-control none -k regex:attn_kernel --launch-skip 210 --launch-count 1 \
