@@ -1,6 +1,6 @@
-/* RMSNorm kernels (cuda_norm.h): one block per normalised vector, a block-wide float32 sum of
- * squares, 1/sqrtf as the CPU twin (PyTorch's CUDA rsqrt differs by a few ulp, well inside bf16).
- */
+/* RMSNorm kernels (cuda_norm.h): one block per normalised vector of the hidden size (a block-wide
+ * float32 sum of squares), one warp per head vector of the gated norm; 1/sqrtf as the CPU twin
+ * (PyTorch's CUDA rsqrt differs by a few ulp, well inside bf16). */
 #include <errno.h>
 
 #include "cm_error.h"
@@ -48,29 +48,37 @@ int exc_rms_norm(cudaStream_t stream, float *x, const float *add, const float *w
   return EXC_CUDA(cudaGetLastError());
 }
 
+/* One warp per (token, head) row of dv values, eight rows per block: the sum of squares is a
+ * lane-strided partial sum then a shuffle tree (no shared memory, no block barrier). */
+enum { GATED_WARPS = 8 };
+
 static __global__ void gated_norm_kernel(const float *x, const float *z, size_t ld_z,
                                          const float *w, float eps, __nv_bfloat16 *y,
-                                         size_t n_heads, size_t dv, bool rounded) {
-  __shared__ float red[33];
-  size_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
-  const float *xr = x + (size_t)blockIdx.x * dv;
+                                         size_t n_rows, size_t n_heads, size_t dv, bool rounded) {
+  size_t row = (size_t)blockIdx.x * GATED_WARPS + threadIdx.x / 32;
+  if (row >= n_rows)
+    return;
+  unsigned lane = threadIdx.x & 31u;
+  size_t t = row / n_heads, h = row % n_heads;
+  const float *xr = x + row * dv;
   const float *zr = z + t * ld_z + h * dv;
   /* rounded: x is read as R(x) (the reference's bf16 core_attn_out; the GDN output needs no
    * separate rounding pass) */
   float ss = 0.0f;
-  for (size_t i = threadIdx.x; i < dv; i += blockDim.x) {
+  for (size_t i = lane; i < dv; i += 32) {
     float xv = rounded ? exc_r16(xr[i]) : xr[i];
     ss += xv * xv;
   }
-  ss = exc_block_sum(ss, red);
+  for (int o = 16; o > 0; o >>= 1)
+    ss += __shfl_xor_sync(0xffffffffu, ss, o);
   float inv = 1.0f / sqrtf(ss / (float)dv + eps);
-  for (size_t i = threadIdx.x; i < dv; i += blockDim.x) {
+  for (size_t i = lane; i < dv; i += 32) {
     float zv = zr[i];
     float s = zv / (1.0f + expf(-zv));
     float xv = rounded ? exc_r16(xr[i]) : xr[i];
     /* the bf16 reference rounds the normalised value and its product with w (spec §4.8) */
     float nrm = rounded ? exc_r16(exc_r16(xv * inv) * w[i]) : w[i] * (xv * inv);
-    y[(size_t)blockIdx.x * dv + i] = __float2bfloat16_rn(nrm * s);
+    y[row * dv + i] = __float2bfloat16_rn(nrm * s);
   }
 }
 
@@ -79,9 +87,9 @@ static int gated_rms_norm(cudaStream_t stream, const float *x, const float *z, s
                           size_t dv, bool rounded) {
   if (!n || !n_heads || !dv || n * n_heads > 0x7fffffffu || ld_z < n_heads * dv)
     return -EINVAL;
-  unsigned threads = dv >= 128 ? 128 : 32;
-  gated_norm_kernel<<<(unsigned)(n * n_heads), threads, 0, stream>>>(x, z, ld_z, w, eps, y, n_heads,
-                                                                     dv, rounded);
+  size_t rows = n * n_heads;
+  gated_norm_kernel<<<(unsigned)((rows + GATED_WARPS - 1) / GATED_WARPS), 32 * GATED_WARPS, 0,
+                      stream>>>(x, z, ld_z, w, eps, y, rows, n_heads, dv, rounded);
   return EXC_CUDA(cudaGetLastError());
 }
 
