@@ -31,17 +31,11 @@ MAX_ID = 151643
 def load(path, device):
     import torch
     from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
+    from qwen35_bf16_parity import model_folder
     with tempfile.TemporaryDirectory() as tmp:
         folder = path
-        man = os.path.join(path, "s1-model.json")
-        if os.path.exists(man):
-            with open(man) as f:
-                m = json.load(f)
-            with open(os.path.join(tmp, "config.json"), "w") as f:
-                json.dump(m["config"], f)
-            os.symlink(os.path.abspath(os.path.join(path, "weights.safetensors")),
-                       os.path.join(tmp, "model.safetensors"))
-            folder = tmp
+        if os.path.exists(os.path.join(path, "s1-model.json")):
+            folder, _ = model_folder(path, tmp)
         model = mq.Qwen3_5ForConditionalGeneration.from_pretrained(
             folder, dtype=torch.bfloat16, attn_implementation="sdpa", device_map=device)
     model.eval()
