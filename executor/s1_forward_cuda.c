@@ -67,6 +67,11 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
   lim.n_snapshots = 2;
   lim.max_readouts = job->n_read > 1 ? job->n_read : 1;
   lim.numerics = job->fp32_residual ? EXC_NUMERICS_FP32_RESIDUAL : EXC_NUMERICS_REF_BF16;
+  /* One forward (no --repeat): the per-bucket GEMM algorithm choice (about 1-3 s at start-up,
+   * cuda_gemm.h) would cost more than it saves, and its algorithms give bit-identical rows anyway;
+   * an explicit S1_GEMM_SELECT still decides. */
+  if (job->repeat <= 0)
+    setenv("S1_GEMM_SELECT", "0", 0);
   struct exc_qwen35 *e = NULL;
   struct exc_qwen35_state *st = NULL, *cont = NULL;
   int r = exc_qwen35_new(cfg, dir->weights, device, &lim, &e, diag);
