@@ -752,6 +752,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   h2o_iovec_t path = req->path_normalized;
   int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
   int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
+  /* HEAD answers as GET does; h2o sends its status and headers (Content-Length too), no body. */
+  int is_head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
   if (h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"))) {
     if (is_post)
       handle_post(req, rid);
@@ -762,9 +764,9 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/health")) ||
              h2o_memis(path.base, path.len, H2O_STRLIT("/v1/models")) ||
              h2o_memis(path.base, path.len, H2O_STRLIT("/metrics"))) {
-    if (!is_get) {
-      add_hdr(req, "allow", "GET", 3);
-      respond_plain_error(req, 405, "method_not_allowed", "use GET", rid);
+    if (!is_get && !is_head) {
+      add_hdr(req, "allow", "GET, HEAD", 9);
+      respond_plain_error(req, 405, "method_not_allowed", "use GET or HEAD", rid);
     }
     else if (path.base[1] == 'h')
       handle_health(req, rid);

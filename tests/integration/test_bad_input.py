@@ -113,6 +113,27 @@ def post_oversize(t):
     return status, headers, body
 
 
+def head_then_get(t, path):
+    """HEAD path, then GET /health pipelined on one connection (the server closes after it). A HEAD
+    answer with any body byte would put that byte where the second status line must begin.
+    Returns (status, headers, what follows the HEAD answer's headers)."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", t.port), timeout=30)
+    s.sendall(b"HEAD %s HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path.encode())
+    data = b""
+    while True:
+        more = s.recv(65536)
+        if not more:
+            break
+        data += more
+    s.close()
+    head, rest = data.split(b"\r\n\r\n", 1)
+    status = int(head.split(b" ")[1])
+    fields = (line.decode().split(": ", 1) for line in head.split(b"\r\n")[1:])
+    return status, {k.lower(): v for k, v in fields}, rest
+
+
 def test(t):
     t.make_model()
     t.start_all(credits=2)
@@ -198,7 +219,7 @@ def test(t):
     revision = h.get("x-model-revision")
     assert revision, h
     s, h, b = t.http("POST", "/health")
-    assert s == 405 and h.get("allow") == "GET", (s, h)
+    assert s == 405 and h.get("allow") == "GET, HEAD", (s, h)
     s, h, b = t.http("POST", "/nope", "{}", {"Content-Type": "application/json"})
     assert s == 404 and json.loads(b)["error"]["type"] == "not_found", (s, b)
     assert h.get("x-model-revision") == revision, h
@@ -212,6 +233,23 @@ def test(t):
     assert 's1_requests_total{status="413"} 4' in text, text[:2000]
     assert 's1_requests_total{status="415"} 3' in text, text[:2000]
     assert 's1_requests_total{status="200"} %d' % n_ok in text, text[:2000]
+    # HEAD on the GET routes: the GET answer's status, content type and length, and no body; HEAD
+    # elsewhere is refused like any other method, also without a body
+    for path, ctype in (("/health", "application/json"), ("/v1/models", "application/json"),
+                        ("/metrics", "text/plain; version=0.0.4")):
+        gs, gh, gb = t.http("GET", path)
+        s, h, rest = head_then_get(t, path)
+        assert gs == 200 and s == 200, (path, gs, s)
+        assert h.get("content-type") == gh.get("content-type") == ctype, (path, h, gh)
+        assert h.get("x-request-id"), (path, h)
+        if path != "/metrics":  # the metrics text may change between two requests
+            assert int(h["content-length"]) == len(gb) > 0, (path, h, len(gb))
+        else:
+            assert int(h["content-length"]) > 0 and "transfer-encoding" not in h, (path, h)
+        assert rest.startswith(b"HTTP/1.1 200 "), (path, rest[:80])
+    s, h, rest = head_then_get(t, "/v1/systemone")
+    assert s == 405 and h.get("allow") == "POST", (s, h)
+    assert rest.startswith(b"HTTP/1.1 200 "), rest[:80]
     print("%d refused requests, %d correct ones answered in between" % (len(CASES) + 1, n_ok))
 
 
