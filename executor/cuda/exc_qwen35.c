@@ -884,29 +884,22 @@ static int mlp(struct exc_qwen35 *e, const struct dlayer *l, size_t t) {
                         e->h)))
     return r;
   prof(e, EXC_OP_NORM);
-  if (ref_bf16(e) && !e->lora && e->inter % 8 == 0) { /* gate and up written in bf16 by the GEMM
-                          * (the reference's rounded gate_proj and up_proj outputs): half the
-                          * traffic of the float32 scratch */
-    bf16_t *gu = (bf16_t *)e->proj;
-    if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, gu, 2 * e->inter, EXC_DTYPE_BF16,
-                      false, t, e->h, 2 * e->inter)))
-      return r;
-    prof(e, EXC_OP_GEMM_IN);
-    if ((r = exc_swiglu_bf16(e->stream, gu, gu + e->inter, 2 * e->inter, e->mix, t, e->inter)))
-      return r;
-    prof(e, EXC_OP_SWIGLU);
-    r = out_proj(e, li, EXC_LORA_MLP_DOWN, e->mix, e->inter, l->w_down, t);
-    prof(e, EXC_OP_GEMM_OUT);
-    return r;
-  }
-  if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter, EXC_DTYPE_F32,
-                    false, t, e->h, 2 * e->inter)) ||
+  /* ref-bf16 without an adapter: gate and up written in bf16 by the GEMM (the reference's rounded
+   * gate_proj and up_proj outputs), half the traffic of the float32 scratch; otherwise float32,
+   * rounded (ref-bf16) as the SwiGLU kernel reads them (no separate pass) */
+  bool gu16 = ref_bf16(e) && !e->lora && e->inter % 8 == 0;
+  if ((r = exc_gemm(e->gemm, e->stream, e->a, e->h, l->w_gu, e->proj, 2 * e->inter,
+                    gu16 ? EXC_DTYPE_BF16 : EXC_DTYPE_F32, false, t, e->h, 2 * e->inter)) ||
       (r = lora_in(e, li, EXC_LORA_MLP_IN, e->a, e->h, e->proj, 2 * e->inter, t)))
     return r;
   prof(e, EXC_OP_GEMM_IN);
-  /* ref-bf16: gate and up rounded as the kernel reads them (no separate pass) */
-  if ((r = (ref_bf16(e) ? exc_swiglu_rounded : exc_swiglu)(e->stream, e->proj, e->proj + e->inter,
-                                                           2 * e->inter, e->mix, t, e->inter)))
+  const bf16_t *gu = (const bf16_t *)e->proj;
+  if (gu16)
+    r = exc_swiglu_bf16(e->stream, gu, gu + e->inter, 2 * e->inter, e->mix, t, e->inter);
+  else
+    r = (ref_bf16(e) ? exc_swiglu_rounded : exc_swiglu)(e->stream, e->proj, e->proj + e->inter,
+                                                         2 * e->inter, e->mix, t, e->inter);
+  if (r)
     return r;
   prof(e, EXC_OP_SWIGLU);
   r = out_proj(e, li, EXC_LORA_MLP_DOWN, e->mix, e->inter, l->w_down, t);
