@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fe_http1.h"
 #include "fe_metrics.h"
 #include "proto_job.h"
 #include "proto_status.h"
@@ -122,9 +123,12 @@ static const char *reason_of(int status) {
   case 405: return "Method Not Allowed";
   case 413: return "Payload Too Large";
   case 415: return "Unsupported Media Type";
+  case 417: return "Expectation Failed";
   case 422: return "Unprocessable Entity";
+  case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
   case 503: return "Service Unavailable";
+  case 501: return "Not Implemented";
   case 504: return "Gateway Timeout";
   default: return "Status";
   }
@@ -215,44 +219,109 @@ static void respond_plain_error(h2o_req_t *req, int status, const char *type, co
 }
 
 static char *request_id(h2o_req_t *req);
+static void new_request_id(char *buf, size_t cap);
 
-/* ---- the 413 shape filter ------------------------------------------------------------------- */
+/* ---- h2o's own answers and refused framing ------------------------------------------------ */
 
-/* h2o answers an oversize body itself (text/plain). This filter replaces that answer's body with
- * the error shape; everything else passes through untouched. */
-static const char too_large_body[] =
-    "{\"error\":{\"type\":\"too_large\",\"message\":\"body: larger than the limit\"}}";
+/* h2o answers a few requests itself, as text/plain: an oversize body (413, refused while
+ * reading), an Expect other than 100-continue (417), a path outside every route (404). This
+ * filter gives those answers the error shape and headers of wire.md; every other answer (ours
+ * carry x-request-id) passes through. It also tells fe_http1 that a response started, so the
+ * connection's framer is put back in front once h2o re-arms reading. */
+struct h2o_error_shape {
+  int status;        /* h2o's status */
+  const char *body;  /* the wire.md error body */
+};
+static const struct h2o_error_shape h2o_errors[] = {
+    {400, "{\"error\":{\"type\":\"bad_request\",\"message\":\"request: refused by the HTTP layer\"}}"},
+    {404, "{\"error\":{\"type\":\"not_found\",\"message\":\"no such route\"}}"},
+    {413, "{\"error\":{\"type\":\"too_large\",\"message\":\"body: larger than the limit\"}}"},
+    {417, "{\"error\":{\"type\":\"expectation_failed\",\"message\":\"Expect: only 100-continue "
+          "is supported\"}}"},
+};
+static const char h2o_error_other[] =
+    "{\"error\":{\"type\":\"internal\",\"message\":\"the HTTP layer failed\"}}";
 
-static void too_large_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n,
-                           h2o_send_state_t state) {
+struct shape_ostream {
+  h2o_ostream_t super; /* h2o's ostream */
+  const char *body;    /* the body sent instead of h2o's */
+};
+
+static void shape_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n,
+                       h2o_send_state_t state) {
   (void)bufs, (void)n;
   if (h2o_send_state_is_in_progress(state)) {
     h2o_ostream_send_next(self, req, NULL, 0, state);
     return;
   }
-  h2o_iovec_t b = h2o_iovec_init(too_large_body, sizeof(too_large_body) - 1);
+  const char *body = ((struct shape_ostream *)self)->body;
+  h2o_iovec_t b = h2o_iovec_init(body, strlen(body));
   h2o_ostream_send_next(self, req, &b, 1, state);
 }
 
 static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
   (void)self;
-  /* Only h2o's own 413 (refused while reading): ours already has the shape and headers. */
-  if (req->res.status == 413 &&
+  fe_http1_response_started(req);
+  if (req->res.status >= 400 &&
       h2o_find_header_by_str(&req->res.headers, H2O_STRLIT("x-request-id"), -1) < 0) {
+    const char *body = h2o_error_other;
+    for (size_t k = 0; k < sizeof(h2o_errors) / sizeof(*h2o_errors); k++)
+      if (h2o_errors[k].status == req->res.status)
+        body = h2o_errors[k].body;
     ssize_t i = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
     if (i >= 0)
       req->res.headers.entries[i].value = h2o_iovec_init(H2O_STRLIT("application/json"));
-    req->res.content_length = sizeof(too_large_body) - 1;
+    req->res.content_length = strlen(body);
     char *rid = request_id(req);
     add_hdr(req, "x-request-id", rid, strlen(rid));
+    add_hdr(req, "cache-control", "no-store", 8);
+    add_hdr(req, "x-content-type-options", "nosniff", 7);
     add_hdr(req, "server-timing", H2O_STRLIT("queue;dur=0.000, preprocess;dur=0.000, "
                                              "execute;dur=0.000, finish;dur=0.000"));
-    fe_metrics_count_status(&g.metrics, 413);
-    h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
-    o->do_send = too_large_send;
-    slot = &o->next;
+    fe_metrics_count_status(&g.metrics, req->res.status);
+    struct shape_ostream *o = (struct shape_ostream *)h2o_add_ostream(req, sizeof(*o), slot);
+    o->super.do_send = shape_send;
+    o->body = body;
+    slot = &o->super.next;
   }
   h2o_setup_next_ostream(req, slot);
+}
+
+/* The answer to a request the framer refused (fe_http1_render_fn): the wire.md shape, written
+ * by fe_http1 directly on the connection, which then closes. */
+static int render_refusal(const struct fe_framing_refusal *r, char **ret_bytes, size_t *ret_len) {
+  json_object *root = json_object_new_object(), *err = json_object_new_object();
+  json_object_object_add(err, "type", json_object_new_string(r->type));
+  json_object_object_add(err, "message", json_object_new_string(r->message));
+  json_object_object_add(root, "error", err);
+  size_t n = 0;
+  const char *body = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
+                                                       JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+  char rid[FE_FRAMING_MAX_ID_BYTES + 1];
+  if (r->request_id[0])
+    snprintf(rid, sizeof(rid), "%s", r->request_id);
+  else
+    new_request_id(rid, sizeof(rid));
+  const char *rev = served_revision();
+  size_t cap = n + 640 + (rev ? strlen(rev) : 0);
+  char *out = malloc(cap);
+  int k = out ? snprintf(out, cap, "HTTP/1.1 %d %s\r\nserver: s1serve\r\nconnection: close\r\n"
+                         "content-type: application/json\r\ncontent-length: %zu\r\n"
+                         "x-request-id: %s\r\ncache-control: no-store\r\n"
+                         "x-content-type-options: nosniff\r\nserver-timing: queue;dur=0.000, "
+                         "preprocess;dur=0.000, execute;dur=0.000, finish;dur=0.000\r\n"
+                         "%s%s%s\r\n%s", r->status, reason_of(r->status), n, rid,
+                         rev ? "x-model-revision: " : "", rev ? rev : "", rev ? "\r\n" : "", body)
+              : -1;
+  json_object_put(root);
+  if (k < 0 || (size_t)k >= cap) {
+    free(out);
+    return -ENOMEM;
+  }
+  fe_metrics_count_status(&g.metrics, r->status);
+  *ret_bytes = out;
+  *ret_len = (size_t)k;
+  return 0;
 }
 
 /* ---- preprocessors and credits -------------------------------------------------------------- */
@@ -597,24 +666,29 @@ static void on_tick(h2o_timeout_entry_t *entry) {
 
 /* ---- routes --------------------------------------------------------------------------------- */
 
+/* A generated request id, 39 characters, into buf (≥ 40 bytes). */
+static void new_request_id(char *buf, size_t cap) {
+  static uint64_t counter;
+  uint8_t r[8];
+  uint64_t x = (uint64_t)proto_now_us() ^ ((uint64_t)getpid() << 40) ^
+               (++counter * 0x9e3779b97f4a7c15ull);
+  memcpy(r, &x, 8);
+  snprintf(buf, cap, "%02x%02x%02x%02x%02x%02x%02x%02x-%llu", r[0], r[1], r[2], r[3], r[4], r[5],
+           r[6], r[7], (unsigned long long)counter);
+}
+
 static char *request_id(h2o_req_t *req) {
   ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
   if (i >= 0) {
     h2o_iovec_t v = req->headers.entries[i].value;
-    int ok = v.len > 0 && v.len <= 128;
+    int ok = v.len > 0 && v.len <= FE_FRAMING_MAX_ID_BYTES;
     for (size_t k = 0; ok && k < v.len; k++)
       ok = v.base[k] > 0x20 && v.base[k] < 0x7f;
     if (ok)
       return h2o_strdup(&req->pool, v.base, v.len).base;
   }
-  static uint64_t counter;
-  uint8_t r[8];
-  h2o_mem_pool_t *pool = &req->pool;
-  char *s = h2o_mem_alloc_pool(pool, 40);
-  uint64_t x = (uint64_t)proto_now_us() ^ ((uint64_t)getpid() << 40) ^ (++counter * 0x9e3779b97f4a7c15ull);
-  memcpy(r, &x, 8);
-  snprintf(s, 40, "%02x%02x%02x%02x%02x%02x%02x%02x-%llu", r[0], r[1], r[2], r[3], r[4], r[5],
-           r[6], r[7], (unsigned long long)counter);
+  char *s = h2o_mem_alloc_pool(&req->pool, 40);
+  new_request_id(s, 40);
   return s;
 }
 
@@ -785,7 +859,7 @@ static void on_accept(h2o_socket_t *listener, const char *err) {
     return;
   h2o_socket_t *sock;
   while ((sock = h2o_evloop_socket_accept(listener)) != NULL)
-    h2o_accept(&g.accept_ctx, sock);
+    fe_http1_accept(sock);
 }
 
 static int listen_http(const char *hostport) {
@@ -878,6 +952,8 @@ int main(int argc, char **argv) {
    * one byte of slack lets exactly max_body through both ways; handle_post refuses the rest. */
   g.config.max_request_entity_size = g.max_body + 1;
   g.config.server_name = h2o_iovec_init(H2O_STRLIT("s1serve"));
+  /* HTTP/1.1 only: the framer (fe_http1) guards HTTP/1 framing; no h2c upgrade or preface */
+  g.config.http1.upgrade_to_http2 = 0;
   h2o_hostconf_t *host = h2o_config_register_host(&g.config,
                                                   h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t *pathconf = h2o_config_register_path(host, "/", 0);
@@ -889,13 +965,17 @@ int main(int argc, char **argv) {
   h2o_context_init(&g.ctx, h2o_evloop_create(), &g.config);
   g.accept_ctx.ctx = &g.ctx;
   g.accept_ctx.hosts = g.config.hosts;
+  int rv;
+  if ((rv = fe_http1_init(&g.accept_ctx, render_refusal))) {
+    fprintf(stderr, "s1-frontend: HTTP/1 setup failed: %s\n", strerror(-rv));
+    return 1;
+  }
   g.mq = h2o_multithread_create_queue(g.ctx.loop);
   h2o_multithread_register_receiver(g.mq, &g.recv, on_messages);
   h2o_timeout_init(g.ctx.loop, &g.tick, TICK_MS);
   g.tick_entry.cb = on_tick;
   h2o_timeout_link(g.ctx.loop, &g.tick, &g.tick_entry);
 
-  int rv;
   if ((rv = nng_rep0_open(&g.pool)) ||
       (rv = nng_socket_set_size(g.pool, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||
       (rv = nng_pipe_notify(g.pool, NNG_PIPE_EV_REM_POST, on_pipe_event, NULL)) ||
@@ -919,13 +999,15 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "s1-frontend: http://%s, pool %s, queue %ld, body limit %ld, timeout %ld ms\n",
           listen_at, pool_url, queue, max_body, timeout_ms);
-  while (h2o_evloop_run(g.ctx.loop, 100) == 0 || errno == EINTR) {
+  while ((fe_http1_before_run(), h2o_evloop_run(g.ctx.loop, 100) == 0) || errno == EINTR) {
     if (g.draining && g.queue_len == 0 && g.metrics.in_flight == 0)
       break;
   }
   /* let the last answers leave */
-  for (int i = 0; i < 20; i++)
+  for (int i = 0; i < 20; i++) {
+    fe_http1_before_run();
     h2o_evloop_run(g.ctx.loop, 10);
+  }
   fprintf(stderr, "s1-frontend: drained, exiting\n");
   nng_close(g.pool);
   for (int i = 0; i < g.n_slots; i++)
