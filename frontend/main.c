@@ -353,7 +353,7 @@ static void worker_remove(int i) {
  * reason: not_ready while none is connected or all are starting, unavailable when the connected
  * ones have no executor left. A preprocessor joining later (still starting) changes nothing. */
 static int pool_state(const char **ret_reason) {
-  int any = 0, starting = 0, ready = 0;
+  int any = 0, starting = 0, draining = 0, ready = 0;
   const char *why = NULL;
   for (int i = 0; i < g.n_workers; i++) {
     if (!g.workers[i].has_status)
@@ -362,6 +362,8 @@ static int pool_state(const char **ret_reason) {
     const struct proto_status *s = &g.workers[i].st;
     if (s->state == PROTO_STATE_STARTING)
       starting = 1;
+    else if (s->state == PROTO_STATE_DRAINING)
+      draining = 1;
     else if (s->state == PROTO_STATE_READY)
       ready++;
     else
@@ -371,8 +373,10 @@ static int pool_state(const char **ret_reason) {
     *ret_reason = NULL;
     return 0;
   }
-  if (!any || (starting && !why)) {
-    *ret_reason = any ? "warm-up not finished" : "no preprocessor connected";
+  if (!any || ((starting || draining) && !why)) {
+    *ret_reason = !any ? "no preprocessor connected"
+                  : starting ? "warm-up not finished"
+                             : "the preprocessors are shutting down (draining)";
     return -CM_ENOTREADY;
   }
   *ret_reason = why ? why : "no executor available";
@@ -467,6 +471,30 @@ static struct pending *find_in_flight(uint64_t job_id) {
   return NULL;
 }
 
+/* Answers a REP context with ACK: the preprocessor's credit ends without a job (it drains). */
+static void slot_ack(struct slot *s) {
+  struct proto_bytes ack = {0};
+  s->job_id = 0;
+  if (proto_simple_encode(PROTO_KIND_ACK, &ack) == 0)
+    slot_send(s, &ack);
+  else
+    slot_recv(s);
+  proto_bytes_free(&ack);
+}
+
+/* A preprocessor reported DRAINING: the credits it holds go back to it (ACK), so its workers end
+ * once their jobs are answered. */
+static void release_credits(uint32_t pipe) {
+  for (int i = 0; i < g.n_slots; i++) {
+    struct slot *s = &g.slots[i];
+    if (s->phase == SLOT_HOLD && s->pipe == pipe) {
+      h2o_linklist_unlink(&s->link);
+      g.metrics.credits--;
+      slot_ack(s);
+    }
+  }
+}
+
 static void on_recv_event(struct slot *s, nng_msg *m) {
   enum proto_kind kind;
   uint32_t pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(m));
@@ -489,6 +517,8 @@ static void on_recv_event(struct slot *s, nng_msg *m) {
         w->st = st;
         w->has_status = 1;
         w->seen_us = mono_us();
+        if (w->st.state == PROTO_STATE_DRAINING)
+          release_credits(pipe);
       } else {
         proto_status_fini(&st);
       }
@@ -520,7 +550,12 @@ static void on_recv_event(struct slot *s, nng_msg *m) {
     if (p)
       answer(p, &ask.reply);
   }
+  bool no_credit = ask.last || (w && w->has_status && w->st.state == PROTO_STATE_DRAINING);
   proto_ask_fini(&ask);
+  if (no_credit) { /* a draining preprocessor: its reply, then ACK instead of a job */
+    slot_ack(s);
+    return;
+  }
   s->phase = SLOT_HOLD;
   s->pipe = pipe;
   h2o_linklist_insert(&g.credits, &s->link);

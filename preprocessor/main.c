@@ -28,6 +28,8 @@
 #define PROBE_EVERY_MS 200
 #define PROBE_TIMEOUT_MS 1000
 #define RECV_MAX_BYTES ((size_t)1 << 30)
+#define DRAIN_MAX_US 55000000   /* SIGTERM: longest wait for jobs in hand (systemd stop: 60 s) */
+#define DRAIN_REPLY_US 10000000 /* SIGTERM: longest retrying to deliver a finished job's reply */
 
 struct executor {
   const char *url;        /* nng URL (argv) */
@@ -57,7 +59,9 @@ static struct {
   char worker_id[128];                     /* "host:pid:id", sent with every message */
   atomic_int busy;                         /* workers inside a job */
   atomic_int serving;                      /* an executor was ready once: credits are offered */
-  volatile sig_atomic_t stop;              /* SIGTERM seen */
+  atomic_int workers_running;              /* worker threads not yet ended */
+  atomic_int status_stop;                  /* the status thread ends (after the workers) */
+  volatile sig_atomic_t stop;              /* SIGTERM seen: drain */
 } g;
 
 static int64_t mono_us(void) {
@@ -206,8 +210,9 @@ static void *status_thread(void *arg) {
   for (int i = 0; i < g.n_models; i++)
     pm[i] = (struct proto_model){(char *)g.models[i].desc.id, (char *)g.models[i].desc.revision,
                                  g.models[i].describe_text};
-  while (!g.stop) {
+  while (!atomic_load(&g.status_stop)) {
     int64_t t0 = mono_us();
+    int draining = g.stop;
     probe_executors();
     struct proto_status s = {.worker = g.worker_id, .executors_total = (uint32_t)g.n_ex,
                              .credits = (uint32_t)g.credits, .models = pm,
@@ -215,6 +220,10 @@ static void *status_thread(void *arg) {
     const char *reason = NULL;
     s.state = overall_state(&s.executors_ready, &reason);
     s.reason = (char *)reason;
+    if (draining) { /* the frontend gives the idle credits back and sends no new job */
+      s.state = PROTO_STATE_DRAINING;
+      s.reason = "the preprocessor is shutting down (draining)";
+    }
     if (s.state == PROTO_STATE_READY)
       atomic_store(&g.serving, 1);
     struct proto_bytes b = {0};
@@ -222,9 +231,10 @@ static void *status_thread(void *arg) {
     if (proto_status_encode(&s, &b) == 0 && roundtrip(g.front, &b, PROBE_TIMEOUT_MS, &m) == 0)
       nng_msg_free(m);
     proto_bytes_free(&b);
-    int64_t left = PROBE_EVERY_MS * 1000 - (mono_us() - t0);
-    if (left > 0)
-      usleep((useconds_t)left);
+    /* wait for the next report; a SIGTERM is reported at once */
+    while (!atomic_load(&g.status_stop) && g.stop == draining &&
+           mono_us() - t0 < PROBE_EVERY_MS * 1000)
+      usleep(5000);
   }
   return NULL;
 }
@@ -377,18 +387,35 @@ out:
   cm_diag_fini(&diag);
 }
 
-/* One credit: ask (with the previous reply), take the job, answer it. */
+/* One credit: ask (with the previous reply), take the job, answer it. After SIGTERM (drain) the
+ * reply of the job in hand goes out in a `last` ask, which the frontend answers with ACK, and an
+ * idle credit ends when the frontend gives it back (ACK); a job that arrives meanwhile is still
+ * answered. The reply is dropped only once it was sent. */
 static void *worker_thread(void *arg) {
   (void)arg;
   nng_ctx ctx;
   nng_aio *aio = NULL;
   struct proto_ask ask = {.worker = g.worker_id};
-  if (nng_ctx_open(&ctx, g.front) || nng_aio_alloc(&aio, NULL, NULL))
+  if (nng_ctx_open(&ctx, g.front) || nng_aio_alloc(&aio, NULL, NULL)) {
+    atomic_fetch_sub(&g.workers_running, 1);
     return NULL;
+  }
   /* no credit before an executor has finished its warm-up: a job would only fail here */
   while (!g.stop && !atomic_load(&g.serving))
     usleep(20000);
-  while (!g.stop) {
+  int64_t give_up_us = 0;
+  for (;;) {
+    bool last = g.stop;
+    if (last && !ask.has_reply)
+      break; /* draining, nothing to deliver and no credit held */
+    if (last && !give_up_us)
+      give_up_us = mono_us() + DRAIN_REPLY_US;
+    if (last && mono_us() > give_up_us) {
+      fprintf(stderr, "s1-preprocessor: drain: the reply to job %llu could not be delivered\n",
+              (unsigned long long)ask.reply.job_id);
+      break;
+    }
+    ask.last = last;
     struct proto_bytes b = {0};
     nng_msg *m = NULL;
     if (proto_ask_encode(&ask, &b) || nng_msg_alloc(&m, 0) || nng_msg_append(m, b.data, b.len)) {
@@ -398,24 +425,34 @@ static void *worker_thread(void *arg) {
       continue;
     }
     proto_bytes_free(&b);
-    proto_reply_fini(&ask.reply);
-    ask.has_reply = false;
     nng_aio_set_timeout(aio, 1000);
     nng_aio_set_msg(aio, m);
     nng_ctx_send(ctx, aio);
     nng_aio_wait(aio);
     if (nng_aio_result(aio)) {
       nng_msg_free(m);
-      continue; /* frontend not there yet */
+      continue; /* frontend not there (yet): the reply, if any, goes with the next ask */
     }
+    proto_reply_fini(&ask.reply);
+    ask.has_reply = false;
     /* wait for a job with no timeout: a cancelled REQ receive abandons the request, and the job
-     * the frontend then sends would be dropped. Closing the socket (SIGTERM) ends the wait. */
-    nng_aio_set_timeout(aio, NNG_DURATION_INFINITE);
+     * the frontend then sends would be dropped. A `last` ask is answered by ACK at once. */
+    nng_aio_set_timeout(aio, last ? 10000 : NNG_DURATION_INFINITE);
     nng_ctx_recv(ctx, aio);
     nng_aio_wait(aio);
-    if (nng_aio_result(aio))
-      continue; /* the frontend went away (or we stop); ask again */
+    if (nng_aio_result(aio)) {
+      if (last || g.stop)
+        break;
+      continue; /* the frontend went away; ask again */
+    }
     m = nng_aio_get_msg(aio);
+    enum proto_kind kind = PROTO_KIND_COUNT;
+    if (proto_peek(nng_msg_body(m), nng_msg_len(m), &kind, NULL) == 0 && kind == PROTO_KIND_ACK) {
+      nng_msg_free(m); /* the credit came back (we drain) or the last reply was taken */
+      if (last || g.stop)
+        break;
+      continue;
+    }
     atomic_fetch_add(&g.busy, 1);
     struct proto_job job = {0};
     struct cm_diag diag = {0};
@@ -433,6 +470,7 @@ static void *worker_thread(void *arg) {
   proto_reply_fini(&ask.reply);
   nng_aio_free(aio);
   nng_ctx_close(ctx);
+  atomic_fetch_sub(&g.workers_running, 1);
   return NULL;
 }
 
@@ -551,18 +589,26 @@ int main(int argc, char **argv) {
           g.worker_id, g.n_models, g.n_ex, g.credits, front);
   pthread_t st, workers[MAX_CREDITS];
   pthread_create(&st, NULL, status_thread, NULL);
+  atomic_store(&g.workers_running, g.credits);
   for (int i = 0; i < g.credits; i++)
     pthread_create(&workers[i], NULL, worker_thread, NULL);
-  /* SIGTERM: let jobs in progress finish (their replies go out with the next ask), then close */
+  /* SIGTERM: drain. The status thread reports DRAINING (the frontend sends no new job and gives
+   * the idle credits back); every job in hand is answered, its reply sent in a last ask. */
   while (!g.stop)
     usleep(50000);
-  for (int i = 0; i < 600 && atomic_load(&g.busy) > 0; i++)
-    usleep(50000);
-  usleep(100000);
+  fprintf(stderr, "s1-preprocessor: SIGTERM: draining %d job(s)\n", atomic_load(&g.busy));
+  int64_t end = mono_us() + DRAIN_MAX_US;
+  while (atomic_load(&g.workers_running) > 0 && mono_us() < end)
+    usleep(10000);
+  if (atomic_load(&g.workers_running) > 0)
+    fprintf(stderr, "s1-preprocessor: drain: %d worker(s) still busy after %d s; closing\n",
+            atomic_load(&g.workers_running), DRAIN_MAX_US / 1000000);
   nng_close(g.front);
   for (int i = 0; i < g.credits; i++)
     pthread_join(workers[i], NULL);
+  atomic_store(&g.status_stop, 1);
   pthread_join(st, NULL);
+  fprintf(stderr, "s1-preprocessor: drained, exiting\n");
   for (int i = 0; i < g.n_ex; i++)
     nng_close(g.ex[i].sock);
   for (int i = 0; i < g.n_models; i++) {
