@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_runtime.h"
 #include "fe_http1.h"
 #include "fe_metrics.h"
 #include "proto_job.h"
@@ -928,12 +929,25 @@ static int listen_http(const char *hostport) {
   return 0;
 }
 
+/* nng_listen, with an ipc socket made 0600 (its directory is private already: cm_ipc_check). */
+static int listen_private(nng_socket sock, const char *url) {
+  nng_listener l;
+  int rv = nng_listener_create(&l, sock, url);
+  if (!rv && strncmp(url, "ipc://", 6) == 0)
+    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+  if (!rv)
+    rv = nng_listener_start(l, 0);
+  return rv;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: s1-frontend [--listen HOST:PORT] [--pool URL] [--queue N] [--max-body BYTES]\n"
           "                   [--timeout-ms MS] [--contexts N]\n"
           "  --listen    HTTP address (default 127.0.0.1:8080)\n"
-          "  --pool      nng URL preprocessors dial (default ipc:///tmp/s1-frontend.sock)\n"
+          "  --pool      nng URL preprocessors dial (default ipc://RUNTIME/frontend.sock;\n"
+          "              RUNTIME: $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/s1serve or\n"
+          "              /tmp/s1serve-UID, a private 0700 directory)\n"
           "  --queue     requests waiting for a credit before 503 overloaded (default 64)\n"
           "  --max-body  request body limit, bytes (default 4194304)\n"
           "  --timeout-ms request deadline (default 30000)\n"
@@ -952,7 +966,7 @@ int main(int argc, char **argv) {
       {"queue", required_argument, 0, 'q'},    {"max-body", required_argument, 0, 'b'},
       {"timeout-ms", required_argument, 0, 't'}, {"contexts", required_argument, 0, 'c'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-  const char *listen_at = "127.0.0.1:8080", *pool_url = "ipc:///tmp/s1-frontend.sock";
+  const char *listen_at = "127.0.0.1:8080", *pool_url = NULL;
   long queue = 64, max_body = 4 << 20, timeout_ms = 30000, contexts = 256;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -1000,7 +1014,18 @@ int main(int argc, char **argv) {
   h2o_context_init(&g.ctx, h2o_evloop_create(), &g.config);
   g.accept_ctx.ctx = &g.ctx;
   g.accept_ctx.hosts = g.config.hosts;
-  int rv;
+  /* the pool's ipc socket: a private directory, and the lock before nng touches the path */
+  char *default_pool = NULL;
+  struct cm_diag diag = {0};
+  int lock_fd = -1, rv;
+  if ((!pool_url && cm_runtime_url("frontend.sock", &default_pool, &diag)) ||
+      cm_ipc_check(pool_url ? pool_url : default_pool, true, "--pool", &diag) ||
+      cm_ipc_lock(pool_url ? pool_url : default_pool, "--pool", &lock_fd, &diag)) {
+    fprintf(stderr, "s1-frontend: %s\n", diag.msg ? diag.msg : "--pool: refused");
+    return 1;
+  }
+  if (!pool_url)
+    pool_url = default_pool;
   if ((rv = fe_http1_init(&g.accept_ctx, render_refusal))) {
     fprintf(stderr, "s1-frontend: HTTP/1 setup failed: %s\n", strerror(-rv));
     return 1;
@@ -1014,7 +1039,7 @@ int main(int argc, char **argv) {
   if ((rv = nng_rep0_open(&g.pool)) ||
       (rv = nng_socket_set_size(g.pool, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||
       (rv = nng_pipe_notify(g.pool, NNG_PIPE_EV_REM_POST, on_pipe_event, NULL)) ||
-      (rv = nng_listen(g.pool, pool_url, NULL, 0))) {
+      (rv = listen_private(g.pool, pool_url))) {
     fprintf(stderr, "s1-frontend: cannot listen on %s: %s\n", pool_url, nng_strerror(rv));
     return 1;
   }
@@ -1048,6 +1073,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < g.n_slots; i++)
     nng_aio_free(g.slots[i].aio);
   free(g.slots);
+  free(default_pool);
+  cm_diag_fini(&diag);
+  if (lock_fd >= 0)
+    close(lock_fd);
   for (int i = 0; i < g.n_workers; i++) {
     free(g.workers[i].id);
     proto_status_fini(&g.workers[i].st);

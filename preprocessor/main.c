@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_runtime.h"
 #include "pp_family.h"
 #include "pp_json.h"
 #include "proto_job.h"
@@ -497,8 +498,9 @@ static int load_model(const char *path, struct model *md) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: s1-preprocessor --frontend URL --executor URL [--executor URL...]\n"
+          "usage: s1-preprocessor [--frontend URL] --executor URL [--executor URL...]\n"
           "                       --model DIR [--model DIR...] [--credits K] [--id NAME]\n"
+          "  --frontend the frontend's pool (default ipc://RUNTIME/frontend.sock, as s1-frontend)\n"
           "  --credits  jobs this process works on at once (default 4)\n");
 }
 
@@ -543,9 +545,22 @@ int main(int argc, char **argv) {
     default: usage(); return 2;
     }
   }
-  if (!front || !g.n_ex || !n_paths || optind != argc) {
+  if (!g.n_ex || !n_paths || optind != argc) {
     usage();
     return 2;
+  }
+  /* ipc sockets only in a private directory (cm_runtime.h): no other user can have made them */
+  char *default_front = NULL;
+  struct cm_diag rdiag = {0};
+  int bad = !front && cm_runtime_url("frontend.sock", &default_front, &rdiag);
+  if (!bad && !front)
+    front = default_front;
+  bad = bad || cm_ipc_check(front, true, "--frontend", &rdiag);
+  for (int i = 0; !bad && i < g.n_ex; i++)
+    bad = cm_ipc_check(g.ex[i].url, true, "--executor", &rdiag) != 0;
+  if (bad) {
+    fprintf(stderr, "s1-preprocessor: %s\n", rdiag.msg ? rdiag.msg : "refused");
+    return 1;
   }
   char host[64] = "host";
   gethostname(host, sizeof(host) - 1);
