@@ -23,6 +23,7 @@
 #include "cm_runtime.h"
 #include "fe_http1.h"
 #include "fe_metrics.h"
+#include "fe_security.h"
 #include "proto_job.h"
 #include "proto_status.h"
 
@@ -99,6 +100,8 @@ static struct {
   struct worker workers[MAX_WORKERS]; /* known preprocessors */
   int n_workers;                    /* entries in workers */
   struct fe_metrics metrics;        /* /metrics */
+  struct fe_security sec;           /* origin rule, bearer token */
+  int listen_loopback;              /* --listen is a 127.0.0.0/8 address */
   volatile sig_atomic_t term;       /* SIGTERM seen (signal handler) */
   int draining;                     /* admission stopped */
 } g;
@@ -119,7 +122,10 @@ static void on_term(int sig) {
 static const char *reason_of(int status) {
   switch (status) {
   case 200: return "OK";
+  case 204: return "No Content";
   case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
   case 413: return "Payload Too Large";
@@ -856,6 +862,41 @@ static void handle_metrics(h2o_req_t *req, char *rid) {
   free(text);
 }
 
+/* The origin rule and the bearer token (fe_security.h); CORS headers for an allowed origin.
+ * Returns 0 when the request may go on, else it was answered. */
+static int check_access(h2o_req_t *req, char *rid, int on_post_route, int is_health,
+                        int is_options) {
+  int preflight = is_options &&
+                  h2o_find_header_by_str(&req->headers, H2O_STRLIT("access-control-request-method"),
+                                         -1) >= 0;
+  struct fe_access a = fe_security_check(&g.sec, req, is_health, preflight);
+  if (a.status) {
+    if (on_post_route)
+      fe_metrics_count_status(&g.metrics, a.status);
+    if (a.status == 401)
+      add_hdr(req, "www-authenticate", H2O_STRLIT("Bearer realm=\"s1serve\""));
+    respond_plain_error(req, a.status, a.type, a.message, rid);
+    return -1;
+  }
+  if (a.cors) {
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("origin"), -1);
+    h2o_iovec_t o = req->headers.entries[i].value;
+    add_hdr(req, "access-control-allow-origin", o.base, o.len);
+    add_hdr(req, "vary", H2O_STRLIT("Origin"));
+    add_hdr(req, "access-control-expose-headers",
+            H2O_STRLIT("x-request-id, server-timing, x-model-revision"));
+    if (preflight) { /* the browser asks before a cross-origin POST: say yes, with no body */
+      add_hdr(req, "access-control-allow-methods", H2O_STRLIT("GET, HEAD, POST"));
+      add_hdr(req, "access-control-allow-headers",
+              H2O_STRLIT("content-type, authorization, x-request-id, x-model"));
+      add_hdr(req, "access-control-max-age", H2O_STRLIT("600"));
+      respond(req, 204, "", 0, rid, NULL, NULL, 0);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   (void)self;
   char *rid = request_id(req);
@@ -864,16 +905,22 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
   /* HEAD answers as GET does; h2o sends its status and headers (Content-Length too), no body. */
   int is_head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
-  if (h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"))) {
+  int is_options = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("OPTIONS"));
+  int on_post_route = h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"));
+  int is_health = h2o_memis(path.base, path.len, H2O_STRLIT("/health"));
+  int on_get_route = is_health || h2o_memis(path.base, path.len, H2O_STRLIT("/v1/models")) ||
+                     h2o_memis(path.base, path.len, H2O_STRLIT("/metrics"));
+  if ((on_post_route || on_get_route) &&
+      check_access(req, rid, on_post_route, is_health, is_options))
+    return 0;
+  if (on_post_route) {
     if (is_post)
       handle_post(req, rid);
     else {
       add_hdr(req, "allow", "POST", 4);
       respond_plain_error(req, 405, "method_not_allowed", "use POST", rid);
     }
-  } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/health")) ||
-             h2o_memis(path.base, path.len, H2O_STRLIT("/v1/models")) ||
-             h2o_memis(path.base, path.len, H2O_STRLIT("/metrics"))) {
+  } else if (on_get_route) {
     if (!is_get && !is_head) {
       add_hdr(req, "allow", "GET, HEAD", 9);
       respond_plain_error(req, 405, "method_not_allowed", "use GET or HEAD", rid);
@@ -915,6 +962,7 @@ static int listen_http(const char *hostport) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   if (port <= 0 || port > 65535 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
     return -EINVAL;
+  g.listen_loopback = (ntohl(a.sin_addr.s_addr) >> 24) == 127;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
   if (fd < 0)
     return -errno;
@@ -943,7 +991,8 @@ static int listen_private(nng_socket sock, const char *url) {
 static void usage(void) {
   fprintf(stderr,
           "usage: s1-frontend [--listen HOST:PORT] [--pool URL] [--queue N] [--max-body BYTES]\n"
-          "                   [--timeout-ms MS] [--contexts N]\n"
+          "                   [--timeout-ms MS] [--contexts N] [--allow-origin ORIGIN]...\n"
+          "                   [--auth-token-file FILE] [--tls-cert FILE --tls-key FILE]\n"
           "  --listen    HTTP address (default 127.0.0.1:8080)\n"
           "  --pool      nng URL preprocessors dial (default ipc://RUNTIME/frontend.sock;\n"
           "              RUNTIME: $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/s1serve or\n"
@@ -951,7 +1000,12 @@ static void usage(void) {
           "  --queue     requests waiting for a credit before 503 overloaded (default 64)\n"
           "  --max-body  request body limit, bytes (default 4194304)\n"
           "  --timeout-ms request deadline (default 30000)\n"
-          "  --contexts  REP contexts = most credits held at once (default 256)\n");
+          "  --contexts  REP contexts = most credits held at once (default 256)\n"
+          "  --allow-origin ORIGIN  a browser origin allowed cross-origin (repeatable; * allows\n"
+          "              any); others get 403 (default: none)\n"
+          "  --auth-token-file FILE  require Authorization: Bearer <the file's first line> on\n"
+          "              every route but /health (default: none; use it beyond loopback)\n"
+          "  --tls-cert FILE --tls-key FILE  serve HTTPS (PEM; default: plain HTTP)\n");
 }
 
 static long parse_num(const char *s, long lo, long hi) {
@@ -965,8 +1019,11 @@ int main(int argc, char **argv) {
       {"listen", required_argument, 0, 'l'},   {"pool", required_argument, 0, 'p'},
       {"queue", required_argument, 0, 'q'},    {"max-body", required_argument, 0, 'b'},
       {"timeout-ms", required_argument, 0, 't'}, {"contexts", required_argument, 0, 'c'},
+      {"allow-origin", required_argument, 0, 'o'}, {"auth-token-file", required_argument, 0, 'a'},
+      {"tls-cert", required_argument, 0, 'C'}, {"tls-key", required_argument, 0, 'K'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-  const char *listen_at = "127.0.0.1:8080", *pool_url = NULL;
+  const char *listen_at = "127.0.0.1:8080", *pool_url = NULL, *token_file = NULL;
+  const char *tls_cert = NULL, *tls_key = NULL;
   long queue = 64, max_body = 4 << 20, timeout_ms = 30000, contexts = 256;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -977,14 +1034,32 @@ int main(int argc, char **argv) {
     case 'b': max_body = parse_num(optarg, 1, PROTO_MAX_BODY_BYTES); break;
     case 't': timeout_ms = parse_num(optarg, 1, 3600000); break;
     case 'c': contexts = parse_num(optarg, 1, 65536); break;
+    case 'o':
+      if (g.sec.n_origins == FE_MAX_ORIGINS) {
+        fprintf(stderr, "s1-frontend: at most %d --allow-origin\n", FE_MAX_ORIGINS);
+        return 2;
+      }
+      g.sec.origins[g.sec.n_origins++] = optarg;
+      break;
+    case 'a': token_file = optarg; break;
+    case 'C': tls_cert = optarg; break;
+    case 'K': tls_key = optarg; break;
     case 'h': usage(); return 0;
     default: usage(); return 2;
     }
   }
-  if (queue < 0 || max_body < 0 || timeout_ms < 0 || contexts < 0 || optind != argc) {
+  if (queue < 0 || max_body < 0 || timeout_ms < 0 || contexts < 0 || optind != argc ||
+      !tls_cert != !tls_key) {
     usage();
     return 2;
   }
+  struct cm_diag sdiag = {0};
+  if ((token_file && fe_security_load_token(&g.sec, token_file, &sdiag)) ||
+      (tls_cert && fe_tls_context(tls_cert, tls_key, &g.accept_ctx.ssl_ctx, &sdiag))) {
+    fprintf(stderr, "s1-frontend: %s\n", sdiag.msg);
+    return 1;
+  }
+  cm_diag_fini(&sdiag);
   g.queue_max = (size_t)queue;
   g.max_body = (size_t)max_body;
   g.timeout_us = timeout_ms * 1000;
@@ -1057,8 +1132,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "s1-frontend: cannot listen on %s: %s\n", listen_at, strerror(-rv));
     return 1;
   }
-  fprintf(stderr, "s1-frontend: http://%s, pool %s, queue %ld, body limit %ld, timeout %ld ms\n",
-          listen_at, pool_url, queue, max_body, timeout_ms);
+  fprintf(stderr, "s1-frontend: %s://%s, pool %s, queue %ld, body limit %ld, timeout %ld ms%s%s\n",
+          tls_cert ? "https" : "http", listen_at, pool_url, queue, max_body, timeout_ms,
+          g.sec.token ? ", bearer token required" : "",
+          g.sec.n_origins ? ", cross-origin allowed for --allow-origin" : "");
+  if (!g.listen_loopback && !g.sec.token)
+    fprintf(stderr, "s1-frontend: warning: %s is beyond loopback and no --auth-token-file is "
+            "set: anyone who reaches it may use the service\n", listen_at);
   while ((fe_http1_before_run(), h2o_evloop_run(g.ctx.loop, 100) == 0) || errno == EINTR) {
     if (g.draining && g.queue_len == 0 && g.metrics.in_flight == 0)
       break;
@@ -1075,6 +1155,9 @@ int main(int argc, char **argv) {
   free(g.slots);
   free(default_pool);
   cm_diag_fini(&diag);
+  fe_security_fini(&g.sec);
+  if (g.accept_ctx.ssl_ctx)
+    SSL_CTX_free(g.accept_ctx.ssl_ctx);
   if (lock_fd >= 0)
     close(lock_fd);
   for (int i = 0; i < g.n_workers; i++) {
