@@ -161,6 +161,18 @@ def test(t):
         (trio.check_valid_answer if body is trio.VALID else trio.check_mini_answer)(s, h, b)
         assert h["x-request-id"] == "ok-%d" % n_ok
         n_ok += 1
+    # issue 16 F4: the 64-bit bounds are values (the attack's open_jev_int64_min_u64_max.json);
+    # a wider integer is refused naming its field
+    import os
+    f = os.path.join(t.shared, "findings", "2026-12-01-attack", "open_jev_int64_min_u64_max.json")
+    s, h, b = t.post(open(f, "rb").read())
+    assert s == 200 and set(json.loads(b)["answers"]["q"]["probabilities"]) == {"x", "y"}, b[:300]
+    n_ok += 1
+    s, h, b = t.post('{"state": {"a": [1, -9223372036854775809]}, "questions": {"q": {"type": '
+                     '"noul", "instructions": "x"}}}')
+    e = json.loads(b)["error"]
+    assert s == 422 and e["type"] == "invalid_request" and \
+        e["message"].startswith("state.a[1]: integer -9223372036854775809 is outside 64 bits"), b
     # a chunked upload over the limit is refused while reading, too
     import http.client
     c = http.client.HTTPConnection("127.0.0.1", t.port, timeout=60)

@@ -297,6 +297,12 @@ def cases():
         ("identical_questions", (64, 48), {"a": {"type": "noul", "instructions": "Same text."},
                                            "b": {"type": "noul", "instructions": "Same text."}}),
         ("wide_2000x20", (2000, 20), {"w": {"type": "noul", "instructions": "A line."}}),
+        # issue 16 F4 (../shared/findings/2026-12-01-attack/omnijev_region_int_boundaries.json):
+        # the 64-bit bounds are values; round(float(x)) of each, exact however large
+        ("region_64_bit_bounds", (64, 48), {"q": {"type": "choice", "instructions": "Pick",
+            "options": [{"key": "r", "region": {"box": [-2 ** 63, 0, 2 ** 64 - 1, 10]}},
+                        {"key": "t", "text": "x"},
+                        {"key": "f", "region": {"box": [1e300, -0.5, 2.5, 9007199254740993]}}]}}),
         ("cut_multibyte", (64, 48), {"c": {"type": "choice", "instructions": "Long options.",
                                            "options": [{"text": "\u00e9" * 250},
                                                        {"text": "\u4e2d" * 199 + "\U0001F600" * 5}]}}),
@@ -340,6 +346,8 @@ def cases():
         ("text_too_long", {"q": {"type": "noul", "instructions": "y" * 8193}}, "longer than 8192"),
         ("score_no_levels", {"q": {"type": "score", "instructions": "a", "levels": []}}, "has no levels"),
         ("box_three_values", {"q": {"type": "noul", "instructions": "a", "region": {"box": [1, 2, 3]}}}, "4 numbers"),
+        ("box_wider_than_64_bits", {"q": {"type": "noul", "instructions": "a", "region": {"box": [0, 0, 2 ** 64, 1]}}},
+         "questions.q.region.box[2]: integer 18446744073709551616 is outside 64 bits"),
         ("abstain_not_boolean", {"q": {"type": "choice", "instructions": "a",
                                        "options": [{"text": "x", "abstain": 1}]}}, "abstain must be a boolean"),
         ("numeric_level", {"q": {"type": "score", "instructions": "a", "levels": [1, 2]}}, "levels[0] must be a string"),
