@@ -51,6 +51,8 @@ struct pp_jemm_model {
   int32_t image_token_id;              /* <|image_pad|> */
   int32_t vision_start_id;             /* <|vision_start|> */
   int32_t vision_end_id;               /* <|vision_end|> */
+  int32_t video_pad_id;                /* <|video_pad|>, -1 if the tokenizer lacks it */
+  int32_t vision_pad_id;               /* <|vision_pad|>, -1 if the tokenizer lacks it */
   struct pp_image_limits image_limits; /* decode and smart_resize limits */
   const struct pp_tok *tok;            /* the model's tokenizer, borrowed */
 };

@@ -91,7 +91,15 @@ def test(t, render):
             a = check_answer(json.loads(c["body"]), b)
             assert a["usage"]["input_tokens"] == c["input_tokens"], (c["name"], a["usage"])
             n_ok += 1
-    assert n_ok == 4 and n_err >= 20, (n_ok, n_err)
+    assert n_ok == 4 and n_err >= 55, (n_ok, n_err)
+    # issue 16 F5: the attack's vision-marker texts in requests with an image are refused
+    attack = os.path.join(t.shared, "findings", "2026-12-01-attack")
+    for marker in ("vision_start", "vision_end", "video_pad"):
+        with open(os.path.join(attack, "jemm_%s_text_with_image_accepted.json" % marker), "rb") as f:
+            s, h, b = t.post(f.read())
+        e = json.loads(b)["error"]
+        assert s == 422 and e["type"] == "invalid_request" and \
+            "unexpected image placeholders" in e["message"], (marker, s, b)
     for raw, why in (('{"questions": {"q": {"type": "noul"}, "q": {}}}', "duplicate key"),
                      ('{"state": NaN, "questions": {"q": {"type": "noul"}}}', "NaN"),
                      ('{"questions": ', "truncated")):

@@ -362,6 +362,38 @@ def cases():
     return ok, bad
 
 
+def special_cases(specials):
+    """Every special token of the tokenizer in every text field (issue 16 F5): the six markers of
+    spec §2.5 (RESERVED) are refused in each field, naming it; every other special token is its
+    special id, as the reference tokenizer makes it (spec §3.4)."""
+    def fields(t):
+        yield ("instructions", {"q": {"type": "noul", "instructions": "is " + t + "?"}},
+               "questions.q.instructions")
+        yield ("option_text", {"q": {"type": "choice", "instructions": "a",
+                                     "options": [{"text": "x" + t}, {"text": "y"}]}},
+               "questions.q.options[0].text")
+        yield ("option_key", {"q": {"type": "choice", "instructions": "a",
+                                    "options": [{"key": "k" + t, "text": "x"}, {"text": "y"}]}},
+               "questions.q.options[0].key")
+        yield ("criteria_key", {"q": {"type": "choice", "instructions": "a",
+                                      "criteria": {"k" + t: None, "b": None}}},
+               "questions.q.criteria key")
+        yield ("criteria_rubric", {"q": {"type": "choice", "instructions": "a",
+                                         "criteria": {"a": "r" + t, "b": None}}},
+               "questions.q.criteria.a")
+        yield ("level", {"q": {"type": "score", "instructions": "a", "levels": ["lo" + t, "hi"]}},
+               "questions.q.levels[0]")
+        yield ("score_criteria_key", {"q": {"type": "score", "instructions": "a",
+                                            "criteria": {"lo" + t: None, "hi": None}}},
+               "questions.q.criteria key")
+    ordinary = "".join(t for t in specials if t not in RESERVED)
+    ok = [("special_ordinary_" + f, (64, 48), qs) for f, qs, _ in fields(ordinary)]
+    bad = [("special_%s_%s" % (t.strip("<|>").replace("/", "end_"), f), qs,
+            what + " contains reserved marker text")
+           for t in RESERVED for f, qs, what in fields(t)]
+    return ok, bad
+
+
 def video_cases():
     """The video form (spec §2.3, §3.6): mso/video.py's 16 frames in 4 columns, and a small one."""
     d = 12.5
@@ -431,6 +463,10 @@ def main():
     assert tok.get_vocab_size(with_added_tokens=True) == 248079
     assert tok.token_to_id("<|image_pad|>") == 248056
     ok, bad = cases()
+    specials = [a["content"] for a in json.load(open(sys.argv[2], encoding="utf-8"))["added_tokens"]
+                if a["special"]]
+    sp_ok, sp_bad = special_cases(specials)
+    ok, bad = ok + sp_ok, bad + sp_bad
     lines = []
     for name, size, qs in ok:
         req = {"model": "omnijev", "state": {"images": [data_url(*size)]}, "questions": qs}

@@ -327,6 +327,25 @@ def J(obj):
     return json.dumps(obj, ensure_ascii=False)
 
 
+def special_cases(specials):
+    """Every special token of the tokenizer in every text field (issue 16 F5): Open-Jev has no
+    images and no markers of its own, so each becomes its special id, as the reference tokenizer
+    makes it (spec §5: added tokens are recognised anywhere in the text)."""
+    t = "".join(specials)
+    noul = {"type": "noul", "instructions": "x"}
+    return [
+        ("special_state", {"state": "s" + t, "questions": {"q": noul}}, [0.0]),
+        ("special_state_key_value", {"state": {"k" + t: ["v" + t]}, "questions": {"q": noul}}, [0.0]),
+        ("special_instructions", {"state": "s", "questions": {"q": {"type": "noul", "instructions": "i" + t}}}, [0.0]),
+        ("special_instructions_structured", {"state": "s", "questions": {"q": {"type": "noul", "instructions": {"a" + t: t}}}}, [0.0]),
+        ("special_choice_key_description", {"state": "s", "questions": {"q": {"type": "choice", "instructions": "x",
+                                            "criteria": {"k" + t: "d" + t, "b": None}}}}, [0.5, -0.5]),
+        ("special_score_level", {"state": "s", "questions": {"q": {"type": "score", "instructions": "x",
+                                 "criteria": ["lo" + t, "hi"]}}}, [0.25, -0.25]),
+        ("special_question_id", {"state": "s", "questions": {"q" + t: noul}}, [0.0]),
+    ]
+
+
 def cases():
     c = []
 
@@ -501,7 +520,11 @@ def main():
     check = "--check" in sys.argv[3:]
     tokenizer = Tokenizer.from_file(tok_path)
     lines = [J({"manifest": MANIFEST})]
-    for case in cases():
+    specials = [a["content"] for a in json.load(open(tok_path, encoding="utf-8"))["added_tokens"]
+                if a["special"]]
+    extra = [{"name": n, "body": J(b), "scores": sc, "max_length": None}
+             for n, b, sc in special_cases(specials)]
+    for case in cases() + extra:
         raw = case["body"].encode("utf-8", "surrogatepass")
         max_length = MANIFEST["open_jev"]["max_length"]
         ml = case.pop("max_length")
