@@ -56,6 +56,15 @@ struct ev {
   uint32_t pipe;   /* EV_PIPE_REM */
 };
 
+#define MAX_LIMITS 256 /* model names (ids and aliases) with a body limit */
+
+/* A model name and its request body limit (limits.max_body_bytes, listed in /v1/models). */
+struct body_limit {
+  char *name;        /* model id or alias (heap) */
+  const char *model; /* the model's id (the entry naming it owns it) */
+  size_t max_body;   /* bytes */
+};
+
 /* One POST waiting for its answer; allocated from the request's pool. */
 struct pending {
   h2o_req_t *req;      /* the HTTP request (valid until answered) */
@@ -94,7 +103,11 @@ static struct {
   h2o_linklist_t queue;             /* pending, waiting for a credit */
   h2o_linklist_t in_flight;         /* pending, sent to a preprocessor */
   size_t queue_len, queue_max;      /* queued now, and the bound (--queue) */
-  size_t max_body;                  /* body limit, bytes (--max-body) */
+  size_t max_body;                  /* body cap over every model's limit, bytes (--max-body) */
+  struct body_limit limits[MAX_LIMITS]; /* model ids and aliases → body limit (from STATUS) */
+  int n_limits;                     /* entries in limits */
+  int n_limit_models;               /* distinct models among them */
+  size_t max_model_body;            /* the largest model limit (0: none known yet) */
   int64_t timeout_us;               /* request deadline after arrival (--timeout-ms) */
   uint64_t next_job;                /* last job id handed out */
   struct worker workers[MAX_WORKERS]; /* known preprocessors */
@@ -350,10 +363,13 @@ static struct worker *worker_by_id(const char *id, uint32_t pipe) {
   return w;
 }
 
+static void update_limits(void);
+
 static void worker_remove(int i) {
   free(g.workers[i].id);
   proto_status_fini(&g.workers[i].st);
   g.workers[i] = g.workers[--g.n_workers];
+  update_limits();
 }
 
 /* Health of the pool: 0 when at least one preprocessor serves (reports READY), else the code and
@@ -478,6 +494,74 @@ static struct pending *find_in_flight(uint64_t job_id) {
   return NULL;
 }
 
+static void add_limit(const char *name, const char *model, size_t max_body) {
+  for (int i = 0; i < g.n_limits; i++)
+    if (strcmp(g.limits[i].name, name) == 0)
+      return;
+  if (g.n_limits == MAX_LIMITS || !(g.limits[g.n_limits].name = strdup(name)))
+    return;
+  g.limits[g.n_limits].model = model ? model : g.limits[g.n_limits].name;
+  g.limits[g.n_limits++].max_body = max_body;
+}
+
+/* The body limits of every model the preprocessors serve (their /v1/models entries carry
+ * max_body_bytes); h2o's own limit follows the largest, capped by --max-body. */
+static void update_limits(void) {
+  for (int i = 0; i < g.n_limits; i++)
+    free(g.limits[i].name);
+  g.n_limits = g.n_limit_models = 0;
+  g.max_model_body = 0;
+  for (int w = 0; w < g.n_workers; w++)
+    for (uint32_t k = 0; g.workers[w].has_status && k < g.workers[w].st.n_models; k++) {
+      json_object *d = json_tokener_parse(g.workers[w].st.models[k].describe), *v = NULL, *al;
+      int64_t lim = d && json_object_object_get_ex(d, "max_body_bytes", &v)
+                        ? json_object_get_int64(v) : 0;
+      const char *id = g.workers[w].st.models[k].id;
+      size_t max_body = lim > 0 && (uint64_t)lim < g.max_body ? (size_t)lim : g.max_body;
+      int known = 0;
+      for (int i = 0; i < g.n_limits; i++)
+        known |= strcmp(g.limits[i].name, id) == 0;
+      if (!known) {
+        int first = g.n_limits;
+        add_limit(id, NULL, max_body);
+        if (g.n_limits > first) {
+          g.n_limit_models++;
+          const char *model = g.limits[first].name;
+          if (json_object_object_get_ex(d, "aliases", &al) && json_object_is_type(al, json_type_array))
+            for (size_t a = 0; a < json_object_array_length(al); a++) {
+              const char *name = json_object_get_string(json_object_array_get_idx(al, a));
+              if (name)
+                add_limit(name, model, max_body);
+            }
+        }
+        if (max_body > g.max_model_body)
+          g.max_model_body = max_body;
+      }
+      json_object_put(d);
+    }
+  /* h2o refuses a chunked body that reaches its limit (a Content-Length equal to it passes):
+   * one byte of slack lets exactly the limit through both ways; handle_post refuses the rest */
+  g.config.max_request_entity_size = (g.max_model_body ? g.max_model_body : g.max_body) + 1;
+}
+
+/* The body limit of one request: its x-model header's model, the only model, or the largest
+ * (the preprocessor checks the model its body names). *ret_model: the model's id or NULL. */
+static size_t request_body_limit(const char *model_header, const char **ret_model) {
+  *ret_model = NULL;
+  if (!g.n_limits)
+    return g.max_body;
+  for (int i = 0; model_header && i < g.n_limits; i++)
+    if (strcmp(g.limits[i].name, model_header) == 0) {
+      *ret_model = g.limits[i].model;
+      return g.limits[i].max_body;
+    }
+  if (g.n_limit_models == 1) {
+    *ret_model = g.limits[0].model;
+    return g.limits[0].max_body;
+  }
+  return g.max_model_body;
+}
+
 /* Answers a REP context with ACK: the preprocessor's credit ends without a job (it drains). */
 static void slot_ack(struct slot *s) {
   struct proto_bytes ack = {0};
@@ -526,6 +610,7 @@ static void on_recv_event(struct slot *s, nng_msg *m) {
         w->seen_us = mono_us();
         if (w->st.state == PROTO_STATE_DRAINING)
           release_credits(pipe);
+        update_limits();
       } else {
         proto_status_fini(&st);
       }
@@ -752,9 +837,23 @@ static void handle_post(h2o_req_t *req, char *rid) {
     respond_error(req, -CM_EMEDIA, "Content-Type: must be application/json", rid, 0);
     return;
   }
-  if (req->entity.len > g.max_body) {
+  ssize_t mh = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-model"), -1);
+  char *model_header = mh >= 0 && req->headers.entries[mh].value.len <= PROTO_MAX_ID_BYTES
+                           ? h2o_strdup(&req->pool, req->headers.entries[mh].value.base,
+                                        req->headers.entries[mh].value.len).base
+                           : NULL;
+  const char *limit_model = NULL;
+  size_t limit = request_body_limit(model_header, &limit_model);
+  if (req->entity.len > limit) {
     fe_metrics_count_status(&g.metrics, 413);
-    respond_error(req, -CM_ETOOLARGE, "body: larger than the limit", rid, 0);
+    char msg[PROTO_MAX_ID_BYTES + 96];
+    if (limit_model)
+      snprintf(msg, sizeof(msg), "body: %zu bytes; %s accepts at most %zu", req->entity.len,
+               limit_model, limit);
+    else
+      snprintf(msg, sizeof(msg), "body: %zu bytes, larger than the limit %zu", req->entity.len,
+               limit);
+    respond_error(req, -CM_ETOOLARGE, msg, rid, 0);
     return;
   }
   const char *reason = NULL;
@@ -779,11 +878,7 @@ static void handle_post(h2o_req_t *req, char *rid) {
   p->start_us = mono_us();
   p->dispatch_us = p->start_us;
   p->deadline_us = proto_now_us() + g.timeout_us;
-  ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-model"), -1);
-  if (i >= 0 && req->headers.entries[i].value.len <= PROTO_MAX_ID_BYTES) {
-    h2o_iovec_t v = req->headers.entries[i].value;
-    p->model_header = h2o_strdup(&req->pool, v.base, v.len).base;
-  }
+  p->model_header = model_header;
   p->state = PEND_QUEUED;
   h2o_linklist_insert(&g.queue, &p->link);
   g.queue_len++;
@@ -998,7 +1093,8 @@ static void usage(void) {
           "              RUNTIME: $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/s1serve or\n"
           "              /tmp/s1serve-UID, a private 0700 directory)\n"
           "  --queue     requests waiting for a credit before 503 overloaded (default 64)\n"
-          "  --max-body  request body limit, bytes (default 4194304)\n"
+          "  --max-body  cap on every model's body limit (limits.max_body_bytes of its\n"
+          "              directory, listed by /v1/models), bytes (default 67108864)\n"
           "  --timeout-ms request deadline (default 30000)\n"
           "  --contexts  REP contexts = most credits held at once (default 256)\n"
           "  --allow-origin ORIGIN  a browser origin allowed cross-origin (repeatable; * allows\n"
@@ -1024,7 +1120,7 @@ int main(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   const char *listen_at = "127.0.0.1:8080", *pool_url = NULL, *token_file = NULL;
   const char *tls_cert = NULL, *tls_key = NULL;
-  long queue = 64, max_body = 4 << 20, timeout_ms = 30000, contexts = 256;
+  long queue = 64, max_body = PROTO_MAX_BODY_BYTES, timeout_ms = 30000, contexts = 256;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -1072,9 +1168,8 @@ int main(int argc, char **argv) {
   h2o_linklist_init_anchor(&g.in_flight);
 
   h2o_config_init(&g.config);
-  /* h2o 2.2 refuses a chunked body that reaches its limit (a Content-Length equal to it passes):
-   * one byte of slack lets exactly max_body through both ways; handle_post refuses the rest. */
-  g.config.max_request_entity_size = g.max_body + 1;
+  /* h2o's limit follows the models' once they are known (update_limits); until then 4 MiB */
+  g.config.max_request_entity_size = (g.max_body < (4u << 20) ? g.max_body : (4u << 20)) + 1;
   g.config.server_name = h2o_iovec_init(H2O_STRLIT("s1serve"));
   /* HTTP/1.1 only: the framer (fe_http1) guards HTTP/1 framing; no h2c upgrade or preface */
   g.config.http1.upgrade_to_http2 = 0;

@@ -48,6 +48,7 @@ struct model {
   void *state;                  /* family state */
   struct pp_model_desc desc;    /* id, aliases, revision, describe */
   char *describe_text;          /* desc.describe as compact JSON */
+  uint64_t max_body;            /* request body limit, bytes (manifest limits.max_body_bytes) */
 };
 
 static struct {
@@ -290,6 +291,12 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
     code = cm_diag_set(&diag, -CM_ETIMEOUT, "the request deadline passed in the queue");
     goto out;
   }
+  /* the body limit of the model the request is for: before parsing when only one is loaded */
+  if (g.n_models == 1 && job->n_body > g.models[0].max_body) {
+    code = cm_diag_set(&diag, -CM_ETOOLARGE, "body: %zu bytes; %s accepts at most %llu",
+                       job->n_body, g.models[0].desc.id, (unsigned long long)g.models[0].max_body);
+    goto out;
+  }
   if ((code = pp_json_parse(job->body, job->n_body, &root, &diag)))
     goto out;
   if (!json_object_is_type(root, json_type_object)) {
@@ -298,6 +305,11 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
   }
   if (!(md = route(root, job->model, &diag, &code)))
     goto out;
+  if (job->n_body > md->max_body) {
+    code = cm_diag_set(&diag, -CM_ETOOLARGE, "body: %zu bytes; %s accepts at most %llu",
+                       job->n_body, md->desc.id, (unsigned long long)md->max_body);
+    goto out;
+  }
   free(rp->model_revision);
   rp->model_revision = md->desc.revision ? strdup(md->desc.revision) : NULL;
   if ((code = md->fam->compile(md->state, root, &info, &prog, &ctx, &diag)))
@@ -485,8 +497,13 @@ static int load_model(const char *path, struct model *md) {
                     "this build", path, md->dir->family);
   if (!r)
     r = md->fam->load(md->dir, &md->state, &diag);
+  if (!r)
+    r = cm_model_dir_max_body(md->dir, &md->max_body, &diag);
   if (!r) {
     md->fam->describe(md->state, &md->desc);
+    /* /v1/models lists the body limit; the frontend reads it from here */
+    json_object_object_add(md->desc.describe, "max_body_bytes",
+                           json_object_new_int64((int64_t)md->max_body));
     md->describe_text = strdup(json_object_to_json_string_ext(md->desc.describe,
                                                               JSON_C_TO_STRING_PLAIN));
   }
