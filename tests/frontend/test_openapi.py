@@ -214,7 +214,8 @@ def check_raw_clients():
         with open(path, encoding="utf-8") as f:
             text = f.read()
         raw = re.search(r"http\.client|create_connection|urllib\.request|socket\.socket\(", text)
-        if raw and "check_answer(" not in text and "webdriver" not in text.lower():
+        # test_page.py's own HTTP client speaks WebDriver to chromedriver, not to the service
+        if raw and "check_answer(" not in text and not path.endswith("frontend/test_page.py"):
             fail("%s reads HTTP answers itself (%s) without trio.check_answer"
                  % (os.path.relpath(path, ROOT), raw.group(0)))
 
