@@ -15,9 +15,9 @@ struct fe_blob {
 
 /* One static route. */
 struct fe_asset {
-  const char *path;         /* exact request path, e.g. "/openapi.json" */
-  const char *content_type; /* Content-Type header value */
-  const char *csp;          /* Content-Security-Policy header value, or NULL for none */
+  const char *path;           /* exact request path, e.g. "/openapi.json" */
+  const char *content_type;   /* Content-Type header value */
+  const char *csp;            /* Content-Security-Policy header value, or NULL for none */
   const struct fe_blob *body; /* the bytes served */
 };
 
