@@ -43,6 +43,11 @@ def main():
                 print(f"      {p:7.4f}  {short(k, 60)}{mark}")
             rest = {k: v for k, v in a.items() if k not in ("probabilities", "type")}
             print(f"      {short(rest, 100)}")
+        elif isinstance(a, dict) and isinstance(a.get("noul"), (int, float)):
+            print(f"      {a['noul']:7.4f}  yes")
+            rest = {k: v for k, v in a.items() if k not in ("noul", "type")}
+            if rest:
+                print(f"      {short(rest, 100)}")
         else:
             print(f"      {short(a, 100)}")
     rest = {k: v for k, v in resp.items() if not (isinstance(v, dict) and v is ans)}
