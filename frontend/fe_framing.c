@@ -51,7 +51,7 @@ void fe_framer_fini(struct fe_framer *f) {
     return;
   free(f->head);
   f->head = NULL;
-  f->head_len = 0;
+  f->head_len = f->head_cap = 0;
 }
 
 bool fe_framer_idle(const struct fe_framer *f) {
@@ -73,7 +73,7 @@ static int refuse(struct fe_framer *f, int status, const char *type, struct fe_f
   va_end(ap);
   free(f->head);
   f->head = NULL;
-  f->head_len = 0;
+  f->head_len = f->head_cap = 0;
   f->state = FR_FAILED;
   if (ret)
     *ret = *r;
@@ -213,9 +213,17 @@ static int feed_head(struct fe_framer *f, const char *data, size_t n, size_t *re
   size_t method_len, path_len, nh = FE_FRAMING_MAX_HEADERS, len = n, prev = 0;
   struct phr_header h[FE_FRAMING_MAX_HEADERS];
   int minor = 0;
-  if (f->head_len) { /* a head begun earlier: gather into f->head */
+  if (f->head_len) { /* a head begun earlier: gather into f->head (grown as needed) */
     prev = f->head_len;
     size_t take = n < FE_FRAMING_MAX_HEAD_BYTES - prev ? n : FE_FRAMING_MAX_HEAD_BYTES - prev;
+    if (prev + take > f->head_cap) {
+      size_t cap = f->head_cap * 2 > prev + take ? f->head_cap * 2 : prev + take;
+      char *h = realloc(f->head, cap < FE_FRAMING_MAX_HEAD_BYTES ? cap : FE_FRAMING_MAX_HEAD_BYTES);
+      if (!h)
+        return refuse(f, 503, "overloaded", ret, "out of memory for the request head");
+      f->head = h;
+      f->head_cap = cap < FE_FRAMING_MAX_HEAD_BYTES ? cap : FE_FRAMING_MAX_HEAD_BYTES;
+    }
     memcpy(f->head + prev, data, take);
     f->head_len += take;
     buf = f->head, len = f->head_len;
@@ -231,11 +239,13 @@ static int feed_head(struct fe_framer *f, const char *data, size_t n, size_t *re
     if (seen >= FE_FRAMING_MAX_HEAD_BYTES)
       return refuse(f, 431, "too_large", ret, "request head: larger than %d bytes",
                     FE_FRAMING_MAX_HEAD_BYTES);
-    if (!f->head_len) {
-      if (!(f->head = malloc(FE_FRAMING_MAX_HEAD_BYTES)))
+    if (!f->head_len) { /* keep the partial head (n < FE_FRAMING_MAX_HEAD_BYTES here) */
+      size_t cap = n < 512 ? 512 : n;
+      if (!(f->head = malloc(cap)))
         return refuse(f, 503, "overloaded", ret, "out of memory for the request head");
       memcpy(f->head, data, n);
       f->head_len = n;
+      f->head_cap = cap;
     }
     *ret_used = n;
     return 0;
@@ -244,7 +254,7 @@ static int feed_head(struct fe_framer *f, const char *data, size_t n, size_t *re
   int rc = check_head(f, buf, (size_t)r, minor, h, nh, ret);
   free(f->head);
   f->head = NULL;
-  f->head_len = 0;
+  f->head_len = f->head_cap = 0;
   return rc ? -1 : 1;
 }
 

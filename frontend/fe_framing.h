@@ -32,6 +32,7 @@ struct fe_framer {
   int state;            /* enum in fe_framing.c: head, body by length, chunk parts, trailers, failed */
   char *head;           /* [head_len] bytes of a head not yet complete (heap), NULL when none */
   size_t head_len;      /* bytes gathered */
+  size_t head_cap;      /* bytes allocated at head (≤ FE_FRAMING_MAX_HEAD_BYTES) */
   uint64_t left;        /* body bytes left (length-delimited) or chunk-data bytes left */
   uint64_t chunk_size;  /* chunk-size being read */
   unsigned hex_digits;  /* its hex digits so far (≤ 16, as h2o's decoder) */

@@ -21,9 +21,11 @@
 #include <unistd.h>
 
 #include "cm_runtime.h"
+#include "cm_version.h"
 #include "fe_http1.h"
 #include "fe_metrics.h"
 #include "fe_security.h"
+#include "fe_static.h"
 #include "proto_job.h"
 #include "proto_status.h"
 
@@ -981,6 +983,9 @@ static int check_access(h2o_req_t *req, char *rid, int on_post_route, int is_hea
     add_hdr(req, "access-control-expose-headers",
             H2O_STRLIT("x-request-id, server-timing, x-model-revision"));
     if (preflight) { /* the browser asks before a cross-origin POST: say yes, with no body */
+      int post = h2o_memis(req->path_normalized.base, req->path_normalized.len,
+                           H2O_STRLIT("/v1/systemone"));
+      add_hdr(req, "allow", post ? "POST" : "GET, HEAD", post ? 4 : 9);
       add_hdr(req, "access-control-allow-methods", H2O_STRLIT("GET, HEAD, POST"));
       add_hdr(req, "access-control-allow-headers",
               H2O_STRLIT("content-type, authorization, x-request-id, x-model"));
@@ -990,6 +995,22 @@ static int check_access(h2o_req_t *req, char *rid, int on_post_route, int is_hea
     }
   }
   return 0;
+}
+
+/* A compiled-in document (fe_static.h): the page or the OpenAPI document. */
+static void handle_static(h2o_req_t *req, char *rid, const struct fe_asset *a) {
+  req->res.status = 200;
+  req->res.reason = "OK";
+  add_hdr(req, "content-type", a->content_type, strlen(a->content_type));
+  add_hdr(req, "x-request-id", rid, strlen(rid));
+  add_hdr(req, "x-content-type-options", "nosniff", 7);
+  add_hdr(req, "cache-control", "no-cache", 8);
+  if (a->csp) {
+    add_hdr(req, "content-security-policy", a->csp, strlen(a->csp));
+    add_hdr(req, "referrer-policy", "no-referrer", 11);
+  }
+  req->res.content_length = a->body->n;
+  h2o_send_inline(req, (const char *)a->body->data, a->body->n);
 }
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
@@ -1005,9 +1026,21 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   int is_health = h2o_memis(path.base, path.len, H2O_STRLIT("/health"));
   int on_get_route = is_health || h2o_memis(path.base, path.len, H2O_STRLIT("/v1/models")) ||
                      h2o_memis(path.base, path.len, H2O_STRLIT("/metrics"));
-  if ((on_post_route || on_get_route) &&
-      check_access(req, rid, on_post_route, is_health, is_options))
+  const struct fe_asset *asset = on_post_route || on_get_route
+                                     ? NULL
+                                     : fe_static_find(path.base, path.len);
+  /* the static documents hold no data: the origin rule, no token (a browser navigates to them) */
+  if ((on_post_route || on_get_route || asset) &&
+      check_access(req, rid, on_post_route, is_health || asset != NULL, is_options))
     return 0;
+  if ((on_post_route || on_get_route || asset) && is_options) { /* RFC 9110 §9.3.7 */
+    if (on_post_route)
+      add_hdr(req, "allow", "POST", 4);
+    else
+      add_hdr(req, "allow", "GET, HEAD", 9);
+    respond(req, 204, "", 0, rid, NULL, NULL, 0);
+    return 0;
+  }
   if (on_post_route) {
     if (is_post)
       handle_post(req, rid);
@@ -1026,6 +1059,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
       handle_models(req, rid);
     else
       handle_metrics(req, rid);
+  } else if (asset) {
+    if (is_get || is_head)
+      handle_static(req, rid, asset);
+    else {
+      add_hdr(req, "allow", "GET, HEAD", 9);
+      respond_plain_error(req, 405, "method_not_allowed", "use GET or HEAD", rid);
+    }
   } else {
     respond_plain_error(req, 404, "not_found", "no such route", rid);
   }
@@ -1111,6 +1151,8 @@ static long parse_num(const char *s, long lo, long hi) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-frontend"))
+    return 0;
   static const struct option opts[] = {
       {"listen", required_argument, 0, 'l'},   {"pool", required_argument, 0, 'p'},
       {"queue", required_argument, 0, 'q'},    {"max-body", required_argument, 0, 'b'},

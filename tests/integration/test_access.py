@@ -30,7 +30,9 @@ def request(t, method, path, body=None, headers=None, tls=None, timeout=60):
             body = json.dumps(body)
         c.request(method, path, body=body, headers=headers or {})
         r = c.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        got = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        trio.check_answer(method, path, *got, request_body=body)
+        return got
     finally:
         c.close()
 

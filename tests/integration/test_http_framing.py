@@ -8,6 +8,7 @@ request is."""
 import glob
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -53,17 +54,31 @@ def read_responses(s, deadline_s):
     return out, closed, elapsed
 
 
+def request_lines(data):
+    """(method, path) of each request line the client sent that names a route, in order."""
+    out = []
+    for m in re.finditer(rb"(?:^|\n)([A-Z]+) (/[^ \r\n]*) HTTP/1\.[01]\r?\n", data):
+        out.append((m.group(1).decode(), m.group(2).decode()))
+    return out
+
+
 def exchange(t, data, pieces=None, pause_s=0.0, deadline_s=5.0):
-    """Sends data (whole, or as the given pieces with pauses) on a new connection."""
+    """Sends data (whole, or as the given pieces with pauses) on a new connection. Every answer
+    to a request line naming a route is checked against frontend/openapi.json."""
     s = socket.create_connection(("127.0.0.1", t.port), timeout=30)
     try:
         for p in pieces or [data]:
             s.sendall(p)
             if pause_s:
                 time.sleep(pause_s)
-        return read_responses(s, deadline_s)
+        got = read_responses(s, deadline_s)
     finally:
         s.close()
+    lines = request_lines(b"".join(pieces or [data]))
+    answers = [r for r in got[0] if r[0] != 100]
+    for (method, path), (status, headers, body) in zip(lines, answers):
+        trio.check_answer(method, path, status, headers, body)
+    return got
 
 
 def check_refused(name, got, status, etype, request_id=None):

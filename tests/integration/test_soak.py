@@ -61,7 +61,7 @@ class Family:
         try:
             c.request(method, path, body=body, headers=headers or {})
             r = c.getresponse()
-            return r.status, r.read()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
         finally:
             c.close()
 
@@ -82,7 +82,9 @@ class Family:
         head, _, body = out.partition(b"\r\n\r\n")
         if not head:
             raise ConnectionResetError("no answer")
-        return int(head.split(b" ")[1]), body
+        lines = head.decode().split("\r\n")
+        headers = dict((k.lower(), v) for k, v in (x.split(": ", 1) for x in lines[1:]))
+        return int(lines[0].split(" ")[1]), headers, body
 
 
 def open_jev(t):
@@ -160,26 +162,32 @@ def client(k, fams, end, seed, results):
         t0 = time.time()
         try:
             if kind == "raw":
-                s, b = fam.raw(payload)
+                s, h, b = fam.raw(payload)
             else:
                 ctype = "text/plain" if kind == "plain" else "application/json"
-                s, b = fam.http("POST", "/v1/systemone", payload, {"Content-Type": ctype})
-            out = (s, b)
+                s, h, b = fam.http("POST", "/v1/systemone", payload, {"Content-Type": ctype})
+            out = (s, h, b)
         except socket.timeout:
-            out = ("hang", b"")
+            out = ("hang", {}, b"")
         except OSError as e:
-            out = ("conn", str(e).encode())
-        results.append((fam.name, name, status, types, t0, time.time(), out))
+            out = ("conn", {}, str(e).encode())
+        results.append((fam.name, name, status, types, t0, time.time(), out,
+                        None if kind == "raw" else payload))
         time.sleep(rng.random() * 0.05)
 
 
 def check(fams, results):
     by = {f.name: f for f in fams}
     fails, counts = [], {}
-    for fname, name, want, types, t0, t1, (s, b) in results:
+    for fname, name, want, types, t0, t1, (s, h, b), request in results:
         fam = by[fname]
         counts[s] = counts.get(s, 0) + 1
         where = "%s %s (%.1f-%.1f s)" % (fname, name, t0, t1)
+        if isinstance(s, int):
+            try:  # every answer as frontend/openapi.json documents it
+                trio.check_answer("POST", "/v1/systemone", s, h, b, request)
+            except AssertionError as e:
+                fails.append("%s: %s" % (where, e))
         if s == "hang":
             fails.append("%s: no answer within 40 s" % where)
             continue
@@ -220,7 +228,7 @@ def test(ta, tb):
     fams = [Family("open_jev", ta, va, ia), Family("jemm", tb, vb, ib)]
     for f in fams:
         for name, body in f.valid:
-            s, b = f.http("POST", "/v1/systemone", body, {"Content-Type": "application/json"})
+            s, _, b = f.http("POST", "/v1/systemone", body, {"Content-Type": "application/json"})
             assert s == 200, (f.name, name, s, b[:300])
             f.baseline[name] = norm(b)
     fe_a0 = proc_stat(ta.procs["fe"].pid)
@@ -280,7 +288,7 @@ def test(ta, tb):
     for f in fams:
         f.t.wait_health(200, want="ready", timeout=120)
         for name, body in f.valid:
-            s, b = f.http("POST", "/v1/systemone", body, {"Content-Type": "application/json"})
+            s, _, b = f.http("POST", "/v1/systemone", body, {"Content-Type": "application/json"})
             assert s == 200 and norm(b) == f.baseline[name], (f.name, name, s, b[:300])
     time.sleep(1.5)  # lingering closes end
     fe_a1 = proc_stat(ta.procs["fe"].pid)
