@@ -117,6 +117,7 @@ static struct {
   struct fe_metrics metrics;        /* /metrics */
   struct fe_security sec;           /* origin rule, bearer token */
   int listen_loopback;              /* --listen is a 127.0.0.0/8 address */
+  char *default_pool;               /* the default --pool URL (heap), NULL when given */
   volatile sig_atomic_t term;       /* SIGTERM seen (signal handler) */
   int draining;                     /* admission stopped */
 } g;
@@ -1195,6 +1196,7 @@ int main(int argc, char **argv) {
   if ((token_file && fe_security_load_token(&g.sec, token_file, &sdiag)) ||
       (tls_cert && fe_tls_context(tls_cert, tls_key, &g.accept_ctx.ssl_ctx, &sdiag))) {
     fprintf(stderr, "s1-frontend: %s\n", sdiag.msg);
+    cm_diag_fini(&sdiag);
     return 1;
   }
   cm_diag_fini(&sdiag);
@@ -1227,17 +1229,17 @@ int main(int argc, char **argv) {
   g.accept_ctx.ctx = &g.ctx;
   g.accept_ctx.hosts = g.config.hosts;
   /* the pool's ipc socket: a private directory, and the lock before nng touches the path */
-  char *default_pool = NULL;
   struct cm_diag diag = {0};
   int lock_fd = -1, rv;
-  if ((!pool_url && cm_runtime_url("frontend.sock", &default_pool, &diag)) ||
-      cm_ipc_check(pool_url ? pool_url : default_pool, true, "--pool", &diag) ||
-      cm_ipc_lock(pool_url ? pool_url : default_pool, "--pool", &lock_fd, &diag)) {
+  if ((!pool_url && cm_runtime_url("frontend.sock", &g.default_pool, &diag)) ||
+      cm_ipc_check(pool_url ? pool_url : g.default_pool, true, "--pool", &diag) ||
+      cm_ipc_lock(pool_url ? pool_url : g.default_pool, "--pool", &lock_fd, &diag)) {
     fprintf(stderr, "s1-frontend: %s\n", diag.msg ? diag.msg : "--pool: refused");
+    cm_diag_fini(&diag);
     return 1;
   }
   if (!pool_url)
-    pool_url = default_pool;
+    pool_url = g.default_pool;
   if ((rv = fe_http1_init(&g.accept_ctx, render_refusal))) {
     fprintf(stderr, "s1-frontend: HTTP/1 setup failed: %s\n", strerror(-rv));
     return 1;
@@ -1290,8 +1292,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < g.n_slots; i++)
     nng_aio_free(g.slots[i].aio);
   free(g.slots);
-  free(default_pool);
-  cm_diag_fini(&diag);
+  free(g.default_pool);
   fe_security_fini(&g.sec);
   if (g.accept_ctx.ssl_ctx)
     SSL_CTX_free(g.accept_ctx.ssl_ctx);

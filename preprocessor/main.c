@@ -65,6 +65,7 @@ static struct {
   atomic_int workers_running;              /* worker threads not yet ended */
   atomic_int status_stop;                  /* the status thread ends (after the workers) */
   volatile sig_atomic_t stop;              /* SIGTERM seen: drain */
+  char *default_front;                     /* the default --frontend URL (heap), NULL if given */
 } g;
 
 static int64_t mono_us(void) {
@@ -570,16 +571,16 @@ int main(int argc, char **argv) {
     return 2;
   }
   /* ipc sockets only in a private directory (cm_runtime.h): no other user can have made them */
-  char *default_front = NULL;
   struct cm_diag rdiag = {0};
-  int bad = !front && cm_runtime_url("frontend.sock", &default_front, &rdiag);
+  int bad = !front && cm_runtime_url("frontend.sock", &g.default_front, &rdiag);
   if (!bad && !front)
-    front = default_front;
+    front = g.default_front;
   bad = bad || cm_ipc_check(front, true, "--frontend", &rdiag);
   for (int i = 0; !bad && i < g.n_ex; i++)
     bad = cm_ipc_check(g.ex[i].url, true, "--executor", &rdiag) != 0;
   if (bad) {
     fprintf(stderr, "s1-preprocessor: %s\n", rdiag.msg ? rdiag.msg : "refused");
+    cm_diag_fini(&rdiag);
     return 1;
   }
   char host[64] = "host";
@@ -651,5 +652,6 @@ int main(int argc, char **argv) {
     free(g.models[i].describe_text);
     cm_model_dir_free(g.models[i].dir);
   }
+  free(g.default_front);
   return 0;
 }

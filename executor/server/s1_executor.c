@@ -304,13 +304,14 @@ int main(int argc, char **argv) {
 
   /* the ipc socket: a private directory, and the lock before nng touches the path (a second
    * executor on one path would otherwise stop the live one accepting: cm_runtime.h) */
-  char *default_url = NULL;
+  static char *default_url; /* static: still reachable when a start fails */
   struct cm_diag rdiag = {0};
   int lock_fd = -1;
   if ((!url && cm_runtime_url("executor-0.sock", &default_url, &rdiag)) ||
       cm_ipc_check(url ? url : default_url, true, "--listen", &rdiag) ||
       cm_ipc_lock(url ? url : default_url, "--listen", &lock_fd, &rdiag)) {
     fprintf(stderr, "s1-executor: %s\n", rdiag.msg ? rdiag.msg : "--listen: refused");
+    cm_diag_fini(&rdiag);
     return 1;
   }
   if (!url)
@@ -441,5 +442,6 @@ int main(int argc, char **argv) {
   cm_model_dir_free(dir);
   free(g.model_id);
   free(g.revision);
+  free(default_url);
   return rc;
 }
