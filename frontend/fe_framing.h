@@ -56,6 +56,9 @@ void fe_framer_fini(struct fe_framer *f);
  * and after the data, trailer fields as field lines, the final CRLF.
  * Returns 0 when every byte so far frames validly (complete or not), -1 once the bytes cannot be
  * a valid request stream: *ret (and f->refusal) says why; every later call returns -1 at once.
+ * A head that arrives in pieces is checked as h2o checks it (picohttpparser's last_len), so a
+ * malformed one may be refused at another byte than when given whole; a valid head is decided
+ * alike either way.
  * Ownership: data is only read. Source: RFC 9112 §§2.2, 3.2, 5.2, 6.1, 6.3, 7.1; h2o 2.2.5
  * lib/http1.c (what it accepts) and deps/picohttpparser. Test: frontend_framing, fuzz_framing. */
 int fe_framer_feed(struct fe_framer *f, const char *data, size_t n_bytes,
