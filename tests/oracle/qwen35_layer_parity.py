@@ -253,7 +253,6 @@ def main():
                 y1 = replay(lm.layers[i], r, flip_ulps(r["x"], a.flip, gen))
                 sp = max(sp, rowrel(y1[0].float().cpu().numpy(), r["y"][0].float().cpu().numpy()))
             c["spread"].append(sp)
-        del recs
         print(f"{c['name']:>9}: n {len(c['hf_ids'])}, transformers' spread per layer (flip "
               f"{a.flip:g}, {a.seeds} draws) {min(c['spread']):.2e}..{max(c['spread']):.2e}, replay "
               f"exact {sum(c['replay_exact'])}/{L}", flush=True)
@@ -266,7 +265,11 @@ def main():
             feats = feats[0] if isinstance(feats, (tuple, list)) else feats
             hf_vis["bf16"] = feats.float().cpu().numpy().reshape(-1, feats.shape[-1])
     t_hf = time.monotonic() - t0
-    del model
+    # every reference to the bf16 model goes before the fp32 one loads (27B: 54 + 101 GiB would not
+    # fit; the H200 run of 2026-12-01 failed here while `lm` still held the language model)
+    del model, lm, recs
+    import gc
+    gc.collect()
     if DEV == "cuda":
         torch.cuda.empty_cache()
 
@@ -308,11 +311,25 @@ def main():
                         "replay_exact": c["replay_exact"],
                         "pass_layers": L - len(bad)})
         del c["y"]
+    summary = {"model": os.path.abspath(a.model), "device": a.device, "layers": L, "hidden": H,
+               "flip": a.flip, "seeds": a.seeds, "e2e_ratio_bound": E2E_RATIO,
+               "hf_load_s": t_load, "hf_bf16_s": t_hf, "s1_s": t_s1, "results": results,
+               "fails": fails}
+
+    def save():
+        summary["total_s"] = time.monotonic() - t_start
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(summary, f, indent=1)
+    save()  # the layer results stand even if a later stage fails
     # 3. end to end against transformers fp32
-    e2e = []
     if not a.no_fp32:
         t0 = time.monotonic()
+        if DEV == "cuda":
+            summary["gpu_bytes_before_fp32"] = torch.cuda.memory_allocated()
         model32, _ = hf_load(a.model, "float32")
+        if DEV == "cuda":
+            summary["hf_fp32_gpu_bytes"] = torch.cuda.memory_allocated()
         for c, r in zip(cases, results):
             _, fin32 = hf_trace(model32, c, pixels if "grid" in c else None)
             o = s1["E_" + c["name"]]
@@ -373,15 +390,8 @@ def main():
                              f"fp32 > {CPU_TOWER_TOL}")
             print("vision tower " + ", ".join(f"{k} {v:.3e}" if isinstance(v, float) else f"{k} {v}"
                                               for k, v in vision.items()), flush=True)
-    summary = {"model": os.path.abspath(a.model), "device": a.device, "layers": L, "hidden": H,
-               "flip": a.flip, "seeds": a.seeds, "e2e_ratio_bound": E2E_RATIO,
-               "hf_load_s": t_load, "hf_bf16_s": t_hf, "s1_s": t_s1,
-               "hf_fp32_s": None if a.no_fp32 else t_fp32,
-               "total_s": time.monotonic() - t_start, "vision": vision, "results": results,
-               "fails": fails}
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(summary, f, indent=1)
+    summary.update({"hf_fp32_s": None if a.no_fp32 else t_fp32, "vision": vision})
+    save()
     n_lay = sum(r["pass_layers"] for r in results)
     print(f"layer parity {os.path.basename(a.model.rstrip('/'))}: {len(cases)} prompts x {L} layers, "
           f"{n_lay}/{len(cases) * L} within transformers' own spread; "
