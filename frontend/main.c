@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "fe_metrics.h"
 #include "proto_job.h"
 #include "proto_status.h"
@@ -838,6 +839,8 @@ static long parse_num(const char *s, long lo, long hi) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-frontend"))
+    return 0;
   static const struct option opts[] = {
       {"listen", required_argument, 0, 'l'},   {"pool", required_argument, 0, 'p'},
       {"queue", required_argument, 0, 'q'},    {"max-body", required_argument, 0, 'b'},

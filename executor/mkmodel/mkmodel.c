@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "cm_model_dir.h"
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
@@ -1039,6 +1040,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-mkmodel"))
+    return 0;
   struct opts o = {.shard_bytes = SHARD_MAX_BYTES, .family = "qwen3_5", .head_width = 1024,
                    .ord_width = 512};
   enum {
