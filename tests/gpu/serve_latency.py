@@ -13,8 +13,9 @@ Per request it records the client wall time, the server-timing header (queue, pr
 finish) and the executor's own split (queue, vision, prefix, rows, readout: S1_EXECUTOR_TIMINGS
 lines of its log, matched by x-request-id). Reported: process-to-ready, first-request latency,
 warm p50 / p95 (nearest rank) per workload and run, requests/s and decisions/s (questions) at c=1,
-failures, peak GPU memory (nvidia-smi, sampled every 0.2 s, executor alone). A non-200 answer is a
-failure and is counted and printed; the run goes on.
+failures, peak GPU memory (nvidia-smi, sampled every 0.2 s, executor alone). A non-200 answer, or
+one outside frontend/openapi.json (trio.check_answer, where its checker loads), is a failure and is
+counted and printed; the run goes on.
 
 Workloads (spec/benchmark.md; texts are seeded pseudo-words, the token counts are s1's usage):
   omnijev   one 1600x900 PNG with u1/u3/u6/u12 (questions of 3 options of ~8 words each), b12
@@ -47,6 +48,37 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+
+try:  # the documented HTTP contract (frontend/openapi.json), as every test that talks HTTP
+    from trio import check_answer
+    CHECK_OFF = None
+except Exception as e:  # noqa: BLE001
+    check_answer, CHECK_OFF = None, f"{type(e).__name__}: {e}"
+
+
+class AnswerCheck:
+    """Every answer against frontend/openapi.json (trio.check_answer), after its time is taken; a
+    violation counts as a failure. Where the checker cannot load (no jsonschema or no document:
+    the GPU machine has no Debian packages) it says why once and the answers stay unchecked."""
+
+    def __init__(self):
+        self.off, self.n = CHECK_OFF, 0
+
+    def __call__(self, status, headers, body, request):
+        if self.off:
+            return None
+        try:
+            check_answer("POST", "/v1/systemone", status, headers, body, request)
+            self.n += 1
+            return None
+        except AssertionError as e:
+            if "jsonschema is missing" in str(e):
+                self.off = str(e)
+                return None
+            return str(e)[:400]
+
 
 WORDS = ("state screen button window menu page form field value error warning dialog text image "
          "chart table list item order price account user account login payment refund invoice "
@@ -275,6 +307,7 @@ def main():
     raw = open(os.path.join(a.out, f"{label}_requests.jsonl"), "w")
     mem = GpuMem()
     mem.start()
+    check = AnswerCheck()
     t = Trio(a.bin, a.model, a.device, max(max_body, 8 << 20))
     summary = {"family": a.family, "model": a.model, "device": a.device, "runs": [],
                "client": "python http.client, one connection per request, concurrency 1"}
@@ -289,6 +322,10 @@ def main():
             ms = (time.perf_counter() - t0) * 1e3
             rec = {"workload": name, "phase": phase, "run": run, "status": s, "client_ms": ms,
                    "server_timing": h.get("server-timing"), "request_id": h.get("x-request-id")}
+            bad = check(s, h, b, bodies[name])
+            rec["ok"] = s == 200 and not bad  # an answer outside the contract is a failure
+            if bad:
+                rec["contract"] = bad
             if s == 200:
                 ans = json.loads(b)
                 rec["input_tokens"] = ans.get("usage", {}).get("input_tokens")
@@ -301,9 +338,10 @@ def main():
         for name in W:  # the excluded feasibility run
             r = one(name, "feasibility", 0)
             first = first or r
-            fails += r["status"] != 200
-            if r["status"] != 200:
-                print(f"  {name}: HTTP {r['status']} {r.get('error', '')[:200]}", flush=True)
+            fails += not r["ok"]
+            if not r["ok"]:
+                print(f"  {name}: HTTP {r['status']} {r.get('error', '')[:200]} "
+                      f"{r.get('contract', '')[:200]}", flush=True)
         summary["first_request_ms"] = first["client_ms"]
         summary["input_tokens"] = {}
         for run in range(1, a.runs + 1):
@@ -319,7 +357,7 @@ def main():
             tr = time.monotonic()
             for name, (_, nq) in W.items():
                 recs = [one(name, "measured", run) for _ in range(a.reps)]
-                ok = [r for r in recs if r["status"] == 200]
+                ok = [r for r in recs if r["ok"]]
                 fails += len(recs) - len(ok)
                 lat = [r["client_ms"] for r in ok]
                 if ok:
@@ -346,7 +384,7 @@ def main():
         split = {}
         for name in W:
             rs = [r for r in recs if r["workload"] == name and r["phase"] == "measured" and
-                  r["status"] == 200]
+                  r.get("ok", r["status"] == 200)]
             st = {}
             for r in rs:
                 for part in (r.get("server_timing") or "").split(","):
@@ -365,6 +403,8 @@ def main():
         t.stop()
         mem.stop_ = True
         summary["peak_gpu_memory_mib"] = mem.peak if mem.ok else None
+        summary["answers_checked"] = check.n
+        summary["answer_check_off"] = check.off
         summary["failures"] = fails
         raw.close()
         for name in ("ex", "pp", "fe"):
