@@ -405,6 +405,30 @@ int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
   return 0;
 }
 
+static uint64_t family_max_body(const char *family) {
+  if (strcmp(family, "jemm") == 0)
+    return CM_LIMIT_MAX_BODY_JEMM;
+  if (strcmp(family, "omnijev") == 0)
+    return CM_LIMIT_MAX_BODY_OMNIJEV;
+  return CM_LIMIT_MAX_BODY_OPEN_JEV;
+}
+
+int cm_model_dir_max_body(const struct cm_model_dir *dir, uint64_t *ret_bytes,
+                          struct cm_diag *diag) {
+  json_object *lim = NULL, *v = NULL;
+  if (!json_object_object_get_ex(dir->manifest, "limits", &lim) ||
+      !json_object_object_get_ex(lim, "max_body_bytes", &v)) {
+    *ret_bytes = family_max_body(dir->family);
+    return 0;
+  }
+  int64_t n = json_object_get_int64(v);
+  if (!json_object_is_type(v, json_type_int) || n < 1 || n > (int64_t)CM_LIMIT_MAX_BODY_HARD)
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: limits.max_body_bytes must be an integer in 1 .. "
+                       "%u", dir->path, CM_LIMIT_MAX_BODY_HARD);
+  *ret_bytes = (uint64_t)n;
+  return 0;
+}
+
 json_object *cm_model_dir_manifest_new(const char *family, json_object *config, bool vision,
                                        const char *tokenizer_file, json_object *image_processor) {
   json_object *m = json_object_new_object();

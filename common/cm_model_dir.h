@@ -7,6 +7,7 @@
 
 #include <json-c/json.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "cm_error.h"
 #include "cm_safetensors.h"
@@ -33,6 +34,13 @@ struct cm_model_dir {
 #define CM_LIMIT_MAX_IMAGES 16              /* images per request */
 #define CM_LIMIT_MAX_IMAGE_PIXELS 16777216  /* pixels per image (spec §1.4 longest_edge) */
 #define CM_LIMIT_MAX_ROWS 256               /* continuation rows per request */
+/* Request body limits by family when manifest limits.max_body_bytes is absent, each its
+ * reference's: Open-Jev
+ * 4 MiB (413), OmniJev's worker 12 MiB (413), JEMM 16,000,000 bytes (its reference's 422). */
+#define CM_LIMIT_MAX_BODY_OPEN_JEV 4194304u
+#define CM_LIMIT_MAX_BODY_OMNIJEV 12582912u
+#define CM_LIMIT_MAX_BODY_JEMM 16000000u
+#define CM_LIMIT_MAX_BODY_HARD (64u << 20)  /* no model may accept more (PROTO_MAX_BODY_BYTES) */
 
 /* Opens and verifies a model directory (format, family known, every file's SHA-256, required keys).
  * A listed file is not re-hashed when the verified-file cache (cm_verify_cache.h) records it with
@@ -49,6 +57,13 @@ struct cm_model_dir {
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag);
 void cm_model_dir_free(struct cm_model_dir *dir);
 
+/* The request body limit of a model, bytes: manifest limits.max_body_bytes (an integer in
+ * 1 .. CM_LIMIT_MAX_BODY_HARD), else its family's CM_LIMIT_MAX_BODY_* (4 MiB for another family).
+ * Returns 0 with *ret_bytes; -CM_EFORMAT when limits.max_body_bytes is present and not such an
+ * integer (diag names it). */
+int cm_model_dir_max_body(const struct cm_model_dir *dir, uint64_t *ret_bytes,
+                          struct cm_diag *diag);
+
 /* True for a family whose loader this build has ("qwen3_5", "open_jev", "omnijev", "jemm"). */
 bool cm_model_family_known(const char *family);
 
@@ -59,7 +74,8 @@ int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
 
 /* Builds the head of a manifest in the key order s1-export writes: format, family, config, vision,
  * tokenizer {"file": tokenizer_file}, chat {"prefix": "", "suffix": ""} (placeholders the families
- * fill), image_processor (or null), calibration {}, limits (the CM_LIMIT_* defaults above). The
+ * fill), image_processor (or null), calibration {}, limits (the CM_LIMIT_* defaults above; no
+ * max_body_bytes: the family's default applies until a directory sets one). The
  * caller adds upstream, the adapter block and files (s1-export, s1-mkmodel --s1-out).
  * Ownership: takes a new reference on config and image_processor (NULL: null); the result is the
  * caller's (json_object_put). Returns NULL when out of memory. */

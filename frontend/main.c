@@ -20,8 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_runtime.h"
 #include "cm_version.h"
+#include "fe_http1.h"
 #include "fe_metrics.h"
+#include "fe_security.h"
 #include "fe_static.h"
 #include "proto_job.h"
 #include "proto_status.h"
@@ -53,6 +56,15 @@ struct ev {
   nng_msg *msg;   /* EV_RECV: the message received (owned by the event) */
   uint64_t job_id; /* EV_SEND_FAILED */
   uint32_t pipe;   /* EV_PIPE_REM */
+};
+
+#define MAX_LIMITS 256 /* model names (ids and aliases) with a body limit */
+
+/* A model name and its request body limit (limits.max_body_bytes, listed in /v1/models). */
+struct body_limit {
+  char *name;        /* model id or alias (heap) */
+  const char *model; /* the model's id (the entry naming it owns it) */
+  size_t max_body;   /* bytes */
 };
 
 /* One POST waiting for its answer; allocated from the request's pool. */
@@ -93,12 +105,19 @@ static struct {
   h2o_linklist_t queue;             /* pending, waiting for a credit */
   h2o_linklist_t in_flight;         /* pending, sent to a preprocessor */
   size_t queue_len, queue_max;      /* queued now, and the bound (--queue) */
-  size_t max_body;                  /* body limit, bytes (--max-body) */
+  size_t max_body;                  /* body cap over every model's limit, bytes (--max-body) */
+  struct body_limit limits[MAX_LIMITS]; /* model ids and aliases → body limit (from STATUS) */
+  int n_limits;                     /* entries in limits */
+  int n_limit_models;               /* distinct models among them */
+  size_t max_model_body;            /* the largest model limit (0: none known yet) */
   int64_t timeout_us;               /* request deadline after arrival (--timeout-ms) */
   uint64_t next_job;                /* last job id handed out */
   struct worker workers[MAX_WORKERS]; /* known preprocessors */
   int n_workers;                    /* entries in workers */
   struct fe_metrics metrics;        /* /metrics */
+  struct fe_security sec;           /* origin rule, bearer token */
+  int listen_loopback;              /* --listen is a 127.0.0.0/8 address */
+  char *default_pool;               /* the default --pool URL (heap), NULL when given */
   volatile sig_atomic_t term;       /* SIGTERM seen (signal handler) */
   int draining;                     /* admission stopped */
 } g;
@@ -119,14 +138,20 @@ static void on_term(int sig) {
 static const char *reason_of(int status) {
   switch (status) {
   case 200: return "OK";
+  case 204: return "No Content";
   case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
   case 413: return "Payload Too Large";
   case 415: return "Unsupported Media Type";
+  case 417: return "Expectation Failed";
   case 422: return "Unprocessable Entity";
+  case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
   case 503: return "Service Unavailable";
+  case 501: return "Not Implemented";
   case 504: return "Gateway Timeout";
   default: return "Status";
   }
@@ -217,44 +242,109 @@ static void respond_plain_error(h2o_req_t *req, int status, const char *type, co
 }
 
 static char *request_id(h2o_req_t *req);
+static void new_request_id(char *buf, size_t cap);
 
-/* ---- the 413 shape filter ------------------------------------------------------------------- */
+/* ---- h2o's own answers and refused framing ------------------------------------------------ */
 
-/* h2o answers an oversize body itself (text/plain). This filter replaces that answer's body with
- * the error shape; everything else passes through untouched. */
-static const char too_large_body[] =
-    "{\"error\":{\"type\":\"too_large\",\"message\":\"body: larger than the limit\"}}";
+/* h2o answers a few requests itself, as text/plain: an oversize body (413, refused while
+ * reading), an Expect other than 100-continue (417), a path outside every route (404). This
+ * filter gives those answers the error shape and headers of wire.md; every other answer (ours
+ * carry x-request-id) passes through. It also tells fe_http1 that a response started, so the
+ * connection's framer is put back in front once h2o re-arms reading. */
+struct h2o_error_shape {
+  int status;        /* h2o's status */
+  const char *body;  /* the wire.md error body */
+};
+static const struct h2o_error_shape h2o_errors[] = {
+    {400, "{\"error\":{\"type\":\"bad_request\",\"message\":\"request: refused by the HTTP layer\"}}"},
+    {404, "{\"error\":{\"type\":\"not_found\",\"message\":\"no such route\"}}"},
+    {413, "{\"error\":{\"type\":\"too_large\",\"message\":\"body: larger than the limit\"}}"},
+    {417, "{\"error\":{\"type\":\"expectation_failed\",\"message\":\"Expect: only 100-continue "
+          "is supported\"}}"},
+};
+static const char h2o_error_other[] =
+    "{\"error\":{\"type\":\"internal\",\"message\":\"the HTTP layer failed\"}}";
 
-static void too_large_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n,
-                           h2o_send_state_t state) {
+struct shape_ostream {
+  h2o_ostream_t super; /* h2o's ostream */
+  const char *body;    /* the body sent instead of h2o's */
+};
+
+static void shape_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n,
+                       h2o_send_state_t state) {
   (void)bufs, (void)n;
   if (h2o_send_state_is_in_progress(state)) {
     h2o_ostream_send_next(self, req, NULL, 0, state);
     return;
   }
-  h2o_iovec_t b = h2o_iovec_init(too_large_body, sizeof(too_large_body) - 1);
+  const char *body = ((struct shape_ostream *)self)->body;
+  h2o_iovec_t b = h2o_iovec_init(body, strlen(body));
   h2o_ostream_send_next(self, req, &b, 1, state);
 }
 
 static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
   (void)self;
-  /* Only h2o's own 413 (refused while reading): ours already has the shape and headers. */
-  if (req->res.status == 413 &&
+  fe_http1_response_started(req);
+  if (req->res.status >= 400 &&
       h2o_find_header_by_str(&req->res.headers, H2O_STRLIT("x-request-id"), -1) < 0) {
+    const char *body = h2o_error_other;
+    for (size_t k = 0; k < sizeof(h2o_errors) / sizeof(*h2o_errors); k++)
+      if (h2o_errors[k].status == req->res.status)
+        body = h2o_errors[k].body;
     ssize_t i = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
     if (i >= 0)
       req->res.headers.entries[i].value = h2o_iovec_init(H2O_STRLIT("application/json"));
-    req->res.content_length = sizeof(too_large_body) - 1;
+    req->res.content_length = strlen(body);
     char *rid = request_id(req);
     add_hdr(req, "x-request-id", rid, strlen(rid));
+    add_hdr(req, "cache-control", "no-store", 8);
+    add_hdr(req, "x-content-type-options", "nosniff", 7);
     add_hdr(req, "server-timing", H2O_STRLIT("queue;dur=0.000, preprocess;dur=0.000, "
                                              "execute;dur=0.000, finish;dur=0.000"));
-    fe_metrics_count_status(&g.metrics, 413);
-    h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
-    o->do_send = too_large_send;
-    slot = &o->next;
+    fe_metrics_count_status(&g.metrics, req->res.status);
+    struct shape_ostream *o = (struct shape_ostream *)h2o_add_ostream(req, sizeof(*o), slot);
+    o->super.do_send = shape_send;
+    o->body = body;
+    slot = &o->super.next;
   }
   h2o_setup_next_ostream(req, slot);
+}
+
+/* The answer to a request the framer refused (fe_http1_render_fn): the wire.md shape, written
+ * by fe_http1 directly on the connection, which then closes. */
+static int render_refusal(const struct fe_framing_refusal *r, char **ret_bytes, size_t *ret_len) {
+  json_object *root = json_object_new_object(), *err = json_object_new_object();
+  json_object_object_add(err, "type", json_object_new_string(r->type));
+  json_object_object_add(err, "message", json_object_new_string(r->message));
+  json_object_object_add(root, "error", err);
+  size_t n = 0;
+  const char *body = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
+                                                       JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+  char rid[FE_FRAMING_MAX_ID_BYTES + 1];
+  if (r->request_id[0])
+    snprintf(rid, sizeof(rid), "%s", r->request_id);
+  else
+    new_request_id(rid, sizeof(rid));
+  const char *rev = served_revision();
+  size_t cap = n + 640 + (rev ? strlen(rev) : 0);
+  char *out = malloc(cap);
+  int k = out ? snprintf(out, cap, "HTTP/1.1 %d %s\r\nserver: s1serve\r\nconnection: close\r\n"
+                         "content-type: application/json\r\ncontent-length: %zu\r\n"
+                         "x-request-id: %s\r\ncache-control: no-store\r\n"
+                         "x-content-type-options: nosniff\r\nserver-timing: queue;dur=0.000, "
+                         "preprocess;dur=0.000, execute;dur=0.000, finish;dur=0.000\r\n"
+                         "%s%s%s\r\n%s", r->status, reason_of(r->status), n, rid,
+                         rev ? "x-model-revision: " : "", rev ? rev : "", rev ? "\r\n" : "", body)
+              : -1;
+  json_object_put(root);
+  if (k < 0 || (size_t)k >= cap) {
+    free(out);
+    return -ENOMEM;
+  }
+  fe_metrics_count_status(&g.metrics, r->status);
+  *ret_bytes = out;
+  *ret_len = (size_t)k;
+  return 0;
 }
 
 /* ---- preprocessors and credits -------------------------------------------------------------- */
@@ -276,17 +366,20 @@ static struct worker *worker_by_id(const char *id, uint32_t pipe) {
   return w;
 }
 
+static void update_limits(void);
+
 static void worker_remove(int i) {
   free(g.workers[i].id);
   proto_status_fini(&g.workers[i].st);
   g.workers[i] = g.workers[--g.n_workers];
+  update_limits();
 }
 
 /* Health of the pool: 0 when at least one preprocessor serves (reports READY), else the code and
  * reason: not_ready while none is connected or all are starting, unavailable when the connected
  * ones have no executor left. A preprocessor joining later (still starting) changes nothing. */
 static int pool_state(const char **ret_reason) {
-  int any = 0, starting = 0, ready = 0;
+  int any = 0, starting = 0, draining = 0, ready = 0;
   const char *why = NULL;
   for (int i = 0; i < g.n_workers; i++) {
     if (!g.workers[i].has_status)
@@ -295,6 +388,8 @@ static int pool_state(const char **ret_reason) {
     const struct proto_status *s = &g.workers[i].st;
     if (s->state == PROTO_STATE_STARTING)
       starting = 1;
+    else if (s->state == PROTO_STATE_DRAINING)
+      draining = 1;
     else if (s->state == PROTO_STATE_READY)
       ready++;
     else
@@ -304,8 +399,10 @@ static int pool_state(const char **ret_reason) {
     *ret_reason = NULL;
     return 0;
   }
-  if (!any || (starting && !why)) {
-    *ret_reason = any ? "warm-up not finished" : "no preprocessor connected";
+  if (!any || ((starting || draining) && !why)) {
+    *ret_reason = !any ? "no preprocessor connected"
+                  : starting ? "warm-up not finished"
+                             : "the preprocessors are shutting down (draining)";
     return -CM_ENOTREADY;
   }
   *ret_reason = why ? why : "no executor available";
@@ -400,6 +497,98 @@ static struct pending *find_in_flight(uint64_t job_id) {
   return NULL;
 }
 
+static void add_limit(const char *name, const char *model, size_t max_body) {
+  for (int i = 0; i < g.n_limits; i++)
+    if (strcmp(g.limits[i].name, name) == 0)
+      return;
+  if (g.n_limits == MAX_LIMITS || !(g.limits[g.n_limits].name = strdup(name)))
+    return;
+  g.limits[g.n_limits].model = model ? model : g.limits[g.n_limits].name;
+  g.limits[g.n_limits++].max_body = max_body;
+}
+
+/* The body limits of every model the preprocessors serve (their /v1/models entries carry
+ * max_body_bytes); h2o's own limit follows the largest, capped by --max-body. */
+static void update_limits(void) {
+  for (int i = 0; i < g.n_limits; i++)
+    free(g.limits[i].name);
+  g.n_limits = g.n_limit_models = 0;
+  g.max_model_body = 0;
+  for (int w = 0; w < g.n_workers; w++)
+    for (uint32_t k = 0; g.workers[w].has_status && k < g.workers[w].st.n_models; k++) {
+      json_object *d = json_tokener_parse(g.workers[w].st.models[k].describe), *v = NULL, *al;
+      int64_t lim = d && json_object_object_get_ex(d, "max_body_bytes", &v)
+                        ? json_object_get_int64(v) : 0;
+      const char *id = g.workers[w].st.models[k].id;
+      size_t max_body = lim > 0 && (uint64_t)lim < g.max_body ? (size_t)lim : g.max_body;
+      int known = 0;
+      for (int i = 0; i < g.n_limits; i++)
+        known |= strcmp(g.limits[i].name, id) == 0;
+      if (!known) {
+        int first = g.n_limits;
+        add_limit(id, NULL, max_body);
+        if (g.n_limits > first) {
+          g.n_limit_models++;
+          const char *model = g.limits[first].name;
+          if (json_object_object_get_ex(d, "aliases", &al) && json_object_is_type(al, json_type_array))
+            for (size_t a = 0; a < json_object_array_length(al); a++) {
+              const char *name = json_object_get_string(json_object_array_get_idx(al, a));
+              if (name)
+                add_limit(name, model, max_body);
+            }
+        }
+        if (max_body > g.max_model_body)
+          g.max_model_body = max_body;
+      }
+      json_object_put(d);
+    }
+  /* h2o refuses a chunked body that reaches its limit (a Content-Length equal to it passes):
+   * one byte of slack lets exactly the limit through both ways; handle_post refuses the rest */
+  g.config.max_request_entity_size = (g.max_model_body ? g.max_model_body : g.max_body) + 1;
+}
+
+/* The body limit of one request: its x-model header's model, the only model, or the largest
+ * (the preprocessor checks the model its body names). *ret_model: the model's id or NULL. */
+static size_t request_body_limit(const char *model_header, const char **ret_model) {
+  *ret_model = NULL;
+  if (!g.n_limits)
+    return g.max_body;
+  for (int i = 0; model_header && i < g.n_limits; i++)
+    if (strcmp(g.limits[i].name, model_header) == 0) {
+      *ret_model = g.limits[i].model;
+      return g.limits[i].max_body;
+    }
+  if (g.n_limit_models == 1) {
+    *ret_model = g.limits[0].model;
+    return g.limits[0].max_body;
+  }
+  return g.max_model_body;
+}
+
+/* Answers a REP context with ACK: the preprocessor's credit ends without a job (it drains). */
+static void slot_ack(struct slot *s) {
+  struct proto_bytes ack = {0};
+  s->job_id = 0;
+  if (proto_simple_encode(PROTO_KIND_ACK, &ack) == 0)
+    slot_send(s, &ack);
+  else
+    slot_recv(s);
+  proto_bytes_free(&ack);
+}
+
+/* A preprocessor reported DRAINING: the credits it holds go back to it (ACK), so its workers end
+ * once their jobs are answered. */
+static void release_credits(uint32_t pipe) {
+  for (int i = 0; i < g.n_slots; i++) {
+    struct slot *s = &g.slots[i];
+    if (s->phase == SLOT_HOLD && s->pipe == pipe) {
+      h2o_linklist_unlink(&s->link);
+      g.metrics.credits--;
+      slot_ack(s);
+    }
+  }
+}
+
 static void on_recv_event(struct slot *s, nng_msg *m) {
   enum proto_kind kind;
   uint32_t pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(m));
@@ -422,6 +611,9 @@ static void on_recv_event(struct slot *s, nng_msg *m) {
         w->st = st;
         w->has_status = 1;
         w->seen_us = mono_us();
+        if (w->st.state == PROTO_STATE_DRAINING)
+          release_credits(pipe);
+        update_limits();
       } else {
         proto_status_fini(&st);
       }
@@ -453,7 +645,12 @@ static void on_recv_event(struct slot *s, nng_msg *m) {
     if (p)
       answer(p, &ask.reply);
   }
+  bool no_credit = ask.last || (w && w->has_status && w->st.state == PROTO_STATE_DRAINING);
   proto_ask_fini(&ask);
+  if (no_credit) { /* a draining preprocessor: its reply, then ACK instead of a job */
+    slot_ack(s);
+    return;
+  }
   s->phase = SLOT_HOLD;
   s->pipe = pipe;
   h2o_linklist_insert(&g.credits, &s->link);
@@ -599,24 +796,29 @@ static void on_tick(h2o_timeout_entry_t *entry) {
 
 /* ---- routes --------------------------------------------------------------------------------- */
 
+/* A generated request id, 39 characters, into buf (≥ 40 bytes). */
+static void new_request_id(char *buf, size_t cap) {
+  static uint64_t counter;
+  uint8_t r[8];
+  uint64_t x = (uint64_t)proto_now_us() ^ ((uint64_t)getpid() << 40) ^
+               (++counter * 0x9e3779b97f4a7c15ull);
+  memcpy(r, &x, 8);
+  snprintf(buf, cap, "%02x%02x%02x%02x%02x%02x%02x%02x-%llu", r[0], r[1], r[2], r[3], r[4], r[5],
+           r[6], r[7], (unsigned long long)counter);
+}
+
 static char *request_id(h2o_req_t *req) {
   ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
   if (i >= 0) {
     h2o_iovec_t v = req->headers.entries[i].value;
-    int ok = v.len > 0 && v.len <= 128;
+    int ok = v.len > 0 && v.len <= FE_FRAMING_MAX_ID_BYTES;
     for (size_t k = 0; ok && k < v.len; k++)
       ok = v.base[k] > 0x20 && v.base[k] < 0x7f;
     if (ok)
       return h2o_strdup(&req->pool, v.base, v.len).base;
   }
-  static uint64_t counter;
-  uint8_t r[8];
-  h2o_mem_pool_t *pool = &req->pool;
-  char *s = h2o_mem_alloc_pool(pool, 40);
-  uint64_t x = (uint64_t)proto_now_us() ^ ((uint64_t)getpid() << 40) ^ (++counter * 0x9e3779b97f4a7c15ull);
-  memcpy(r, &x, 8);
-  snprintf(s, 40, "%02x%02x%02x%02x%02x%02x%02x%02x-%llu", r[0], r[1], r[2], r[3], r[4], r[5],
-           r[6], r[7], (unsigned long long)counter);
+  char *s = h2o_mem_alloc_pool(&req->pool, 40);
+  new_request_id(s, 40);
   return s;
 }
 
@@ -638,9 +840,23 @@ static void handle_post(h2o_req_t *req, char *rid) {
     respond_error(req, -CM_EMEDIA, "Content-Type: must be application/json", rid, 0);
     return;
   }
-  if (req->entity.len > g.max_body) {
+  ssize_t mh = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-model"), -1);
+  char *model_header = mh >= 0 && req->headers.entries[mh].value.len <= PROTO_MAX_ID_BYTES
+                           ? h2o_strdup(&req->pool, req->headers.entries[mh].value.base,
+                                        req->headers.entries[mh].value.len).base
+                           : NULL;
+  const char *limit_model = NULL;
+  size_t limit = request_body_limit(model_header, &limit_model);
+  if (req->entity.len > limit) {
     fe_metrics_count_status(&g.metrics, 413);
-    respond_error(req, -CM_ETOOLARGE, "body: larger than the limit", rid, 0);
+    char msg[PROTO_MAX_ID_BYTES + 96];
+    if (limit_model)
+      snprintf(msg, sizeof(msg), "body: %zu bytes; %s accepts at most %zu", req->entity.len,
+               limit_model, limit);
+    else
+      snprintf(msg, sizeof(msg), "body: %zu bytes, larger than the limit %zu", req->entity.len,
+               limit);
+    respond_error(req, -CM_ETOOLARGE, msg, rid, 0);
     return;
   }
   const char *reason = NULL;
@@ -665,11 +881,7 @@ static void handle_post(h2o_req_t *req, char *rid) {
   p->start_us = mono_us();
   p->dispatch_us = p->start_us;
   p->deadline_us = proto_now_us() + g.timeout_us;
-  ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-model"), -1);
-  if (i >= 0 && req->headers.entries[i].value.len <= PROTO_MAX_ID_BYTES) {
-    h2o_iovec_t v = req->headers.entries[i].value;
-    p->model_header = h2o_strdup(&req->pool, v.base, v.len).base;
-  }
+  p->model_header = model_header;
   p->state = PEND_QUEUED;
   h2o_linklist_insert(&g.queue, &p->link);
   g.queue_len++;
@@ -748,6 +960,44 @@ static void handle_metrics(h2o_req_t *req, char *rid) {
   free(text);
 }
 
+/* The origin rule and the bearer token (fe_security.h); CORS headers for an allowed origin.
+ * Returns 0 when the request may go on, else it was answered. */
+static int check_access(h2o_req_t *req, char *rid, int on_post_route, int is_health,
+                        int is_options) {
+  int preflight = is_options &&
+                  h2o_find_header_by_str(&req->headers, H2O_STRLIT("access-control-request-method"),
+                                         -1) >= 0;
+  struct fe_access a = fe_security_check(&g.sec, req, is_health, preflight);
+  if (a.status) {
+    if (on_post_route)
+      fe_metrics_count_status(&g.metrics, a.status);
+    if (a.status == 401)
+      add_hdr(req, "www-authenticate", H2O_STRLIT("Bearer realm=\"s1serve\""));
+    respond_plain_error(req, a.status, a.type, a.message, rid);
+    return -1;
+  }
+  if (a.cors) {
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("origin"), -1);
+    h2o_iovec_t o = req->headers.entries[i].value;
+    add_hdr(req, "access-control-allow-origin", o.base, o.len);
+    add_hdr(req, "vary", H2O_STRLIT("Origin"));
+    add_hdr(req, "access-control-expose-headers",
+            H2O_STRLIT("x-request-id, server-timing, x-model-revision"));
+    if (preflight) { /* the browser asks before a cross-origin POST: say yes, with no body */
+      int post = h2o_memis(req->path_normalized.base, req->path_normalized.len,
+                           H2O_STRLIT("/v1/systemone"));
+      add_hdr(req, "allow", post ? "POST" : "GET, HEAD", post ? 4 : 9);
+      add_hdr(req, "access-control-allow-methods", H2O_STRLIT("GET, HEAD, POST"));
+      add_hdr(req, "access-control-allow-headers",
+              H2O_STRLIT("content-type, authorization, x-request-id, x-model"));
+      add_hdr(req, "access-control-max-age", H2O_STRLIT("600"));
+      respond(req, 204, "", 0, rid, NULL, NULL, 0);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* A compiled-in document (fe_static.h): the page or the OpenAPI document. */
 static void handle_static(h2o_req_t *req, char *rid, const struct fe_asset *a) {
   req->res.status = 200;
@@ -772,17 +1022,34 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
   /* HEAD answers as GET does; h2o sends its status and headers (Content-Length too), no body. */
   int is_head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
-  const struct fe_asset *asset;
-  if (h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"))) {
+  int is_options = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("OPTIONS"));
+  int on_post_route = h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"));
+  int is_health = h2o_memis(path.base, path.len, H2O_STRLIT("/health"));
+  int on_get_route = is_health || h2o_memis(path.base, path.len, H2O_STRLIT("/v1/models")) ||
+                     h2o_memis(path.base, path.len, H2O_STRLIT("/metrics"));
+  const struct fe_asset *asset = on_post_route || on_get_route
+                                     ? NULL
+                                     : fe_static_find(path.base, path.len);
+  /* the static documents hold no data: the origin rule, no token (a browser navigates to them) */
+  if ((on_post_route || on_get_route || asset) &&
+      check_access(req, rid, on_post_route, is_health || asset != NULL, is_options))
+    return 0;
+  if ((on_post_route || on_get_route || asset) && is_options) { /* RFC 9110 §9.3.7 */
+    if (on_post_route)
+      add_hdr(req, "allow", "POST", 4);
+    else
+      add_hdr(req, "allow", "GET, HEAD", 9);
+    respond(req, 204, "", 0, rid, NULL, NULL, 0);
+    return 0;
+  }
+  if (on_post_route) {
     if (is_post)
       handle_post(req, rid);
     else {
       add_hdr(req, "allow", "POST", 4);
       respond_plain_error(req, 405, "method_not_allowed", "use POST", rid);
     }
-  } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/health")) ||
-             h2o_memis(path.base, path.len, H2O_STRLIT("/v1/models")) ||
-             h2o_memis(path.base, path.len, H2O_STRLIT("/metrics"))) {
+  } else if (on_get_route) {
     if (!is_get && !is_head) {
       add_hdr(req, "allow", "GET, HEAD", 9);
       respond_plain_error(req, 405, "method_not_allowed", "use GET or HEAD", rid);
@@ -793,7 +1060,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
       handle_models(req, rid);
     else
       handle_metrics(req, rid);
-  } else if ((asset = fe_static_find(path.base, path.len)) != NULL) {
+  } else if (asset) {
     if (is_get || is_head)
       handle_static(req, rid, asset);
     else {
@@ -811,7 +1078,7 @@ static void on_accept(h2o_socket_t *listener, const char *err) {
     return;
   h2o_socket_t *sock;
   while ((sock = h2o_evloop_socket_accept(listener)) != NULL)
-    h2o_accept(&g.accept_ctx, sock);
+    fe_http1_accept(sock);
 }
 
 static int listen_http(const char *hostport) {
@@ -831,6 +1098,7 @@ static int listen_http(const char *hostport) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   if (port <= 0 || port > 65535 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
     return -EINVAL;
+  g.listen_loopback = (ntohl(a.sin_addr.s_addr) >> 24) == 127;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
   if (fd < 0)
     return -errno;
@@ -845,16 +1113,36 @@ static int listen_http(const char *hostport) {
   return 0;
 }
 
+/* nng_listen, with an ipc socket made 0600 (its directory is private already: cm_ipc_check). */
+static int listen_private(nng_socket sock, const char *url) {
+  nng_listener l;
+  int rv = nng_listener_create(&l, sock, url);
+  if (!rv && strncmp(url, "ipc://", 6) == 0)
+    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+  if (!rv)
+    rv = nng_listener_start(l, 0);
+  return rv;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: s1-frontend [--listen HOST:PORT] [--pool URL] [--queue N] [--max-body BYTES]\n"
-          "                   [--timeout-ms MS] [--contexts N]\n"
+          "                   [--timeout-ms MS] [--contexts N] [--allow-origin ORIGIN]...\n"
+          "                   [--auth-token-file FILE] [--tls-cert FILE --tls-key FILE]\n"
           "  --listen    HTTP address (default 127.0.0.1:8080)\n"
-          "  --pool      nng URL preprocessors dial (default ipc:///tmp/s1-frontend.sock)\n"
+          "  --pool      nng URL preprocessors dial (default ipc://RUNTIME/frontend.sock;\n"
+          "              RUNTIME: $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/s1serve or\n"
+          "              /tmp/s1serve-UID, a private 0700 directory)\n"
           "  --queue     requests waiting for a credit before 503 overloaded (default 64)\n"
-          "  --max-body  request body limit, bytes (default 4194304)\n"
+          "  --max-body  cap on every model's body limit (limits.max_body_bytes of its\n"
+          "              directory, listed by /v1/models), bytes (default 67108864)\n"
           "  --timeout-ms request deadline (default 30000)\n"
-          "  --contexts  REP contexts = most credits held at once (default 256)\n");
+          "  --contexts  REP contexts = most credits held at once (default 256)\n"
+          "  --allow-origin ORIGIN  a browser origin allowed cross-origin (repeatable; * allows\n"
+          "              any); others get 403 (default: none)\n"
+          "  --auth-token-file FILE  require Authorization: Bearer <the file's first line> on\n"
+          "              every route but /health (default: none; use it beyond loopback)\n"
+          "  --tls-cert FILE --tls-key FILE  serve HTTPS (PEM; default: plain HTTP)\n");
 }
 
 static long parse_num(const char *s, long lo, long hi) {
@@ -870,9 +1158,12 @@ int main(int argc, char **argv) {
       {"listen", required_argument, 0, 'l'},   {"pool", required_argument, 0, 'p'},
       {"queue", required_argument, 0, 'q'},    {"max-body", required_argument, 0, 'b'},
       {"timeout-ms", required_argument, 0, 't'}, {"contexts", required_argument, 0, 'c'},
+      {"allow-origin", required_argument, 0, 'o'}, {"auth-token-file", required_argument, 0, 'a'},
+      {"tls-cert", required_argument, 0, 'C'}, {"tls-key", required_argument, 0, 'K'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-  const char *listen_at = "127.0.0.1:8080", *pool_url = "ipc:///tmp/s1-frontend.sock";
-  long queue = 64, max_body = 4 << 20, timeout_ms = 30000, contexts = 256;
+  const char *listen_at = "127.0.0.1:8080", *pool_url = NULL, *token_file = NULL;
+  const char *tls_cert = NULL, *tls_key = NULL;
+  long queue = 64, max_body = PROTO_MAX_BODY_BYTES, timeout_ms = 30000, contexts = 256;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -882,14 +1173,33 @@ int main(int argc, char **argv) {
     case 'b': max_body = parse_num(optarg, 1, PROTO_MAX_BODY_BYTES); break;
     case 't': timeout_ms = parse_num(optarg, 1, 3600000); break;
     case 'c': contexts = parse_num(optarg, 1, 65536); break;
+    case 'o':
+      if (g.sec.n_origins == FE_MAX_ORIGINS) {
+        fprintf(stderr, "s1-frontend: at most %d --allow-origin\n", FE_MAX_ORIGINS);
+        return 2;
+      }
+      g.sec.origins[g.sec.n_origins++] = optarg;
+      break;
+    case 'a': token_file = optarg; break;
+    case 'C': tls_cert = optarg; break;
+    case 'K': tls_key = optarg; break;
     case 'h': usage(); return 0;
     default: usage(); return 2;
     }
   }
-  if (queue < 0 || max_body < 0 || timeout_ms < 0 || contexts < 0 || optind != argc) {
+  if (queue < 0 || max_body < 0 || timeout_ms < 0 || contexts < 0 || optind != argc ||
+      !tls_cert != !tls_key) {
     usage();
     return 2;
   }
+  struct cm_diag sdiag = {0};
+  if ((token_file && fe_security_load_token(&g.sec, token_file, &sdiag)) ||
+      (tls_cert && fe_tls_context(tls_cert, tls_key, &g.accept_ctx.ssl_ctx, &sdiag))) {
+    fprintf(stderr, "s1-frontend: %s\n", sdiag.msg);
+    cm_diag_fini(&sdiag);
+    return 1;
+  }
+  cm_diag_fini(&sdiag);
   g.queue_max = (size_t)queue;
   g.max_body = (size_t)max_body;
   g.timeout_us = timeout_ms * 1000;
@@ -902,10 +1212,11 @@ int main(int argc, char **argv) {
   h2o_linklist_init_anchor(&g.in_flight);
 
   h2o_config_init(&g.config);
-  /* h2o 2.2 refuses a chunked body that reaches its limit (a Content-Length equal to it passes):
-   * one byte of slack lets exactly max_body through both ways; handle_post refuses the rest. */
-  g.config.max_request_entity_size = g.max_body + 1;
+  /* h2o's limit follows the models' once they are known (update_limits); until then 4 MiB */
+  g.config.max_request_entity_size = (g.max_body < (4u << 20) ? g.max_body : (4u << 20)) + 1;
   g.config.server_name = h2o_iovec_init(H2O_STRLIT("s1serve"));
+  /* HTTP/1.1 only: the framer (fe_http1) guards HTTP/1 framing; no h2c upgrade or preface */
+  g.config.http1.upgrade_to_http2 = 0;
   h2o_hostconf_t *host = h2o_config_register_host(&g.config,
                                                   h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t *pathconf = h2o_config_register_path(host, "/", 0);
@@ -917,17 +1228,32 @@ int main(int argc, char **argv) {
   h2o_context_init(&g.ctx, h2o_evloop_create(), &g.config);
   g.accept_ctx.ctx = &g.ctx;
   g.accept_ctx.hosts = g.config.hosts;
+  /* the pool's ipc socket: a private directory, and the lock before nng touches the path */
+  struct cm_diag diag = {0};
+  int lock_fd = -1, rv;
+  if ((!pool_url && cm_runtime_url("frontend.sock", &g.default_pool, &diag)) ||
+      cm_ipc_check(pool_url ? pool_url : g.default_pool, true, "--pool", &diag) ||
+      cm_ipc_lock(pool_url ? pool_url : g.default_pool, "--pool", &lock_fd, &diag)) {
+    fprintf(stderr, "s1-frontend: %s\n", diag.msg ? diag.msg : "--pool: refused");
+    cm_diag_fini(&diag);
+    return 1;
+  }
+  if (!pool_url)
+    pool_url = g.default_pool;
+  if ((rv = fe_http1_init(&g.accept_ctx, render_refusal))) {
+    fprintf(stderr, "s1-frontend: HTTP/1 setup failed: %s\n", strerror(-rv));
+    return 1;
+  }
   g.mq = h2o_multithread_create_queue(g.ctx.loop);
   h2o_multithread_register_receiver(g.mq, &g.recv, on_messages);
   h2o_timeout_init(g.ctx.loop, &g.tick, TICK_MS);
   g.tick_entry.cb = on_tick;
   h2o_timeout_link(g.ctx.loop, &g.tick, &g.tick_entry);
 
-  int rv;
   if ((rv = nng_rep0_open(&g.pool)) ||
       (rv = nng_socket_set_size(g.pool, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||
       (rv = nng_pipe_notify(g.pool, NNG_PIPE_EV_REM_POST, on_pipe_event, NULL)) ||
-      (rv = nng_listen(g.pool, pool_url, NULL, 0))) {
+      (rv = listen_private(g.pool, pool_url))) {
     fprintf(stderr, "s1-frontend: cannot listen on %s: %s\n", pool_url, nng_strerror(rv));
     return 1;
   }
@@ -945,20 +1271,33 @@ int main(int argc, char **argv) {
     fprintf(stderr, "s1-frontend: cannot listen on %s: %s\n", listen_at, strerror(-rv));
     return 1;
   }
-  fprintf(stderr, "s1-frontend: http://%s, pool %s, queue %ld, body limit %ld, timeout %ld ms\n",
-          listen_at, pool_url, queue, max_body, timeout_ms);
-  while (h2o_evloop_run(g.ctx.loop, 100) == 0 || errno == EINTR) {
+  fprintf(stderr, "s1-frontend: %s://%s, pool %s, queue %ld, body limit %ld, timeout %ld ms%s%s\n",
+          tls_cert ? "https" : "http", listen_at, pool_url, queue, max_body, timeout_ms,
+          g.sec.token ? ", bearer token required" : "",
+          g.sec.n_origins ? ", cross-origin allowed for --allow-origin" : "");
+  if (!g.listen_loopback && !g.sec.token)
+    fprintf(stderr, "s1-frontend: warning: %s is beyond loopback and no --auth-token-file is "
+            "set: anyone who reaches it may use the service\n", listen_at);
+  while ((fe_http1_before_run(), h2o_evloop_run(g.ctx.loop, 100) == 0) || errno == EINTR) {
     if (g.draining && g.queue_len == 0 && g.metrics.in_flight == 0)
       break;
   }
   /* let the last answers leave */
-  for (int i = 0; i < 20; i++)
+  for (int i = 0; i < 20; i++) {
+    fe_http1_before_run();
     h2o_evloop_run(g.ctx.loop, 10);
+  }
   fprintf(stderr, "s1-frontend: drained, exiting\n");
   nng_close(g.pool);
   for (int i = 0; i < g.n_slots; i++)
     nng_aio_free(g.slots[i].aio);
   free(g.slots);
+  free(g.default_pool);
+  fe_security_fini(&g.sec);
+  if (g.accept_ctx.ssl_ctx)
+    SSL_CTX_free(g.accept_ctx.ssl_ctx);
+  if (lock_fd >= 0)
+    close(lock_fd);
   for (int i = 0; i < g.n_workers; i++) {
     free(g.workers[i].id);
     proto_status_fini(&g.workers[i].st);

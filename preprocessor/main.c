@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_runtime.h"
 #include "cm_version.h"
 #include "pp_family.h"
 #include "pp_json.h"
@@ -29,6 +30,8 @@
 #define PROBE_EVERY_MS 200
 #define PROBE_TIMEOUT_MS 1000
 #define RECV_MAX_BYTES ((size_t)1 << 30)
+#define DRAIN_MAX_US 55000000   /* SIGTERM: longest wait for jobs in hand (systemd stop: 60 s) */
+#define DRAIN_REPLY_US 10000000 /* SIGTERM: longest retrying to deliver a finished job's reply */
 
 struct executor {
   const char *url;        /* nng URL (argv) */
@@ -46,6 +49,7 @@ struct model {
   void *state;                  /* family state */
   struct pp_model_desc desc;    /* id, aliases, revision, describe */
   char *describe_text;          /* desc.describe as compact JSON */
+  uint64_t max_body;            /* request body limit, bytes (manifest limits.max_body_bytes) */
 };
 
 static struct {
@@ -58,7 +62,10 @@ static struct {
   char worker_id[128];                     /* "host:pid:id", sent with every message */
   atomic_int busy;                         /* workers inside a job */
   atomic_int serving;                      /* an executor was ready once: credits are offered */
-  volatile sig_atomic_t stop;              /* SIGTERM seen */
+  atomic_int workers_running;              /* worker threads not yet ended */
+  atomic_int status_stop;                  /* the status thread ends (after the workers) */
+  volatile sig_atomic_t stop;              /* SIGTERM seen: drain */
+  char *default_front;                     /* the default --frontend URL (heap), NULL if given */
 } g;
 
 static int64_t mono_us(void) {
@@ -207,8 +214,9 @@ static void *status_thread(void *arg) {
   for (int i = 0; i < g.n_models; i++)
     pm[i] = (struct proto_model){(char *)g.models[i].desc.id, (char *)g.models[i].desc.revision,
                                  g.models[i].describe_text};
-  while (!g.stop) {
+  while (!atomic_load(&g.status_stop)) {
     int64_t t0 = mono_us();
+    int draining = g.stop;
     probe_executors();
     struct proto_status s = {.worker = g.worker_id, .executors_total = (uint32_t)g.n_ex,
                              .credits = (uint32_t)g.credits, .models = pm,
@@ -216,6 +224,10 @@ static void *status_thread(void *arg) {
     const char *reason = NULL;
     s.state = overall_state(&s.executors_ready, &reason);
     s.reason = (char *)reason;
+    if (draining) { /* the frontend gives the idle credits back and sends no new job */
+      s.state = PROTO_STATE_DRAINING;
+      s.reason = "the preprocessor is shutting down (draining)";
+    }
     if (s.state == PROTO_STATE_READY)
       atomic_store(&g.serving, 1);
     struct proto_bytes b = {0};
@@ -223,9 +235,10 @@ static void *status_thread(void *arg) {
     if (proto_status_encode(&s, &b) == 0 && roundtrip(g.front, &b, PROBE_TIMEOUT_MS, &m) == 0)
       nng_msg_free(m);
     proto_bytes_free(&b);
-    int64_t left = PROBE_EVERY_MS * 1000 - (mono_us() - t0);
-    if (left > 0)
-      usleep((useconds_t)left);
+    /* wait for the next report; a SIGTERM is reported at once */
+    while (!atomic_load(&g.status_stop) && g.stop == draining &&
+           mono_us() - t0 < PROBE_EVERY_MS * 1000)
+      usleep(5000);
   }
   return NULL;
 }
@@ -280,6 +293,12 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
     code = cm_diag_set(&diag, -CM_ETIMEOUT, "the request deadline passed in the queue");
     goto out;
   }
+  /* the body limit of the model the request is for: before parsing when only one is loaded */
+  if (g.n_models == 1 && job->n_body > g.models[0].max_body) {
+    code = cm_diag_set(&diag, -CM_ETOOLARGE, "body: %zu bytes; %s accepts at most %llu",
+                       job->n_body, g.models[0].desc.id, (unsigned long long)g.models[0].max_body);
+    goto out;
+  }
   if ((code = pp_json_parse(job->body, job->n_body, &root, &diag)))
     goto out;
   if (!json_object_is_type(root, json_type_object)) {
@@ -288,6 +307,11 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
   }
   if (!(md = route(root, job->model, &diag, &code)))
     goto out;
+  if (job->n_body > md->max_body) {
+    code = cm_diag_set(&diag, -CM_ETOOLARGE, "body: %zu bytes; %s accepts at most %llu",
+                       job->n_body, md->desc.id, (unsigned long long)md->max_body);
+    goto out;
+  }
   free(rp->model_revision);
   rp->model_revision = md->desc.revision ? strdup(md->desc.revision) : NULL;
   if ((code = md->fam->compile(md->state, root, &info, &prog, &ctx, &diag)))
@@ -378,18 +402,35 @@ out:
   cm_diag_fini(&diag);
 }
 
-/* One credit: ask (with the previous reply), take the job, answer it. */
+/* One credit: ask (with the previous reply), take the job, answer it. After SIGTERM (drain) the
+ * reply of the job in hand goes out in a `last` ask, which the frontend answers with ACK, and an
+ * idle credit ends when the frontend gives it back (ACK); a job that arrives meanwhile is still
+ * answered. The reply is dropped only once it was sent. */
 static void *worker_thread(void *arg) {
   (void)arg;
   nng_ctx ctx;
   nng_aio *aio = NULL;
   struct proto_ask ask = {.worker = g.worker_id};
-  if (nng_ctx_open(&ctx, g.front) || nng_aio_alloc(&aio, NULL, NULL))
+  if (nng_ctx_open(&ctx, g.front) || nng_aio_alloc(&aio, NULL, NULL)) {
+    atomic_fetch_sub(&g.workers_running, 1);
     return NULL;
+  }
   /* no credit before an executor has finished its warm-up: a job would only fail here */
   while (!g.stop && !atomic_load(&g.serving))
     usleep(20000);
-  while (!g.stop) {
+  int64_t give_up_us = 0;
+  for (;;) {
+    bool last = g.stop;
+    if (last && !ask.has_reply)
+      break; /* draining, nothing to deliver and no credit held */
+    if (last && !give_up_us)
+      give_up_us = mono_us() + DRAIN_REPLY_US;
+    if (last && mono_us() > give_up_us) {
+      fprintf(stderr, "s1-preprocessor: drain: the reply to job %llu could not be delivered\n",
+              (unsigned long long)ask.reply.job_id);
+      break;
+    }
+    ask.last = last;
     struct proto_bytes b = {0};
     nng_msg *m = NULL;
     if (proto_ask_encode(&ask, &b) || nng_msg_alloc(&m, 0) || nng_msg_append(m, b.data, b.len)) {
@@ -399,24 +440,34 @@ static void *worker_thread(void *arg) {
       continue;
     }
     proto_bytes_free(&b);
-    proto_reply_fini(&ask.reply);
-    ask.has_reply = false;
     nng_aio_set_timeout(aio, 1000);
     nng_aio_set_msg(aio, m);
     nng_ctx_send(ctx, aio);
     nng_aio_wait(aio);
     if (nng_aio_result(aio)) {
       nng_msg_free(m);
-      continue; /* frontend not there yet */
+      continue; /* frontend not there (yet): the reply, if any, goes with the next ask */
     }
+    proto_reply_fini(&ask.reply);
+    ask.has_reply = false;
     /* wait for a job with no timeout: a cancelled REQ receive abandons the request, and the job
-     * the frontend then sends would be dropped. Closing the socket (SIGTERM) ends the wait. */
-    nng_aio_set_timeout(aio, NNG_DURATION_INFINITE);
+     * the frontend then sends would be dropped. A `last` ask is answered by ACK at once. */
+    nng_aio_set_timeout(aio, last ? 10000 : NNG_DURATION_INFINITE);
     nng_ctx_recv(ctx, aio);
     nng_aio_wait(aio);
-    if (nng_aio_result(aio))
-      continue; /* the frontend went away (or we stop); ask again */
+    if (nng_aio_result(aio)) {
+      if (last || g.stop)
+        break;
+      continue; /* the frontend went away; ask again */
+    }
     m = nng_aio_get_msg(aio);
+    enum proto_kind kind = PROTO_KIND_COUNT;
+    if (proto_peek(nng_msg_body(m), nng_msg_len(m), &kind, NULL) == 0 && kind == PROTO_KIND_ACK) {
+      nng_msg_free(m); /* the credit came back (we drain) or the last reply was taken */
+      if (last || g.stop)
+        break;
+      continue;
+    }
     atomic_fetch_add(&g.busy, 1);
     struct proto_job job = {0};
     struct cm_diag diag = {0};
@@ -434,6 +485,7 @@ static void *worker_thread(void *arg) {
   proto_reply_fini(&ask.reply);
   nng_aio_free(aio);
   nng_ctx_close(ctx);
+  atomic_fetch_sub(&g.workers_running, 1);
   return NULL;
 }
 
@@ -447,8 +499,13 @@ static int load_model(const char *path, struct model *md) {
                     "this build", path, md->dir->family);
   if (!r)
     r = md->fam->load(md->dir, &md->state, &diag);
+  if (!r)
+    r = cm_model_dir_max_body(md->dir, &md->max_body, &diag);
   if (!r) {
     md->fam->describe(md->state, &md->desc);
+    /* /v1/models lists the body limit; the frontend reads it from here */
+    json_object_object_add(md->desc.describe, "max_body_bytes",
+                           json_object_new_int64((int64_t)md->max_body));
     md->describe_text = strdup(json_object_to_json_string_ext(md->desc.describe,
                                                               JSON_C_TO_STRING_PLAIN));
   }
@@ -460,8 +517,9 @@ static int load_model(const char *path, struct model *md) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: s1-preprocessor --frontend URL --executor URL [--executor URL...]\n"
+          "usage: s1-preprocessor [--frontend URL] --executor URL [--executor URL...]\n"
           "                       --model DIR [--model DIR...] [--credits K] [--id NAME]\n"
+          "  --frontend the frontend's pool (default ipc://RUNTIME/frontend.sock, as s1-frontend)\n"
           "  --credits  jobs this process works on at once (default 4)\n");
 }
 
@@ -508,9 +566,22 @@ int main(int argc, char **argv) {
     default: usage(); return 2;
     }
   }
-  if (!front || !g.n_ex || !n_paths || optind != argc) {
+  if (!g.n_ex || !n_paths || optind != argc) {
     usage();
     return 2;
+  }
+  /* ipc sockets only in a private directory (cm_runtime.h): no other user can have made them */
+  struct cm_diag rdiag = {0};
+  int bad = !front && cm_runtime_url("frontend.sock", &g.default_front, &rdiag);
+  if (!bad && !front)
+    front = g.default_front;
+  bad = bad || cm_ipc_check(front, true, "--frontend", &rdiag);
+  for (int i = 0; !bad && i < g.n_ex; i++)
+    bad = cm_ipc_check(g.ex[i].url, true, "--executor", &rdiag) != 0;
+  if (bad) {
+    fprintf(stderr, "s1-preprocessor: %s\n", rdiag.msg ? rdiag.msg : "refused");
+    cm_diag_fini(&rdiag);
+    return 1;
   }
   char host[64] = "host";
   gethostname(host, sizeof(host) - 1);
@@ -554,18 +625,26 @@ int main(int argc, char **argv) {
           g.worker_id, g.n_models, g.n_ex, g.credits, front);
   pthread_t st, workers[MAX_CREDITS];
   pthread_create(&st, NULL, status_thread, NULL);
+  atomic_store(&g.workers_running, g.credits);
   for (int i = 0; i < g.credits; i++)
     pthread_create(&workers[i], NULL, worker_thread, NULL);
-  /* SIGTERM: let jobs in progress finish (their replies go out with the next ask), then close */
+  /* SIGTERM: drain. The status thread reports DRAINING (the frontend sends no new job and gives
+   * the idle credits back); every job in hand is answered, its reply sent in a last ask. */
   while (!g.stop)
     usleep(50000);
-  for (int i = 0; i < 600 && atomic_load(&g.busy) > 0; i++)
-    usleep(50000);
-  usleep(100000);
+  fprintf(stderr, "s1-preprocessor: SIGTERM: draining %d job(s)\n", atomic_load(&g.busy));
+  int64_t end = mono_us() + DRAIN_MAX_US;
+  while (atomic_load(&g.workers_running) > 0 && mono_us() < end)
+    usleep(10000);
+  if (atomic_load(&g.workers_running) > 0)
+    fprintf(stderr, "s1-preprocessor: drain: %d worker(s) still busy after %d s; closing\n",
+            atomic_load(&g.workers_running), DRAIN_MAX_US / 1000000);
   nng_close(g.front);
   for (int i = 0; i < g.credits; i++)
     pthread_join(workers[i], NULL);
+  atomic_store(&g.status_stop, 1);
   pthread_join(st, NULL);
+  fprintf(stderr, "s1-preprocessor: drained, exiting\n");
   for (int i = 0; i < g.n_ex; i++)
     nng_close(g.ex[i].sock);
   for (int i = 0; i < g.n_models; i++) {
@@ -573,5 +652,6 @@ int main(int argc, char **argv) {
     free(g.models[i].describe_text);
     cm_model_dir_free(g.models[i].dir);
   }
+  free(g.default_front);
   return 0;
 }

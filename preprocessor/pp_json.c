@@ -3,6 +3,7 @@
 #include "pp_json.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,9 +14,18 @@ struct key_ref {
   size_t len; /* its length */
 };
 
+/* Where the scanner is: one entry per open object or array (the field path of an error). */
+struct level {
+  bool array;   /* an array (index) or an object (key) */
+  size_t index; /* array: the element being read */
+  size_t key;   /* object: refs[] entry of the key being read */
+};
+
 struct scanner {
   const unsigned char *s; /* text */
   size_t n, i;            /* length, cursor */
+  struct level path[PP_JSON_MAX_DEPTH + 1]; /* [depth] open containers, outermost first */
+  int depth;              /* entries of path in use */
   char *keys;             /* unescaped keys of open objects */
   size_t n_keys_bytes, cap_keys_bytes;
   struct key_ref *refs;   /* keys of open objects, innermost last */
@@ -184,13 +194,35 @@ static int string(struct scanner *sc, bool key) {
   }
 }
 
+/* The field path of the value being read ("questions.q.box[2]"; "" at the top), in buf. */
+static void field_path(const struct scanner *sc, char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = 0;
+  for (int d = 0; d < sc->depth && n + 1 < cap; d++) {
+    const struct level *l = &sc->path[d];
+    int k;
+    if (l->array) {
+      k = snprintf(buf + n, cap - n, "[%zu]", l->index);
+    } else {
+      const struct key_ref *r = &sc->refs[l->key];
+      k = snprintf(buf + n, cap - n, "%s%.*s", n ? "." : "", (int)(r->len > 48 ? 48 : r->len),
+                   r->len ? sc->keys + r->off : "");
+    }
+    if (k < 0)
+      break;
+    n = (size_t)k < cap - n ? n + (size_t)k : cap - 1;
+  }
+}
+
 static int number(struct scanner *sc) {
   size_t i = sc->i;
   const unsigned char *s = sc->s;
-  if (i < sc->n && s[i] == '-')
+  bool neg = i < sc->n && s[i] == '-';
+  if (neg)
     i++;
   if (i >= sc->n)
     return fail(sc, "bad number");
+  size_t digits = i;
   if (s[i] == '0')
     i++;
   else if (s[i] >= '1' && s[i] <= '9')
@@ -198,6 +230,19 @@ static int number(struct scanner *sc) {
       i++;
   else
     return fail(sc, "unexpected character (NaN and Infinity are not JSON)");
+  size_t nd = i - digits;
+  bool integer = !(i < sc->n && (s[i] == '.' || s[i] == 'e' || s[i] == 'E'));
+  /* json-c holds integers as int64 or uint64 and clamps wider ones to exactly -2**63 and
+   * 2**64-1: those two are real values once every wider literal is refused here */
+  const char *lim = neg ? "9223372036854775808" : "18446744073709551615";
+  size_t nl = neg ? 19 : 20;
+  if (integer && (nd > nl || (nd == nl && memcmp(s + digits, lim, nl) > 0))) {
+    char where[256];
+    field_path(sc, where, sizeof(where));
+    return cm_diag_set(sc->diag, -CM_EREQUEST, "%s%sinteger %s%.*s%s is outside 64 bits (-2**63 "
+                       "to 2**64-1 are supported)", where, *where ? ": " : "", neg ? "-" : "",
+                       (int)(nd > 24 ? 24 : nd), (const char *)s + digits, nd > 24 ? "..." : "");
+  }
   if (i < sc->n && s[i] == '.') {
     if (++i >= sc->n || s[i] < '0' || s[i] > '9')
       return fail(sc, "bad fraction");
@@ -253,6 +298,7 @@ static int object(struct scanner *sc, int depth) {
       sc->cap_refs = c;
     }
     sc->refs[sc->n_refs++] = (struct key_ref){off, sc->n_keys_bytes - off};
+    sc->path[sc->depth - 1].key = sc->n_refs - 1;
     ws(sc);
     if (sc->i >= sc->n || sc->s[sc->i] != ':')
       return fail(sc, "expected ':'");
@@ -291,7 +337,8 @@ static int array(struct scanner *sc, int depth) {
     sc->i++;
     return 0;
   }
-  for (;;) {
+  for (size_t k = 0;; k++) {
+    sc->path[sc->depth - 1].index = k;
     int r = value(sc, depth);
     if (r)
       return r;
@@ -326,7 +373,13 @@ static int value(struct scanner *sc, int depth) {
     if (depth + 1 > PP_JSON_MAX_DEPTH)
       return cm_diag_set(sc->diag, -CM_EJSON, "invalid JSON at byte %zu: nesting deeper than %d",
                          sc->i, PP_JSON_MAX_DEPTH);
-    return sc->s[sc->i] == '{' ? object(sc, depth + 1) : array(sc, depth + 1);
+  {
+    sc->path[sc->depth++] = (struct level){.array = sc->s[sc->i] == '['};
+    int r = sc->s[sc->i] == '{' ? object(sc, depth + 1) : array(sc, depth + 1);
+    if (!r)
+      sc->depth--;
+    return r;
+  }
   case '"': return string(sc, false);
   case 't': return literal(sc, "true");
   case 'f': return literal(sc, "false");
@@ -376,3 +429,4 @@ int pp_json_parse(const char *text, size_t n_bytes, json_object **ret_root, stru
     *ret_root = root;
   return r;
 }
+

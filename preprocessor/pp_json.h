@@ -13,8 +13,11 @@
 
 /* Checks `text` is one RFC 8259 JSON value (whitespace around it only), valid UTF-8, no
  * duplicate keys in any object (compared after unescaping), no lone surrogate escapes, nesting
- * depth ≤ PP_JSON_MAX_DEPTH. Returns 0, -CM_EJSON with diag giving the byte offset, or
- * -CM_EREQUEST for an object key holding U+0000 (json-c would cut the key there; 422). */
+ * depth ≤ PP_JSON_MAX_DEPTH, and every integer literal within -2**63 .. 2**64-1 (json-c clamps a
+ * wider one to exactly these bounds, so once wider ones are refused the bounds are real values:
+ * read a json-c integer with pp_pyjson_int_text). Returns 0, -CM_EJSON with diag giving the byte
+ * offset, or -CM_EREQUEST (422) for an integer outside 64 bits (diag names its field path, e.g.
+ * "questions.q.instructions[0]") or an object key holding U+0000 (json-c would cut the key). */
 int pp_json_check(const char *text, size_t n_bytes, struct cm_diag *diag);
 
 /* pp_json_check, then json-c parse. Ownership: *ret_root is owned (json_object_put); it is NULL

@@ -147,9 +147,14 @@ int proto_ask_encode(const struct proto_ask *ask, struct proto_bytes *ret_bytes)
     return -EINVAL;
   struct wr w;
   wr_init(&w);
-  wr_begin(&w, 2, PROTO_KIND_ASK);
+  wr_begin(&w, 3, PROTO_KIND_ASK);
   wr_key(&w, "worker");
   wr_str(&w, ask->worker);
+  wr_key(&w, "last");
+  if (ask->last)
+    msgpack_pack_true(&w.pk);
+  else
+    msgpack_pack_false(&w.pk);
   wr_key(&w, "reply");
   if (ask->has_reply && reply_check(&ask->reply) == 0)
     reply_pack(&w, &ask->reply);
@@ -165,11 +170,16 @@ int proto_ask_decode(const void *data, size_t n_bytes, struct proto_ask *ret,
   if (r)
     return r;
   struct proto_ask a = {0};
-  struct rd_field f[] = {{"worker", true, NULL}, {"reply", true, NULL}};
-  if (!(r = rd_map(&up.data, f, 2, true, "ask", diag)) &&
-      !(r = rd_str(f[0].val, PROTO_MAX_ID_BYTES, false, "ask.worker", &a.worker, diag)) &&
-      f[1].val->type != MSGPACK_OBJECT_NIL) {
-    r = reply_read(f[1].val, &a.reply, diag);
+  struct rd_field f[] = {{"worker", true, NULL}, {"last", true, NULL}, {"reply", true, NULL}};
+  if (!(r = rd_map(&up.data, f, 3, true, "ask", diag)) &&
+      !(r = rd_str(f[0].val, PROTO_MAX_ID_BYTES, false, "ask.worker", &a.worker, diag))) {
+    if (f[1].val->type != MSGPACK_OBJECT_BOOLEAN)
+      r = cm_diag_set(diag, -CM_EFORMAT, "ask.last: not a boolean");
+    else
+      a.last = f[1].val->via.boolean;
+  }
+  if (!r && f[2].val->type != MSGPACK_OBJECT_NIL) {
+    r = reply_read(f[2].val, &a.reply, diag);
     a.has_reply = !r;
   }
   msgpack_unpacked_destroy(&up);

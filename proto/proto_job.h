@@ -41,9 +41,13 @@ struct proto_reply {
   uint64_t decisions;           /* questions answered (metrics) */
 };
 
-/* ASK: a preprocessor's credit; carries the reply to its previous job, if any. */
+/* ASK: a preprocessor's credit; carries the reply to its previous job, if any. A `last` ask
+ * offers no credit (the preprocessor drains: SIGTERM): the frontend takes its reply and answers
+ * ACK instead of a job. The frontend also answers ACK to a credit it gives back (the
+ * preprocessor reported DRAINING). */
 struct proto_ask {
   char *worker;             /* preprocessor id (e.g. "host:pid"), ≤ 256 bytes */
+  bool last;                /* no credit: answer with ACK, never with a job */
   bool has_reply;           /* reply is set */
   struct proto_reply reply; /* the previous job's reply when has_reply */
 };

@@ -7,7 +7,8 @@
 #include "proto_internal.h"
 #include "proto_status.h"
 
-static const char *const state_names[PROTO_STATE_COUNT] = {"starting", "ready", "unavailable"};
+static const char *const state_names[PROTO_STATE_COUNT] = {"starting", "ready", "unavailable",
+                                                            "draining"};
 
 const char *proto_state_name(enum proto_state s) {
   return (unsigned)s < PROTO_STATE_COUNT ? state_names[s] : "?";

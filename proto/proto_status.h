@@ -14,9 +14,11 @@ enum proto_state {
   PROTO_STATE_STARTING,    /* loading or warm-up not finished */
   PROTO_STATE_READY,       /* warm-up ran; serving */
   PROTO_STATE_UNAVAILABLE, /* retired after a sticky error, or unreachable */
+  PROTO_STATE_DRAINING,    /* a preprocessor after SIGTERM: finishes its jobs, takes no new one */
   PROTO_STATE_COUNT,
 };
-const char *proto_state_name(enum proto_state s); /* "starting", "ready", "unavailable" */
+/* "starting", "ready", "unavailable", "draining" */
+const char *proto_state_name(enum proto_state s);
 
 /* One model as a preprocessor serves it. */
 struct proto_model {

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cm_runtime.h"
 #include "cm_version.h"
 #include "ex_head.h"
 #include "ex_program.h"
@@ -208,12 +209,24 @@ static bool size_arg(const char *s, size_t *ret) {
   return true;
 }
 
+/* nng_listen, with an ipc socket made 0600 (its directory is private already: cm_ipc_check). */
+static int listen_private(nng_socket sock, const char *url) {
+  nng_listener l;
+  int rv = nng_listener_create(&l, sock, url);
+  if (!rv && strncmp(url, "ipc://", 6) == 0)
+    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+  if (!rv)
+    rv = nng_listener_start(l, 0);
+  return rv;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: s1-executor --model DIR [--device cpu|cuda:N] [--listen URL] [--record DIR]\n"
           "                   [--bf16-rounding] [--max-tokens N] [--max-seqs N] [--max-ctx N]\n"
           "                   [--snapshots N] [--max-readouts N] [--max-patches N] [--cuda-lora on|off]\n"
-          "  --listen        nng URL to serve (default ipc:///tmp/s1-executor-0.sock)\n"
+          "  --listen        nng URL to serve (default ipc://RUNTIME/executor-0.sock, RUNTIME as\n"
+          "                  s1-frontend's: a private 0700 directory)\n"
           "  --device        cpu (default, float32) or cuda:N (the bf16 CUDA engine)\n"
           "  CUDA limits, reserved at start-up (a program over them is refused):\n"
           "  --max-tokens    tokens of one launch (default 8192)\n"
@@ -238,7 +251,7 @@ int main(int argc, char **argv) {
       {"max-readouts", required_argument, 0, 'R'}, {"max-patches", required_argument, 0, 'P'},
       {"cuda-lora", required_argument, 0, 'L'},
       {0, 0, 0, 0}};
-  const char *model = NULL, *device = "cpu", *url = "ipc:///tmp/s1-executor-0.sock";
+  const char *model = NULL, *device = "cpu", *url = NULL;
   const char *record = NULL;
   struct ex_runner_options ro = {0};
   int c;
@@ -289,10 +302,24 @@ int main(int argc, char **argv) {
   atomic_store(&g.state, PROTO_STATE_STARTING);
   snprintf(g.reason, sizeof(g.reason), "loading %s", model);
 
+  /* the ipc socket: a private directory, and the lock before nng touches the path (a second
+   * executor on one path would otherwise stop the live one accepting: cm_runtime.h) */
+  static char *default_url; /* static: still reachable when a start fails */
+  struct cm_diag rdiag = {0};
+  int lock_fd = -1;
+  if ((!url && cm_runtime_url("executor-0.sock", &default_url, &rdiag)) ||
+      cm_ipc_check(url ? url : default_url, true, "--listen", &rdiag) ||
+      cm_ipc_lock(url ? url : default_url, "--listen", &lock_fd, &rdiag)) {
+    fprintf(stderr, "s1-executor: %s\n", rdiag.msg ? rdiag.msg : "--listen: refused");
+    cm_diag_fini(&rdiag);
+    return 1;
+  }
+  if (!url)
+    url = default_url;
   int rv;
   if ((rv = nng_rep0_open(&g.sock)) != 0 ||
       (rv = nng_socket_set_size(g.sock, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) != 0 ||
-      (rv = nng_listen(g.sock, url, NULL, 0)) != 0) {
+      (rv = listen_private(g.sock, url)) != 0) {
     fprintf(stderr, "s1-executor: cannot listen on %s: %s\n", url, nng_strerror(rv));
     return 1;
   }
@@ -425,5 +452,6 @@ int main(int argc, char **argv) {
   cm_model_dir_free(dir);
   free(g.model_id);
   free(g.revision);
+  free(default_url);
   return rc;
 }

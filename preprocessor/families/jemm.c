@@ -111,6 +111,8 @@ int pp_jemm_model_init(json_object *manifest, const struct pp_tok *tok,
     m.image_token_id = special_id(tok, "<|image_pad|>");
     m.vision_start_id = special_id(tok, "<|vision_start|>");
     m.vision_end_id = special_id(tok, "<|vision_end|>");
+    m.video_pad_id = special_id(tok, "<|video_pad|>");
+    m.vision_pad_id = special_id(tok, "<|vision_pad|>");
     if (m.image_token_id < 0 || m.vision_start_id < 0 || m.vision_end_id < 0)
       rc = cm_diag_set(diag, -CM_EFORMAT,
                        "tokenizer: <|image_pad|>, <|vision_start|> or "
@@ -407,12 +409,20 @@ static int compile_question(const struct pp_jemm_model *m, struct pp_jemm_reques
   if (!rc)
     rc = pp_tok_encode(m->tok, p.bytes, p.n, &ids, diag);
   if (!rc && r->n_images) {
-    size_t pads = 0, want = 0;
-    for (size_t i = 0; i < ids.n; i++)
-      pads += ids.ids[i] == m->image_token_id;
+    /* every vision marker of the prompt must be the images' own: marker text in the request
+     * (<|image_pad|>, <|vision_start|>, <|vision_end|>, <|video_pad|>, <|vision_pad|>) would
+     * misplace the image features (spec §11 item 10; the port refuses it) */
+    size_t pads = 0, want = 0, starts = 0, ends = 0, others = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+      int32_t t = ids.ids[i];
+      pads += t == m->image_token_id;
+      starts += t == m->vision_start_id;
+      ends += t == m->vision_end_id;
+      others += (t == m->video_pad_id || t == m->vision_pad_id) && t >= 0;
+    }
     for (size_t i = 0; i < r->n_images; i++)
       want += r->images[i].n_tokens;
-    if (pads != want)
+    if (pads != want || starts != r->n_images || ends != r->n_images || others)
       rc = cm_diag_set(diag, -CM_EREQUEST,
                        "questions.%s: unexpected image placeholders (image "
                        "marker text in a request with images)",

@@ -51,6 +51,8 @@ struct pp_jemm_model {
   int32_t image_token_id;              /* <|image_pad|> */
   int32_t vision_start_id;             /* <|vision_start|> */
   int32_t vision_end_id;               /* <|vision_end|> */
+  int32_t video_pad_id;                /* <|video_pad|>, -1 if the tokenizer lacks it */
+  int32_t vision_pad_id;               /* <|vision_pad|>, -1 if the tokenizer lacks it */
   struct pp_image_limits image_limits; /* decode and smart_resize limits */
   const struct pp_tok *tok;            /* the model's tokenizer, borrowed */
 };
@@ -140,8 +142,7 @@ int pp_jemm_strip(struct pp_buf *b, const char *t, size_t n);
 /* Python str(v) of a JSON value (spec §3.7): strings as they are; None/True/False; integers
  * exact; float repr ("inf", "nan" for non-finite); containers in repr. / Python
  * json.dumps(v, ensure_ascii=False, separators=(",", ":")) (spec §3.8).
- * Returns 0; -CM_EREQUEST for an integer json-c may have clamped (exactly -2**63 or 2**64-1 as a
- * wider value cannot be told apart, so both are refused); -ENOMEM. */
+ * Integers are exact (pp_json_check refused wider than 64 bits). Returns 0; -ENOMEM. */
 int pp_jemm_py_str(struct pp_buf *b, json_object *v, struct cm_diag *diag);
 int pp_jemm_compact_json(struct pp_buf *b, json_object *v, struct cm_diag *diag);
 

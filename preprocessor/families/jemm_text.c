@@ -1,7 +1,7 @@
 /* Python's text rules as the JEMM reference meets them (spec/jemm.md §3.5-3.8): the str.isspace
  * set, flat/strip, str() and repr() of JSON values, compact json.dumps, and tool-spec summaries.
- * Integers come from json-c as int64/uint64; the values json-c clamps wider integers to are
- * refused rather than rendered wrong. Tool descriptions must pass Python's json.loads grammar
+ * Integers come from json-c as int64/uint64, exact (pp_json_check refused wider ones; a tool
+ * description's literals are checked here). Tool descriptions must pass Python's json.loads grammar
  * (NaN/Infinity and duplicate keys included) before json-c parses them; a lone surrogate escape
  * inside one becomes U+FFFD there (Python keeps it), the one known difference. */
 #include <errno.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "jemm.h"
+#include "pp_pyjson.h"
 
 extern const uint32_t pp_jemm_unprintable[][2];
 extern const size_t pp_jemm_n_unprintable;
@@ -113,22 +114,11 @@ int pp_jemm_flat(struct pp_buf *b, const char *t, size_t n) {
 
 /* ---- str(), repr(), compact JSON ---- */
 
-/* An integer; `exact`: the source text was checked to hold no integer outside 64 bits, so the
- * extreme values are real ones, not json-c's clamps. */
-static int put_int(struct pp_buf *b, json_object *v, bool exact, struct cm_diag *diag) {
-  int64_t i = json_object_get_int64(v);
-  char num[32];
-  if (i == INT64_MAX) {
-    uint64_t u = json_object_get_uint64(v);
-    if (u == UINT64_MAX && !exact)
-      return cm_diag_set(diag, -CM_EREQUEST, "integer 2**64-1 or wider is not supported");
-    snprintf(num, sizeof num, "%" PRIu64, u);
-  } else {
-    if (i == INT64_MIN && !exact)
-      return cm_diag_set(diag, -CM_EREQUEST, "integer -2**63 or narrower is not supported");
-    snprintf(num, sizeof num, "%" PRId64, i);
-  }
-  return pp_buf_puts(b, num);
+/* An integer, exact: the request was checked to hold none outside 64 bits (pp_json_check), a
+ * tool description likewise (check_integers). */
+static int put_int(struct pp_buf *b, json_object *v) {
+  char num[24];
+  return pp_buf_puts(b, pp_pyjson_int_text(v, num));
 }
 
 /* Python float repr, or json.dumps's spelling of non-finite values when `json`. */
@@ -175,7 +165,7 @@ static int put_repr_string(struct pp_buf *b, const char *s, size_t n) {
 }
 
 /* repr() inside containers (top == false) or str() at the top (top == true). */
-static int py_text(struct pp_buf *b, json_object *v, bool top, bool exact, int depth,
+static int py_text(struct pp_buf *b, json_object *v, bool top, int depth,
                    struct cm_diag *diag) {
   if (depth > 256)
     return cm_diag_set(diag, -CM_EREQUEST, "value nested too deeply");
@@ -185,7 +175,7 @@ static int py_text(struct pp_buf *b, json_object *v, bool top, bool exact, int d
   case json_type_boolean:
     return pp_buf_puts(b, json_object_get_boolean(v) ? "True" : "False");
   case json_type_int:
-    return put_int(b, v, exact, diag);
+    return put_int(b, v);
   case json_type_double:
     return put_double(b, json_object_get_double(v), false);
   case json_type_string: {
@@ -200,7 +190,7 @@ static int py_text(struct pp_buf *b, json_object *v, bool top, bool exact, int d
       if (i)
         rc = pp_buf_puts(b, ", ");
       if (!rc)
-        rc = py_text(b, json_object_array_get_idx(v, i), false, exact, depth + 1, diag);
+        rc = py_text(b, json_object_array_get_idx(v, i), false, depth + 1, diag);
     }
     return rc ? rc : pp_buf_puts(b, "]");
   }
@@ -218,7 +208,7 @@ static int py_text(struct pp_buf *b, json_object *v, bool top, bool exact, int d
       if (!rc)
         rc = pp_buf_puts(b, ": ");
       if (!rc)
-        rc = py_text(b, val, false, exact, depth + 1, diag);
+        rc = py_text(b, val, false, depth + 1, diag);
     }
     return rc ? rc : pp_buf_puts(b, "}");
   }
@@ -227,7 +217,7 @@ static int py_text(struct pp_buf *b, json_object *v, bool top, bool exact, int d
 }
 
 int pp_jemm_py_str(struct pp_buf *b, json_object *v, struct cm_diag *diag) {
-  return py_text(b, v, true, false, 0, diag);
+  return py_text(b, v, true, 0, diag);
 }
 
 static int compact(struct pp_buf *b, json_object *v, int depth, struct cm_diag *diag) {
@@ -239,7 +229,7 @@ static int compact(struct pp_buf *b, json_object *v, int depth, struct cm_diag *
   case json_type_boolean:
     return pp_buf_puts(b, json_object_get_boolean(v) ? "true" : "false");
   case json_type_int:
-    return put_int(b, v, false, diag);
+    return put_int(b, v);
   case json_type_double:
     return put_double(b, json_object_get_double(v), true);
   case json_type_string:
@@ -286,7 +276,7 @@ int pp_jemm_compact_json(struct pp_buf *b, json_object *v, struct cm_diag *diag)
 /* flat(str(v)) appended to b, for values of a tool spec whose integers check_integers passed. */
 static int flat_str(struct pp_buf *b, json_object *v, struct cm_diag *diag) {
   struct pp_buf t = {0};
-  int rc = py_text(&t, v, true, true, 0, diag);
+  int rc = py_text(&t, v, true, 0, diag);
   if (!rc)
     rc = pp_jemm_flat(b, t.bytes ? t.bytes : "", t.n);
   pp_buf_fini(&t);

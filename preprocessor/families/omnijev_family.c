@@ -71,7 +71,11 @@ static int load(const struct cm_model_dir *dir, void **ret_model, struct cm_diag
   json_object_object_add(lim, "options_per_question", json_object_new_int(PP_OMNIJEV_MAX_OPTIONS));
   json_object_object_add(lim, "options", json_object_new_int(PP_OMNIJEV_MAX_ROWS));
   json_object_object_add(d, "candidate_limits", lim);
-  json_object_object_add(img, "images", json_object_new_int(1));
+  /* one still, or 2..16 stills (one panel), or one video mosaic */
+  json_object *n_img = json_object_new_array();
+  json_object_array_add(n_img, json_object_new_int(1));
+  json_object_array_add(n_img, json_object_new_int(PP_OMNIJEV_MAX_STILLS));
+  json_object_object_add(img, "images", n_img);
   json_object_object_add(img, "max_bytes", json_object_new_int64(PP_OMNIJEV_MAX_IMAGE_BYTES));
   json_object_object_add(img, "max_side", json_object_new_int(PP_OMNIJEV_MAX_IMAGE_SIDE));
   json_object_object_add(img, "max_pixels", json_object_new_int(PP_OMNIJEV_MAX_PIXELS));

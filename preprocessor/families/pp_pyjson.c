@@ -1,6 +1,6 @@
 /* Python-compatible JSON text (see pp_pyjson.h). Floats: the shortest precision whose correctly
  * rounded digits read back to the same double (glibc printf/strtod are exact), then CPython's
- * layout rules. Integers come from json-c as int64 or uint64 (pp_json_strict refuses wider). */
+ * layout rules. Integers come from json-c as int64 or uint64 (pp_json_check refuses wider). */
 #include "pp_pyjson.h"
 
 #include <errno.h>
@@ -162,19 +162,8 @@ int pp_pyjson_dump(struct pp_buf *b, json_object *v, bool sort_keys, struct cm_d
     size_t len = pp_pyjson_float(x, num);
     return pp_buf_put(b, num, len);
   }
-  case json_type_int: {
-    /* json-c clamps wider integers to these two values, so they cannot be rendered exactly */
-    int64_t i = json_object_get_int64(v);
-    uint64_t u = json_object_get_uint64(v);
-    if (i == INT64_MIN || u == UINT64_MAX)
-      return cm_diag_set(diag, -CM_EREQUEST, "integers outside (-2**63, 2**64 - 1) are not "
-                                             "supported");
-    if (i == INT64_MAX && u > (uint64_t)INT64_MAX)
-      snprintf(num, sizeof num, "%" PRIu64, u);
-    else
-      snprintf(num, sizeof num, "%" PRId64, i);
-    return pp_buf_puts(b, num);
-  }
+  case json_type_int: /* exact: pp_json_check refused integers outside 64 bits */
+    return pp_buf_puts(b, pp_pyjson_int_text(v, num));
   case json_type_string:
     return pp_pyjson_string(b, json_object_get_string(v), (size_t)json_object_get_string_len(v));
   case json_type_array: {
@@ -217,4 +206,13 @@ int pp_pyjson_dump(struct pp_buf *b, json_object *v, bool sort_keys, struct cm_d
   }
   }
   return cm_diag_set(diag, -EINVAL, "unknown JSON value type");
+}
+
+char *pp_pyjson_int_text(json_object *v, char buf[24]) {
+  int64_t i = json_object_get_int64(v);
+  if (i == INT64_MAX) /* json-c's int64 view of a uint64 above it */
+    snprintf(buf, 24, "%" PRIu64, json_object_get_uint64(v));
+  else
+    snprintf(buf, 24, "%" PRId64, i);
+  return buf;
 }

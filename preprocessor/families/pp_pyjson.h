@@ -35,11 +35,16 @@ size_t pp_pyjson_float(double x, char *out);
  * Returns 0 or -ENOMEM. */
 int pp_pyjson_string(struct pp_buf *b, const char *text, size_t n);
 
+/* The exact decimal text of a json-c integer parsed from checked text (int64 or uint64 range;
+ * pp_json_check refuses wider literals, which json-c would clamp to -2**63 or 2**64-1): buf gets
+ * at most 21 bytes with the NUL. Returns buf. */
+char *pp_pyjson_int_text(json_object *v, char buf[24]);
+
 /* Appends json.dumps(v) of a json-c value (NULL is JSON null). Objects keep their order, or are
  * sorted by code point (UTF-8 byte order) at every level when sort_keys.
+ * Integers are exact (the values of checked text: pp_json_check refuses wider than 64 bits).
  * Returns 0; -ENOMEM; -CM_EREQUEST for a non-finite double (diag: "Out of range float values are
- * not JSON compliant", Python's ValueError text) or an integer json-c may have clamped (exactly
- * -2**63 or 2**64 - 1: wider JSON integers become these, so they cannot be rendered exactly). */
+ * not JSON compliant", Python's ValueError text). */
 int pp_pyjson_dump(struct pp_buf *b, json_object *v, bool sort_keys, struct cm_diag *diag);
 
 #endif

@@ -1,6 +1,10 @@
 """Bad input on the real trio: every malformed or refused request gets the right status and error
 type in the one error shape, and a correct request between any two of them is answered."""
 import json
+import os
+import subprocess
+import time
+
 import trio
 
 LONG_STATE = " ".join("word%d" % i for i in range(4000))  # far over max_length=4096 tokens
@@ -164,6 +168,18 @@ def test(t):
         (trio.check_valid_answer if body is trio.VALID else trio.check_mini_answer)(s, h, b)
         assert h["x-request-id"] == "ok-%d" % n_ok
         n_ok += 1
+    # issue 16 F4: the 64-bit bounds are values (the attack's open_jev_int64_min_u64_max.json);
+    # a wider integer is refused naming its field
+    import os
+    f = os.path.join(t.shared, "findings", "2026-12-01-attack", "open_jev_int64_min_u64_max.json")
+    s, h, b = t.post(open(f, "rb").read())
+    assert s == 200 and set(json.loads(b)["answers"]["q"]["probabilities"]) == {"x", "y"}, b[:300]
+    n_ok += 1
+    s, h, b = t.post('{"state": {"a": [1, -9223372036854775809]}, "questions": {"q": {"type": '
+                     '"noul", "instructions": "x"}}}')
+    e = json.loads(b)["error"]
+    assert s == 422 and e["type"] == "invalid_request" and \
+        e["message"].startswith("state.a[1]: integer -9223372036854775809 is outside 64 bits"), b
     # a chunked upload over the limit is refused while reading, too
     import http.client
     c = http.client.HTTPConnection("127.0.0.1", t.port, timeout=60)
@@ -256,6 +272,35 @@ def test(t):
     s, h, rest = head_then_get(t, "/v1/systemone")
     assert s == 405 and h.get("allow") == "POST", (s, h)
     assert rest.startswith(b"HTTP/1.1 200 "), rest[:80]
+    # the body limit comes from the model directory (limits.max_body_bytes, else the family's
+    # 4 MiB), is listed by /v1/models and checked before any work; a bad value stops the start
+    s, _, b = t.http("GET", "/v1/models")
+    assert json.loads(b)["models"][0]["max_body_bytes"] == 4 << 20, b[:400]
+    manifest = os.path.join(t.model, "s1-model.json")
+    m = json.load(open(manifest))
+    m["limits"]["max_body_bytes"] = 1000
+    json.dump(m, open(manifest, "w"))
+    t.kill("pp")
+    t.start_preprocessor(name="pp", credits=2)
+    end = time.time() + 60
+    while time.time() < end:
+        s, _, b = t.http("GET", "/v1/models")
+        if s == 200 and b'"max_body_bytes":1000' in b:
+            break
+        time.sleep(0.1)
+    assert b'"max_body_bytes":1000' in b, b[:400]
+    t.wait_health(200, want="ready")
+    s, h, b = t.post(json.dumps(trio.MINI) + " " * 1000)
+    e = json.loads(b)["error"]
+    assert s == 413 and e["type"] == "too_large" and e["message"].startswith("body:"), b
+    s, h, b = t.post(trio.MINI)
+    trio.check_mini_answer(s, h, b)
+    m["limits"]["max_body_bytes"] = "big"
+    json.dump(m, open(manifest, "w"))
+    r = subprocess.run([t.bin("preprocessor/s1-preprocessor"), "--frontend", t.fe_url,
+                        "--executor", t.ex_url, "--model", t.model], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    assert r.returncode == 1 and b"limits.max_body_bytes" in r.stdout, r.stdout[-500:]
     print("%d refused requests, %d correct ones answered in between" % (len(CASES) + 1, n_ok))
 
 

@@ -66,11 +66,13 @@ class Trio:
             argv += ["--record", record]
         return self.start(name, argv)
 
-    def start_frontend(self, queue=64, timeout_ms=60000, max_body=4 << 20):
+    def start_frontend(self, queue=64, timeout_ms=60000, max_body=None):
+        """max_body: the --max-body cap; None leaves each model's own limit (its directory's
+        limits.max_body_bytes) in force."""
         return self.start("fe", [self.bin("frontend/s1-frontend"), "--listen",
                                  "127.0.0.1:%d" % self.port, "--pool", self.fe_url, "--queue",
-                                 str(queue), "--timeout-ms", str(timeout_ms), "--max-body",
-                                 str(max_body)])
+                                 str(queue), "--timeout-ms", str(timeout_ms)] +
+                          (["--max-body", str(max_body)] if max_body else []))
 
     def start_preprocessor(self, name="pp", credits=2):
         return self.start(name, [self.bin("preprocessor/s1-preprocessor"), "--frontend",

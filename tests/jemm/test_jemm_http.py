@@ -91,7 +91,26 @@ def test(t, render):
             a = check_answer(json.loads(c["body"]), b)
             assert a["usage"]["input_tokens"] == c["input_tokens"], (c["name"], a["usage"])
             n_ok += 1
-    assert n_ok == 4 and n_err >= 20, (n_ok, n_err)
+    assert n_ok == 4 and n_err >= 55, (n_ok, n_err)
+    # the body limit is the model's (its directory's limits.max_body_bytes: the reference's
+    # 16,000,000 bytes), listed by /v1/models: 15.9 MB answered, one byte over 16,000,000 refused
+    s, _, b = t.http("GET", "/v1/models")
+    assert json.loads(b)["models"][0]["max_body_bytes"] == 16000000, b[:500]
+    small = json.dumps({"questions": {"q": {"type": "noul"}}}).encode()
+    for size, want in ((15900000, 200), (16000000, 200), (16000001, 413)):
+        s, h, b = t.post(small + b" " * (size - len(small)))
+        assert s == want, (size, s, b[:300])
+        if want == 413:
+            e = json.loads(b)["error"]
+            assert e["type"] == "too_large" and "JEMM accepts at most 16000000" in e["message"], e
+    # issue 16 F5: the attack's vision-marker texts in requests with an image are refused
+    attack = os.path.join(t.shared, "findings", "2026-12-01-attack")
+    for marker in ("vision_start", "vision_end", "video_pad"):
+        with open(os.path.join(attack, "jemm_%s_text_with_image_accepted.json" % marker), "rb") as f:
+            s, h, b = t.post(f.read())
+        e = json.loads(b)["error"]
+        assert s == 422 and e["type"] == "invalid_request" and \
+            "unexpected image placeholders" in e["message"], (marker, s, b)
     for raw, why in (('{"questions": {"q": {"type": "noul"}, "q": {}}}', "duplicate key"),
                      ('{"state": NaN, "questions": {"q": {"type": "noul"}}}', "NaN"),
                      ('{"questions": ', "truncated")):

@@ -179,6 +179,29 @@ static void answers(const struct pp_jemm_model *m) {
     run(m, refused[i], NULL, NULL, &rc, &d);
     EXPECT(rc == -CM_EREQUEST && cm_error_http(rc, NULL) == 422, "refused %zu: rc %d", i, rc);
   }
+  /* issue 16 F4: the 64-bit bounds themselves are values (json-c clamps only wider ones, which
+   * pp_json_check refuses naming the field): ../shared/findings/2026-12-01-attack/
+   * jemm_int64_min.json and jemm_u64_max_in_instructions_wrong_field_named.json */
+  run(m, "{\"state\": {\"a\": -9223372036854775808}, \"questions\": {\"q\": {\"type\": "
+         "\"choice\", \"instructions\": \"Pick\", \"criteria\": {\"x\": \"a\", \"y\": \"b\"}}}}",
+      NULL, &r, &rc, &d);
+  EXPECT(rc == 0 && strstr(r->questions[0].user, "{\"a\":-9223372036854775808}"),
+         "int64 min state: %s", rc ? d.msg : r->questions[0].user);
+  pp_jemm_request_free(r);
+  run(m, "{\"state\": \"s\", \"questions\": {\"q\": {\"type\": \"choice\", \"instructions\": "
+         "[18446744073709551615], \"criteria\": {\"x\": \"a\", \"y\": \"b\"}}}}",
+      NULL, &r, &rc, &d);
+  EXPECT(rc == 0 && strstr(r->questions[0].user, "[18446744073709551615]"),
+         "uint64 max instructions: %s", rc ? d.msg : r->questions[0].user);
+  pp_jemm_request_free(r);
+  cm_diag_fini(&d);
+  run(m, "{\"state\": \"s\", \"questions\": {\"q\": {\"type\": \"choice\", \"instructions\": "
+         "[18446744073709551616], \"criteria\": {\"x\": \"a\", \"y\": \"b\"}}}}",
+      NULL, NULL, &rc, &d);
+  EXPECT(rc == -CM_EREQUEST && d.msg &&
+         !strncmp(d.msg, "questions.q.instructions[0]: integer 18446744073709551616", 57),
+         "wider in instructions: %s", d.msg);
+  cm_diag_fini(&d);
   /* exact 64-bit extremes inside a tool spec render (J11) */
   run(m,
       "{\"questions\":{\"q\":{\"criteria\":{\"t\":{\"description\":\"{\\\"name\\\":\\\"r\\\","

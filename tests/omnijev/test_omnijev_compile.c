@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "omnijev.h"
+#include "pp_json.h"
 #include "pp_family.h"
 #include "proto_program.h"
 
@@ -179,7 +180,10 @@ int main(int argc, char **argv) {
     name = json_object_get_string(get(c, "name"));
     json_object *req = get(c, "request"), *err = get(c, "error");
     struct pp_omnijev_request *r = NULL;
-    int rc = pp_omnijev_compile(&model, req, &r, &d);
+    /* the strict parse the service runs first (integers outside 64 bits are refused there) */
+    int rc = pp_json_check(line, strlen(line), &d);
+    if (!rc)
+      rc = pp_omnijev_compile(&model, req, &r, &d);
     if (err) {
       CHECK((rc == -CM_EREQUEST || rc == -CM_ELIMIT) && d.msg &&
                 strstr(d.msg, json_object_get_string(err)),

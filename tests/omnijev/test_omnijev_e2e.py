@@ -313,6 +313,12 @@ def part_bad(t, fix, url, fails):
     elif a is not None:
         for qid in want:
             compare_answer("good after bad.%s" % qid, a["answers"][qid], want[qid], fails)
+    # /v1/models: 1 to 16 stills, and the family's 12 MiB body limit (issue 16)
+    s, _, b = t.http("GET", "/v1/models")
+    m = json.loads(b)["models"][0]
+    if m["image_limits"]["images"] != [1, 16] or m.get("max_body_bytes") != 12582912:
+        fails.append("/v1/models: images %s, max_body_bytes %s" % (m["image_limits"]["images"],
+                                                                   m.get("max_body_bytes")))
     print("bad input: %d cases" % (len(bad_cases(url)) + 3))
 
 

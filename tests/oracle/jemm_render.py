@@ -30,6 +30,7 @@ MAX_IMAGES = 4
 MAX_IMAGE_PIXELS = MAX_MM_TOKENS * 32 * 32
 MIN_PIXELS, MAX_PIXELS = 65536, 16777216
 VISION = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+VISION_OTHER = ("<|video_pad|>", "<|vision_pad|>")
 
 
 class Refused(Exception):
@@ -222,7 +223,12 @@ def case(tok, name, body):
         budget = MAX_MM_TOKENS if grids else MAX_TEXT_TOKENS
         for qid, kind, user, n in questions:
             ids = tok.encode(PREFIX + images + user + SUFFIX, add_special_tokens=False).ids
-            if grids and sum(1 for x in ids if x == pad_id) != sum(h * w for h, w in grids):
+            # every vision marker must be the images' own (spec §11 item 10, as the port): marker
+            # text in the request is refused, in a text-only request it is an ordinary token
+            if grids and (sum(1 for x in ids if x == pad_id) != sum(h * w for h, w in grids) or
+                          any(sum(1 for x in ids if x == tok.token_to_id(v)) != len(grids)
+                              for v in (VISION[0], VISION[2])) or
+                          any(x in {tok.token_to_id(v) for v in VISION_OTHER} for x in ids)):
                 raise Refused("unexpected image placeholders")
             if len(ids) > budget:
                 raise Refused("UNSUPPORTED: input exceeds token budget")
@@ -424,11 +430,43 @@ def cases():
                                       "questions": {"q": {"type": "noul"}}})
 
 
+def special_cases(specials):
+    """Every special token of the tokenizer in every text field, with and without an image (issue
+    16 F5): vision markers are refused in a request with images; every other special token, and
+    every one in a text-only request, is the special id, as the reference tokenizer makes it."""
+    vision = set(VISION) | set(VISION_OTHER)
+
+    def bodies(t):
+        tool = json.dumps({"name": "run" + t, "description": "d" + t})
+        yield "state", {"state": "s " + t + " e", "questions": {"q": {"type": "noul"}}}
+        yield "state_key", {"state": {"k" + t: 1}, "questions": {"q": {"type": "noul"}}}
+        yield "state_value", {"state": {"k": ["v" + t]}, "questions": {"q": {"type": "noul"}}}
+        yield "instructions", {"questions": {"q": {"type": "noul", "instructions": "is " + t + "?"}}}
+        yield "description", {"questions": {"q": {"criteria": {"a": "x" + t, "b": "y"}}}}
+        yield "score_level", {"questions": {"q": {"type": "score", "criteria": ["lo", t + "hi"]}}}
+        yield "tool_name", {"questions": {"q": {"criteria": {
+            "t": {"description": tool, "action": ["tool_name"]}, "b": "y"}}}}
+    ordinary = "".join(t for t in specials if t not in vision)
+    for field, body in bodies(ordinary):
+        yield "special_all_text_" + field, json.dumps(body, ensure_ascii=False)
+        yield "special_ordinary_image_" + field, json.dumps(
+            dict(body, images=[b64png(32, 32)]), ensure_ascii=False)
+    for field, body in bodies("".join(t for t in specials if t in vision)):
+        yield "special_vision_text_" + field, json.dumps(body, ensure_ascii=False)
+    for t in specials:
+        if t in vision:
+            for field, body in bodies(t):
+                yield "special_%s_image_%s" % (t.strip("<|>"), field), json.dumps(
+                    dict(body, images=[b64png(32, 32)]), ensure_ascii=False)
+
+
 def build(tokenizer_path):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokenizer_path)
+    specials = [a["content"] for a in json.load(open(tokenizer_path, encoding="utf-8"))["added_tokens"]
+                if a["special"]]
     lines = []
-    for name, body in cases():
+    for name, body in list(cases()) + list(special_cases(specials)):
         lines.append(json.dumps(case(tok, name, body), ensure_ascii=False))
     labels = [tok.encode(x, add_special_tokens=False).ids[0] for x in LABELS]
     head = {"prefix": PREFIX, "suffix": SUFFIX, "label_ids": labels,

@@ -297,6 +297,12 @@ def cases():
         ("identical_questions", (64, 48), {"a": {"type": "noul", "instructions": "Same text."},
                                            "b": {"type": "noul", "instructions": "Same text."}}),
         ("wide_2000x20", (2000, 20), {"w": {"type": "noul", "instructions": "A line."}}),
+        # issue 16 F4 (../shared/findings/2026-12-01-attack/omnijev_region_int_boundaries.json):
+        # the 64-bit bounds are values; round(float(x)) of each, exact however large
+        ("region_64_bit_bounds", (64, 48), {"q": {"type": "choice", "instructions": "Pick",
+            "options": [{"key": "r", "region": {"box": [-2 ** 63, 0, 2 ** 64 - 1, 10]}},
+                        {"key": "t", "text": "x"},
+                        {"key": "f", "region": {"box": [1e300, -0.5, 2.5, 9007199254740993]}}]}}),
         ("cut_multibyte", (64, 48), {"c": {"type": "choice", "instructions": "Long options.",
                                            "options": [{"text": "\u00e9" * 250},
                                                        {"text": "\u4e2d" * 199 + "\U0001F600" * 5}]}}),
@@ -340,6 +346,8 @@ def cases():
         ("text_too_long", {"q": {"type": "noul", "instructions": "y" * 8193}}, "longer than 8192"),
         ("score_no_levels", {"q": {"type": "score", "instructions": "a", "levels": []}}, "has no levels"),
         ("box_three_values", {"q": {"type": "noul", "instructions": "a", "region": {"box": [1, 2, 3]}}}, "4 numbers"),
+        ("box_wider_than_64_bits", {"q": {"type": "noul", "instructions": "a", "region": {"box": [0, 0, 2 ** 64, 1]}}},
+         "questions.q.region.box[2]: integer 18446744073709551616 is outside 64 bits"),
         ("abstain_not_boolean", {"q": {"type": "choice", "instructions": "a",
                                        "options": [{"text": "x", "abstain": 1}]}}, "abstain must be a boolean"),
         ("numeric_level", {"q": {"type": "score", "instructions": "a", "levels": [1, 2]}}, "levels[0] must be a string"),
@@ -351,6 +359,38 @@ def cases():
                                         "options": [{"text": str(j)} for j in range(200)]} for i in range(6)},
          "more than 1024 options in all"),
     ]
+    return ok, bad
+
+
+def special_cases(specials):
+    """Every special token of the tokenizer in every text field (issue 16 F5): the six markers of
+    spec §2.5 (RESERVED) are refused in each field, naming it; every other special token is its
+    special id, as the reference tokenizer makes it (spec §3.4)."""
+    def fields(t):
+        yield ("instructions", {"q": {"type": "noul", "instructions": "is " + t + "?"}},
+               "questions.q.instructions")
+        yield ("option_text", {"q": {"type": "choice", "instructions": "a",
+                                     "options": [{"text": "x" + t}, {"text": "y"}]}},
+               "questions.q.options[0].text")
+        yield ("option_key", {"q": {"type": "choice", "instructions": "a",
+                                    "options": [{"key": "k" + t, "text": "x"}, {"text": "y"}]}},
+               "questions.q.options[0].key")
+        yield ("criteria_key", {"q": {"type": "choice", "instructions": "a",
+                                      "criteria": {"k" + t: None, "b": None}}},
+               "questions.q.criteria key")
+        yield ("criteria_rubric", {"q": {"type": "choice", "instructions": "a",
+                                         "criteria": {"a": "r" + t, "b": None}}},
+               "questions.q.criteria.a")
+        yield ("level", {"q": {"type": "score", "instructions": "a", "levels": ["lo" + t, "hi"]}},
+               "questions.q.levels[0]")
+        yield ("score_criteria_key", {"q": {"type": "score", "instructions": "a",
+                                            "criteria": {"lo" + t: None, "hi": None}}},
+               "questions.q.criteria key")
+    ordinary = "".join(t for t in specials if t not in RESERVED)
+    ok = [("special_ordinary_" + f, (64, 48), qs) for f, qs, _ in fields(ordinary)]
+    bad = [("special_%s_%s" % (t.strip("<|>").replace("/", "end_"), f), qs,
+            what + " contains reserved marker text")
+           for t in RESERVED for f, qs, what in fields(t)]
     return ok, bad
 
 
@@ -423,6 +463,10 @@ def main():
     assert tok.get_vocab_size(with_added_tokens=True) == 248079
     assert tok.token_to_id("<|image_pad|>") == 248056
     ok, bad = cases()
+    specials = [a["content"] for a in json.load(open(sys.argv[2], encoding="utf-8"))["added_tokens"]
+                if a["special"]]
+    sp_ok, sp_bad = special_cases(specials)
+    ok, bad = ok + sp_ok, bad + sp_bad
     lines = []
     for name, size, qs in ok:
         req = {"model": "omnijev", "state": {"images": [data_url(*size)]}, "questions": qs}

@@ -4,8 +4,8 @@ A standard-library re-implementation of the reference rules of spec/open_jev.md 
 jev/api.py compile_request / candidate_prompts / format_response, jev/serving.py
 Predictor.predict and candidate_batches, jev/metrics softmax and confidences), plus the s1serve
 rules the reference does not have (spec/wire.md: nesting >= 128 and lone surrogates are
-invalid_json; json-c holds 64-bit integers, so a rendered integer at or beyond -2**63 / 2**64 - 1
-is invalid_request). 400 messages are the service's own and are not compared. Token ids come from
+invalid_json; json-c holds 64-bit integers, so an integer outside -2**63 .. 2**64 - 1 anywhere in
+the body is invalid_request naming its field). 400 messages are the service's own and are not compared. Token ids come from
 the Python `tokenizers` library on the chat-wrapped prompt, as the reference tokenizer call does.
 
 Sums use CPython >= 3.12 built-in sum() semantics (Neumaier compensation) explicitly, so the
@@ -111,29 +111,33 @@ def strict_loads(raw: bytes):
                 stack.append((x, depth + 1))
         elif isinstance(v, str) and any(0xD800 <= ord(ch) <= 0xDFFF for ch in v):
             raise invalid_json()
+    check_ints(value)
     return value
 
 
 # ---- compile (jev/api.py) ---------------------------------------------------------------------
 
-def check_ints(value):
-    """s1serve: json-c clamps integers wider than 64 bits to -2**63 / 2**64 - 1, so a rendered
-    value holding either bound is refused rather than rendered wrongly."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-        elif isinstance(v, int) and not isinstance(v, bool) and not -(2 ** 63) < v < 2 ** 64 - 1:
-            raise invalid_request("integers outside (-2**63, 2**64 - 1) are not supported")
+def check_ints(value, path=""):
+    """s1serve: json-c holds integers as int64 or uint64 and clamps wider ones to -2**63 /
+    2**64 - 1, so the service refuses any integer outside 64 bits, anywhere in the body, naming
+    its field (the first in document order); the bounds themselves are exact values."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_ints(v, path + "." + k[:48] if path else k[:48])
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_ints(v, "%s[%d]" % (path, i))
+    elif isinstance(value, int) and not isinstance(value, bool) and \
+            not -(2 ** 63) <= value <= 2 ** 64 - 1:
+        digits = str(abs(value))
+        text = ("-" if value < 0 else "") + digits[:24] + ("..." if len(digits) > 24 else "")
+        raise invalid_request("%sinteger %s is outside 64 bits (-2**63 to 2**64-1 are supported)"
+                              % (path + ": " if path else "", text))
 
 
 def render(value):
     if isinstance(value, str):
         return value
-    check_ints(value)
     try:
         return json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False)
     except ValueError:
@@ -323,6 +327,25 @@ def J(obj):
     return json.dumps(obj, ensure_ascii=False)
 
 
+def special_cases(specials):
+    """Every special token of the tokenizer in every text field (issue 16 F5): Open-Jev has no
+    images and no markers of its own, so each becomes its special id, as the reference tokenizer
+    makes it (spec §5: added tokens are recognised anywhere in the text)."""
+    t = "".join(specials)
+    noul = {"type": "noul", "instructions": "x"}
+    return [
+        ("special_state", {"state": "s" + t, "questions": {"q": noul}}, [0.0]),
+        ("special_state_key_value", {"state": {"k" + t: ["v" + t]}, "questions": {"q": noul}}, [0.0]),
+        ("special_instructions", {"state": "s", "questions": {"q": {"type": "noul", "instructions": "i" + t}}}, [0.0]),
+        ("special_instructions_structured", {"state": "s", "questions": {"q": {"type": "noul", "instructions": {"a" + t: t}}}}, [0.0]),
+        ("special_choice_key_description", {"state": "s", "questions": {"q": {"type": "choice", "instructions": "x",
+                                            "criteria": {"k" + t: "d" + t, "b": None}}}}, [0.5, -0.5]),
+        ("special_score_level", {"state": "s", "questions": {"q": {"type": "score", "instructions": "x",
+                                 "criteria": ["lo" + t, "hi"]}}}, [0.25, -0.25]),
+        ("special_question_id", {"state": "s", "questions": {"q" + t: noul}}, [0.0]),
+    ]
+
+
 def cases():
     c = []
 
@@ -467,8 +490,12 @@ def cases():
     add("json_depth_127_ok", '{"state": ' + "[" * 126 + "]" * 126 + ', "questions": {"q": {"type": "noul", "instructions": "x"}}}', [1.0])
     add("json_depth_128", '{"state": ' + "[" * 127 + "]" * 127 + ', "questions": {"q": {"type": "noul", "instructions": "x"}}}')
     add("json_int_beyond_64_bits", '{"state": [18446744073709551616], "questions": {"q": {"type": "noul", "instructions": "x"}}}')
-    add("json_int_beyond_64_bits_ignored_field", '{"x": 18446744073709551616, "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}', [0.0])
-    add("json_int_min_in_instructions", '{"state": "s", "questions": {"q": {"type": "noul", "instructions": [-9223372036854775808]}}}')
+    add("json_int_beyond_64_bits_ignored_field", '{"x": 18446744073709551616, "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}')
+    add("json_int_below_64_bits_in_instructions", '{"state": "s", "questions": {"q": {"type": "noul", "instructions": [1, {"a": -9223372036854775809}]}}}')
+    add("json_int_min_in_instructions", '{"state": "s", "questions": {"q": {"type": "noul", "instructions": [-9223372036854775808]}}}', [0.0])
+    add("json_uint_max_in_instructions", '{"state": "s", "questions": {"q": {"type": "noul", "instructions": [18446744073709551615, 9223372036854775807, 9223372036854775808]}}}', [0.0])
+    # issue 16 F4: ../shared/findings/2026-12-01-attack/open_jev_int64_min_u64_max.json
+    add("json_int64_min_u64_max_state", '{"state": {"a": -9223372036854775808, "b": 18446744073709551615}, "questions": {"q": {"type": "choice", "instructions": "Pick", "criteria": {"x": null, "y": "why"}}}}', [0.5, -0.5])
     add("json_overflow_float_in_state", '{"state": [1e400], "questions": {"q": {"type": "noul", "instructions": "x"}}}')
     add("json_overflow_float_in_instructions", '{"state": "s", "questions": {"q": {"type": "noul", "instructions": {"a": -1e999}}}}')
     add("json_overflow_float_ignored_field", '{"x": 1e400, "state": "s", "questions": {"q": {"type": "noul", "instructions": "x"}}}', [0.0])
@@ -493,7 +520,11 @@ def main():
     check = "--check" in sys.argv[3:]
     tokenizer = Tokenizer.from_file(tok_path)
     lines = [J({"manifest": MANIFEST})]
-    for case in cases():
+    specials = [a["content"] for a in json.load(open(tok_path, encoding="utf-8"))["added_tokens"]
+                if a["special"]]
+    extra = [{"name": n, "body": J(b), "scores": sc, "max_length": None}
+             for n, b, sc in special_cases(specials)]
+    for case in cases() + extra:
         raw = case["body"].encode("utf-8", "surrogatepass")
         max_length = MANIFEST["open_jev"]["max_length"]
         ml = case.pop("max_length")

@@ -1,5 +1,6 @@
 /* Unit test of the strict request JSON check (wire.md 400 invalid_json): what json-c alone would
  * accept (duplicates, NaN, lone surrogates, trailing bytes, depth) is refused; valid JSON parses. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,30 @@ int main(void) {
   CHECK(pp_json_parse("{\"a\":1,\"a\":1}", 13, &root, &d) == -CM_EJSON);
   CHECK(d.msg && strstr(d.msg, "duplicate key \"a\""));
   cm_diag_fini(&d);
+  /* integers: the 64-bit bounds are values, exact in json-c; wider is 422 naming the field */
+  const char *bounds = "[-9223372036854775808, 18446744073709551615, -0, 1e30, 1.5e19, "
+                       "99999999999999999999.5]";
+  CHECK(pp_json_parse(bounds, strlen(bounds), &root, &d) == 0);
+  CHECK(root && json_object_get_int64(json_object_array_get_idx(root, 0)) == INT64_MIN);
+  CHECK(root && json_object_get_uint64(json_object_array_get_idx(root, 1)) == UINT64_MAX);
+  json_object_put(root);
+  struct {
+    const char *doc, *msg;
+  } wide[] = {
+      {"18446744073709551616", "integer 18446744073709551616 is outside 64 bits"},
+      {"[-9223372036854775809]", "[0]: integer -9223372036854775809 is outside 64 bits"},
+      {"{\"a\": {\"b\": [0, {\"c\": 100000000000000000000}]}}",
+       "a.b[1].c: integer 100000000000000000000 is outside 64 bits"},
+      {"{\"x\": [1], \"y\": 123456789012345678901234567890}",
+       "y: integer 123456789012345678901234... is outside 64 bits"},
+  };
+  for (size_t i = 0; i < sizeof(wide) / sizeof(*wide); i++) {
+    CHECK(pp_json_parse(wide[i].doc, strlen(wide[i].doc), &root, &d) == -CM_EREQUEST);
+    CHECK(d.msg && strncmp(d.msg, wide[i].msg, strlen(wide[i].msg)) == 0);
+    if (d.msg && strncmp(d.msg, wide[i].msg, strlen(wide[i].msg)) != 0)
+      fprintf(stderr, "  got \"%s\"\n", d.msg);
+    cm_diag_fini(&d);
+  }
   if (failures)
     fprintf(stderr, "%d failures\n", failures);
   return failures ? 1 : 0;

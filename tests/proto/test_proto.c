@@ -43,10 +43,10 @@ static void test_job(void) {
   cm_diag_fini(&diag);
   /* another version: byte after "v" key. Layout: map, "v"(2 bytes), 1 */
   memcpy(longer, b.data, b.len);
-  CHECK((unsigned char)longer[3] == 1);
-  longer[3] = 2;
+  CHECK((unsigned char)longer[3] == PROTO_VERSION);
+  longer[3] = 1; /* the version before ASK.last and DRAINING */
   CHECK(proto_job_decode(longer, b.len, &d, &diag) == -CM_EVERSION);
-  CHECK(diag.msg && strstr(diag.msg, "version 2"));
+  CHECK(diag.msg && strstr(diag.msg, "version 1"));
   cm_diag_fini(&diag);
   /* the wrong kind */
   CHECK(proto_ask_decode(b.data, b.len, &(struct proto_ask){0}, &diag) == -CM_EFORMAT);
@@ -72,10 +72,29 @@ static void test_ask(void) {
   CHECK(d.reply.tokens == 99 && d.reply.decisions == 3 && strcmp(d.worker, "host:1") == 0);
   proto_ask_fini(&d);
   proto_bytes_free(&b);
+  CHECK(!d.last);
+  proto_ask_fini(&d);
+  proto_bytes_free(&b);
+  /* a drain's last ask: the reply and no credit */
+  a.last = true;
+  CHECK(proto_ask_encode(&a, &b) == 0);
+  CHECK(proto_ask_decode(b.data, b.len, &d, NULL) == 0 && d.last && d.has_reply);
+  CHECK(d.reply.job_id == 5);
+  proto_ask_fini(&d);
+  proto_bytes_free(&b);
+  a.last = false;
   a.has_reply = false;
   CHECK(proto_ask_encode(&a, &b) == 0);
-  CHECK(proto_ask_decode(b.data, b.len, &d, NULL) == 0 && !d.has_reply);
+  CHECK(proto_ask_decode(b.data, b.len, &d, NULL) == 0 && !d.has_reply && !d.last);
   proto_ask_fini(&d);
+  /* "last" must be a boolean: the byte after "last" (0xc2, false) made a positive fixint */
+  char *nb = memchr(b.data, 0xc2, b.len);
+  CHECK(nb && nb > b.data + 5 && memcmp(nb - 5, "\xa4last", 5) == 0);
+  *nb = 0x01;
+  struct cm_diag bd = {0};
+  CHECK(proto_ask_decode(b.data, b.len, &d, &bd) == -CM_EFORMAT);
+  CHECK(bd.msg && strstr(bd.msg, "ask.last"));
+  cm_diag_fini(&bd);
   proto_bytes_free(&b);
   /* a non-200 reply without an error type is refused by the encoder */
   a.has_reply = true;
@@ -101,6 +120,18 @@ static void test_status(void) {
   CHECK(d.models[1].revision == NULL && strcmp(d.models[1].describe, "{}") == 0);
   proto_status_fini(&d);
   proto_bytes_free(&b);
+  /* a draining preprocessor, and a state past the last one */
+  s.state = PROTO_STATE_DRAINING;
+  s.reason = "shutting down";
+  CHECK(proto_status_encode(&s, &b) == 0);
+  CHECK(proto_status_decode(b.data, b.len, &d, NULL) == 0 && d.state == PROTO_STATE_DRAINING);
+  CHECK(strcmp(proto_state_name(d.state), "draining") == 0 && strcmp(d.reason, "shutting down") == 0);
+  proto_status_fini(&d);
+  proto_bytes_free(&b);
+  s.state = PROTO_STATE_COUNT;
+  CHECK(proto_status_encode(&s, &b) == -EINVAL);
+  s.state = PROTO_STATE_READY;
+  s.reason = NULL;
   struct proto_health h = {.state = PROTO_STATE_UNAVAILABLE, .model_id = "m", .revision = "r",
                            .reason = "retired", .programs = 12};
   CHECK(proto_health_encode(&h, &b) == 0);
@@ -201,8 +232,9 @@ static void test_program(void) {
 static void test_refusals(void) {
   struct cm_diag diag = {0};
   struct proto_job d = {0};
-  /* {"v":1,"k":"job","job":1,"rid":"a","deadline_us":0,"model":nil,"body":bin"","x":1} */
-  const unsigned char unknown[] = {0x88, 0xa1, 'v', 1, 0xa1, 'k', 0xa3, 'j', 'o', 'b', 0xa3, 'j',
+  /* {"v":PROTO_VERSION,"k":"job","job":1,"rid":"a","deadline_us":0,"model":nil,"body":bin"",
+   *  "x":1} */
+  const unsigned char unknown[] = {0x88, 0xa1, 'v', PROTO_VERSION, 0xa1, 'k', 0xa3, 'j', 'o', 'b', 0xa3, 'j',
                                    'o', 'b', 1, 0xa3, 'r', 'i', 'd', 0xa1, 'a', 0xab, 'd', 'e',
                                    'a', 'd', 'l', 'i', 'n', 'e', '_', 'u', 's', 0, 0xa5, 'm', 'o',
                                    'd', 'e', 'l', 0xc0, 0xa4, 'b', 'o', 'd', 'y', 0xc4, 0, 0xa1,
