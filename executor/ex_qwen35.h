@@ -122,6 +122,16 @@ int ex_qwen35_model_load(const struct ex_qwen35_config *cfg, const struct cm_saf
                          const struct cm_safetensors *adapter, float lora_scale,
                          struct ex_qwen35_model **ret_model, struct cm_diag *diag);
 
+/* Replaces embedding rows ids[i] by rows[i]: the rows a release keeps in float32 (cm_model_dir
+ * embed_f32_rows, OmniJev's new_tok_emb.pt). round_bf16 (the bf16 mode) rounds them to bf16 first,
+ * as the reference's bf16 model casts them; fp32 keeps them. A tied LM head is the same table.
+ * Shapes: ids [n] in [0, vocab); rows F32 [n, H]. Ownership: rows only read.
+ * Returns 0; -CM_ESHAPE (dtype or shape); -EINVAL (an id outside the vocabulary); -ENOMEM.
+ * Source: records.add_option_tokens (spec/omnijev.md §11.3). */
+int ex_qwen35_set_embed_rows(struct ex_qwen35_model *m, const int32_t *ids,
+                             const struct cm_tensor_view *rows, size_t n, bool round_bf16,
+                             struct cm_diag *diag);
+
 /* Allocates a model with every tensor zeroed and sized from cfg, for callers that fill weights
  * themselves (tests, future loaders). lora_rank > 0 also allocates zeroed factors for every
  * projection. Returns 0 or -ENOMEM. */

@@ -10,7 +10,7 @@
 
 #include "cm_error.h"
 
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2
 
 /* Hard limits on what a decoder accepts (documented here, checked before any allocation). */
 #define PROTO_MAX_ID_BYTES 256          /* request id, model id, worker id, head name */

@@ -3,7 +3,9 @@
  * head_meta.json, optional tokenizer.json) into an s1serve model directory. The backbone and LoRA
  * go through the qwen3_5 exporter; this file adds the option tokens to the tokenizer (verifying
  * their ids), resizes the tied embedding to the tokenizer's length with the two option rows from
- * new_tok_emb.pt, writes heads.safetensors (fp32 head.* and ord.*) and the family's manifest. */
+ * new_tok_emb.pt (bf16-rounded in the BF16 table, and kept in float32 as the release has them in
+ * embed_f32_rows.safetensors: the fp32 numerics use those, the bf16 numerics round them), writes
+ * heads.safetensors (fp32 head.* and ord.*) and the family's manifest. */
 #include "export_util.h"
 #include "omnijev_export.h"
 
@@ -23,6 +25,8 @@
 #include "pp_tok.h"
 
 #define EMBED "model.language_model.embed_tokens.weight"
+#define F32_ROWS_FILE "embed_f32_rows.safetensors"
+#define F32_ROWS_TENSOR "embed_tokens.f32_rows" /* new_tok_emb.pt [2, H] as stored: float32 */
 #define OPT "<|opt|>"
 #define OPT_END "<|/opt|>"
 
@@ -370,11 +374,15 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   struct cm_diag d = {0};
   struct cm_safetensors_writer *w = NULL;
   json_object *meta = NULL, *calib = NULL, *manifest = NULL, *acfg = NULL;
-  char *p_meta = ex_export_path_join(ckpt, "head_meta.json"), *p_head = ex_export_path_join(ckpt, "head.pt"),
-       *p_ord = ex_export_path_join(ckpt, "ord.pt"), *p_emb = ex_export_path_join(ckpt, "new_tok_emb.pt"),
-       *p_tok = ex_export_path_join(ckpt, "tokenizer.json"), *p_acfg = ex_export_path_join(ckpt, "adapter_config.json"),
-       *o_tok = ex_export_path_join(out, "tokenizer.json"), *o_heads = ex_export_path_join(out, "heads.safetensors"),
-       *o_man = ex_export_path_join(out, CM_MODEL_MANIFEST);
+  char *p_meta = ex_export_path_join(ckpt, "head_meta.json"),
+       *p_head = ex_export_path_join(ckpt, "head.pt"), *p_ord = ex_export_path_join(ckpt, "ord.pt"),
+       *p_emb = ex_export_path_join(ckpt, "new_tok_emb.pt"),
+       *p_tok = ex_export_path_join(ckpt, "tokenizer.json"),
+       *p_acfg = ex_export_path_join(ckpt, "adapter_config.json"),
+       *o_tok = ex_export_path_join(out, "tokenizer.json"),
+       *o_heads = ex_export_path_join(out, "heads.safetensors"),
+       *o_man = ex_export_path_join(out, CM_MODEL_MANIFEST),
+       *o_rows = ex_export_path_join(out, F32_ROWS_FILE);
   int rc = 0;
   /* everything from the checkpoint is read and checked before any output is written */
   if (!(meta = json_object_from_file(p_meta)))
@@ -442,6 +450,19 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
     ex_export_fail("%s", d.msg ? d.msg : o_heads);
     goto out;
   }
+  /* the option rows as the release stores them (float32), for the fp32 numerics */
+  cm_safetensors_writer_free(w);
+  w = NULL;
+  if ((rc = cm_safetensors_writer_new(&w)) ||
+      (rc = cm_safetensors_writer_add(w, F32_ROWS_TENSOR, CM_DTYPE_F32, 2, emb.tensors[0].shape,
+                                      emb.tensors[0].data))) {
+    ex_export_fail("%s: cannot add %s", o_rows, F32_ROWS_TENSOR);
+    goto out;
+  }
+  if ((rc = cm_safetensors_writer_finish(w, o_rows, &d))) {
+    ex_export_fail("%s", d.msg ? d.msg : o_rows);
+    goto out;
+  }
   json_object_object_add(manifest, "family", json_object_new_string("omnijev"));
   json_object_object_add(manifest, "model_id", json_object_new_string("tinnel123/OmniJev"));
   json_object *lr = json_object_new_object(), *oi = json_object_new_array(),
@@ -459,6 +480,13 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   json_object_object_add(calib, "processor", proc);
   json_object_object_add(calib, "heads", json_object_new_string("heads.safetensors"));
   json_object_object_add(manifest, "omnijev", calib);
+  json_object *fr = json_object_new_object(), *fri = json_object_new_array();
+  json_object_object_add(fr, "file", json_object_new_string(F32_ROWS_FILE));
+  json_object_object_add(fr, "tensor", json_object_new_string(F32_ROWS_TENSOR));
+  json_object_array_add(fri, json_object_new_int(ids[0]));
+  json_object_array_add(fri, json_object_new_int(ids[1]));
+  json_object_object_add(fr, "ids", fri);
+  json_object_object_add(manifest, "embed_f32_rows", fr);
   json_object *kinds = json_object_new_array(); /* the executor loads only these heads */
   json_object_array_add(kinds, json_object_new_string("omnijev"));
   json_object_object_add(manifest, "head_kinds", kinds);
@@ -480,6 +508,8 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   if (!rc)
     rc = cm_model_dir_add_file(files, out, "heads.safetensors", &d);
   if (!rc)
+    rc = cm_model_dir_add_file(files, out, F32_ROWS_FILE, &d);
+  if (!rc)
     rc = cm_model_dir_write_manifest(out, manifest, &d);
   if (rc)
     ex_export_fail("%s", d.msg ? d.msg : out);
@@ -498,6 +528,6 @@ out:
   json_object_put(manifest);
   json_object_put(acfg);
   free(p_meta), free(p_head), free(p_ord), free(p_emb), free(p_tok), free(p_acfg);
-  free(o_tok), free(o_heads), free(o_man);
+  free(o_tok), free(o_heads), free(o_man), free(o_rows);
   return rc ? 1 : 0;
 }
