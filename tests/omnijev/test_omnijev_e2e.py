@@ -23,8 +23,8 @@ default). Parts:
   panels    several stills (no video) over HTTP, for the Pillow panel fixtures of
             tests/oracle/omnijev_panels.py: the answers equal the in-process run's, the usage
             equals that of the same request sent with Pillow's panel JPEG as its one image (same
-            grid and prompt), and the answers differ from Pillow's-panel answers by at most
-            PANEL_TOL (the numerals differ, recipe/omnijev/README.md); the differences are printed.
+            grid and prompt), and the answers equal the Pillow's-panel answers exactly
+            (PANEL_TOL 0: our panel is Pillow's bit for bit, numerals included).
 
   all       every part above on one model and one trio (two executors behind it), in three
             streams at once (STREAMS; the sanitizer build runs this form).
@@ -52,7 +52,7 @@ import trio  # noqa: E402
 FIX = os.path.join(HERE, "..", "fixtures", "omnijev", "e2e")
 TOL_ANSWER = 1e-4 + 1e-9   # probabilities are rounded to 4 places on both sides
 TOL_FEATS = 1e-5
-PANEL_TOL = 0.06           # |answer(our panel) - answer(Pillow's panel)|: measured 0.0503 (82x66 panel), 0.0119, 0.0016
+PANEL_TOL = 0.0            # |answer(our panel) - answer(Pillow's panel)|: the panels are Pillow's bit for bit
 PANELS = os.path.join(HERE, "..", "fixtures", "omnijev", "panels")
 MODEL = "tinnel123/OmniJev"
 
