@@ -12,12 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "export_util.h"
 #include "cm_model_dir.h"
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "export_hf.h"
 #include "export_jemm.h"
+#include "export_util.h"
 #include "omnijev_export.h"
 #include "open_jev_export.h"
 
@@ -323,23 +324,6 @@ static int add_source(json_object *sources, const char *path) {
   return 0;
 }
 
-static int copy_file(const char *from, const char *to) {
-  FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
-  int rc = 0;
-  if (!in || !out)
-    rc = ex_export_fail("cannot copy %s to %s: %s", from, to, strerror(errno));
-  char buf[1 << 16];
-  size_t n;
-  while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
-    if (fwrite(buf, 1, n, out) != n)
-      rc = ex_export_fail("%s: write failed", to);
-  if (in)
-    fclose(in);
-  if (out && fclose(out) != 0 && !rc)
-    rc = ex_export_fail("%s: write failed", to);
-  return rc;
-}
-
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
@@ -459,6 +443,7 @@ static int export_main(int argc, char **argv) {
   struct lora_cfg lc = {0};
   struct cm_safetensors_writer *w = NULL, *aw = NULL;
   json_object *config = NULL, *pre = NULL, *manifest = NULL;
+  json_object *tinfo = NULL; /* the tokenizer class transformers picks (export_hf.h) */
   char *cpath = ex_export_path_join(base, "config.json"), *tpath = ex_export_path_join(base, "tokenizer.json");
   char *ppath = ex_export_path_join(base, "preprocessor_config.json"), *tmp = NULL;
 
@@ -633,8 +618,15 @@ static int export_main(int argc, char **argv) {
   }
   free(tmp);
   tmp = ex_export_path_join(out, "tokenizer.json");
-  rc = copy_file(tpath, tmp);
+  /* the tokenizer as transformers' AutoTokenizer loads the base (export_hf.h) */
+  rc = ex_hf_export_tokenizer(base, tmp, &tinfo);
   if (rc)
+    goto out;
+  /* the image processor as transformers reads it, against what the preprocessor does: JEMM's
+   * bounds are the spec's (65,536 .. 16,777,216) */
+  int have_proc = 0;
+  if (with_vision &&
+      (rc = ex_hf_check_processor(base, jemm ? 65536 : -1, jemm ? 16777216 : -1, &have_proc, NULL)))
     goto out;
 
   /* Manifest. */
@@ -651,6 +643,12 @@ static int export_main(int argc, char **argv) {
     rc = ex_export_fail("out of memory");
     goto out;
   }
+  json_object *mtok = NULL;
+  if (json_object_object_get_ex(manifest, "tokenizer", &mtok)) {
+    json_object_object_add(mtok, "transformers", tinfo); /* class, chosen_by, rebuilt */
+    tinfo = NULL;
+  }
+
   json_object *up = json_object_new_object(), *src = json_object_new_array();
   json_object_object_add(up, "exporter", json_object_new_string(EXPORT_VERSION));
   json_object_object_add(up, "text_prefix", json_object_new_string(tp));
@@ -743,6 +741,7 @@ out:
   json_object_put(config);
   json_object_put(pre);
   json_object_put(manifest);
+  json_object_put(tinfo);
   free(cpath);
   free(tpath);
   free(ppath);

@@ -6,8 +6,9 @@
  * new_tok_emb.pt (bf16-rounded in the BF16 table, and kept in float32 as the release has them in
  * embed_f32_rows.safetensors: the fp32 numerics use those, the bf16 numerics round them), writes
  * heads.safetensors (fp32 head.* and ord.*) and the family's manifest. */
-#include "export_util.h"
 #include "omnijev_export.h"
+#include "export_hf.h"
+#include "export_util.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -327,21 +328,6 @@ static int add_source(json_object *src, const char *path) {
   return 0;
 }
 
-static int copy_file(const char *from, const char *to) {
-  FILE *a = fopen(from, "rb"), *b = a ? fopen(to, "wb") : NULL;
-  char buf[1 << 16];
-  size_t n;
-  int rc = a && b ? 0 : ex_export_fail("cannot copy %s to %s", from, to);
-  while (!rc && (n = fread(buf, 1, sizeof buf, a)) > 0)
-    if (fwrite(buf, 1, n, b) != n)
-      rc = ex_export_fail("%s: write failed", to);
-  if (a)
-    fclose(a);
-  if (b && fclose(b) != 0 && !rc)
-    rc = ex_export_fail("%s: write failed", to);
-  return rc;
-}
-
 int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)) {
   const char *base = NULL, *ckpt = NULL, *out = NULL, *lora = "keep";
   static const struct option lo[] = {{"family", required_argument, 0, 'f'},
@@ -417,10 +403,20 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   }
   if (rc)
     goto out;
-  /* tokenizer: the checkpoint's own when it ships one, with <|opt|> / <|/opt|> verified */
+  /* tokenizer: the checkpoint's own when it ships one (AutoProcessor.from_pretrained(ckpt): its
+   * tokenizer_config.json decides the class, export_hf.h), with <|opt|> / <|/opt|> verified */
   struct stat sb;
-  if (stat(p_tok, &sb) == 0 && (rc = copy_file(p_tok, o_tok)))
+  json_object *tinfo = NULL;
+  if (stat(p_tok, &sb) == 0 && (rc = ex_hf_export_tokenizer(ckpt, o_tok, &tinfo)))
     goto out;
+  /* the processor: the checkpoint's config, else the base's; min_pixels 65,536 from it, max_pixels
+   * overridden by MSO1 (602,112) whatever it says */
+  int have_proc = 0;
+  if ((rc = ex_hf_check_processor(ckpt, 65536, -1, &have_proc, NULL)) ||
+      (!have_proc && (rc = ex_hf_check_processor(base, 65536, -1, &have_proc, NULL)))) {
+    json_object_put(tinfo);
+    goto out;
+  }
   size_t vocab = 0;
   int32_t ids[2] = {-1, -1};
   if ((rc = option_tokens(o_tok, &vocab, ids)))
@@ -429,9 +425,15 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   json_object *config = NULL, *tc = NULL, *hs = NULL, *files = NULL, *up = NULL, *src = NULL;
   if (!(manifest = json_object_from_file(o_man)) ||
       !json_object_object_get_ex(manifest, "config", &config)) {
+    json_object_put(tinfo);
     rc = ex_export_fail("%s: cannot read the manifest the qwen3_5 export wrote", o_man);
     goto out;
   }
+  json_object *mtok = NULL;
+  if (tinfo && json_object_object_get_ex(manifest, "tokenizer", &mtok))
+    json_object_object_add(mtok, "transformers", tinfo); /* the checkpoint's, not the base's */
+  else
+    json_object_put(tinfo);
   if (!json_object_object_get_ex(config, "text_config", &tc))
     tc = config;
   int64_t hidden = json_object_object_get_ex(tc, "hidden_size", &hs) ? json_object_get_int64(hs) : 0;

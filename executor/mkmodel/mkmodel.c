@@ -22,6 +22,7 @@
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "export_hf.h"
 
 #define SHARD_MAX_BYTES 4000000000ull /* default: above this the weights are split into shards */
 
@@ -683,7 +684,7 @@ static json_object *as_read_back(json_object *obj) {
 /* Writes s1_out/s1-model.json after the weights and tokenizer.json are in place: s1-export's
  * manifest for the checkpoint --out would have written, except "upstream", which names this tool,
  * the arguments the weights are a function of, and the tokenizer read. */
-static int write_s1_manifest(const struct opts *o, json_object *config) {
+static int write_s1_manifest(const struct opts *o, json_object *config, json_object *tinfo) {
   json_object *pp = make_preprocessor();
   json_object *cfg = as_read_back(config), *pre = pp ? as_read_back(pp) : NULL;
   json_object *m = cfg && pre ? cm_model_dir_manifest_new("qwen3_5", cfg, o->vision,
@@ -715,6 +716,9 @@ static int write_s1_manifest(const struct opts *o, json_object *config) {
     ADD(up, "sources", src);
     ADD(m, "upstream", up);
     free(abs);
+    json_object *mtok = NULL;
+    if (tinfo && json_object_object_get_ex(m, "tokenizer", &mtok))
+      ADD(mtok, "transformers", json_object_get(tinfo));
     json_object *files = json_object_new_object();
     ADD(m, "files", files);
     rc = cm_model_dir_add_file(files, o->s1_out, "weights.safetensors", &d);
@@ -870,9 +874,14 @@ int main(int argc, char **argv) {
     rc = write_json(o.out, "preprocessor_config.json", pp);
     json_object_put(pp);
   }
+  json_object *tinfo = NULL;
   if (!rc) {
     char *tp = path_join(dir, "tokenizer.json");
-    rc = copy_file(o.tokenizer, tp);
+    /* --out copies the file (the checkpoint holds it as given); --s1-out writes what s1-export
+     * makes of that checkpoint: the tokenizer as transformers loads it next to this config.json
+     * (no tokenizer_config.json: its model_type picks the class, export_hf.h) */
+    rc = o.s1_out ? ex_hf_export_tokenizer_files(o.tokenizer, o.tokenizer, NULL, config, tp, &tinfo)
+                  : copy_file(o.tokenizer, tp);
     free(tp);
   }
   if (!rc)
@@ -880,7 +889,8 @@ int main(int argc, char **argv) {
   if (!rc && o.adapter_out)
     rc = write_adapter(&o, list, n);
   if (!rc && o.s1_out)
-    rc = write_s1_manifest(&o, config);
+    rc = write_s1_manifest(&o, config, tinfo);
+  json_object_put(tinfo);
   cm_diag_fini(&d);
   free(list);
   cm_qwen35_dims_fini(&dims);

@@ -52,6 +52,7 @@ def render():
         " * row-major.",
         " * Regenerate with Pillow 12.3.0: .venv/bin/python tests/oracle/omnijev_numerals.py",
         " * preprocessor/image/pp_image_numerals.c */",
+        "/* clang-format off */",
         "#include <errno.h>",
         "",
         '#include "pp_image.h"',
