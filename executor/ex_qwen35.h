@@ -132,6 +132,12 @@ int ex_qwen35_set_embed_rows(struct ex_qwen35_model *m, const int32_t *ids,
                              const struct cm_tensor_view *rows, size_t n, bool round_bf16,
                              struct cm_diag *diag);
 
+/* The bf16 numerics' load of the parameters a checkpoint may store wider than bf16
+ * (linear_attn.A_log and dt_bias, spec §2.2: F32 allowed): each rounded to bf16 in place, as the
+ * reference's bf16 model (and the CUDA engine's upload) casts them. The fp32 numerics keep them.
+ * Source: transformers from_pretrained(dtype=bfloat16); twin: exc_qwen35 up_vector. */
+void ex_qwen35_round_wide_params(struct ex_qwen35_model *m);
+
 /* Allocates a model with every tensor zeroed and sized from cfg, for callers that fill weights
  * themselves (tests, future loaders). lora_rank > 0 also allocates zeroed factors for every
  * projection. Returns 0 or -ENOMEM. */

@@ -242,3 +242,16 @@ int ex_qwen35_set_embed_rows(struct ex_qwen35_model *m, const int32_t *ids,
   free(f);
   return 0;
 }
+
+void ex_qwen35_round_wide_params(struct ex_qwen35_model *m) {
+  size_t hv = (size_t)m->cfg.lin_v_heads;
+  for (int i = 0; i < m->cfg.n_layers; i++) {
+    struct ex_qwen35_layer *l = &m->layers[i];
+    if (l->full_attn)
+      continue;
+    for (size_t j = 0; j < hv; j++) {
+      l->a_log[j] = cm_bf16_to_f32(cm_f32_to_bf16(l->a_log[j]));
+      l->dt_bias[j] = cm_bf16_to_f32(cm_f32_to_bf16(l->dt_bias[j]));
+    }
+  }
+}

@@ -315,6 +315,8 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
       goto done;
     m->round_bf16 = bf16;
     m->gdn_mode = gdn;
+    if (bf16) /* A_log / dt_bias stored in F32: the bf16 model holds them rounded */
+      ex_qwen35_round_wide_params(m);
     /* the release's float32 embedding rows: kept in fp32, rounded in bf16 (cm_model_dir.h) */
     if (dir->n_f32_rows && (r = ex_qwen35_set_embed_rows(m, dir->f32_row_ids, &dir->f32_rows,
                                                          dir->n_f32_rows, bf16, diag)))

@@ -252,6 +252,8 @@ int ex_engine_cpu_new(const struct cm_model_dir *dir, const struct ex_engine_opt
     goto fail;
   c->base.numerics = opt ? opt->numerics : CM_NUMERICS_FP32;
   c->model->round_bf16 = c->base.numerics == CM_NUMERICS_BF16;
+  if (c->model->round_bf16) /* A_log / dt_bias stored in F32: the bf16 model holds them rounded */
+    ex_qwen35_round_wide_params(c->model);
   /* the release's float32 embedding rows: kept in fp32, rounded in bf16 (cm_model_dir.h) */
   if (dir->n_f32_rows &&
       (r = ex_qwen35_set_embed_rows(c->model, dir->f32_row_ids, &dir->f32_rows, dir->n_f32_rows,

@@ -260,7 +260,56 @@ def both_numerics(export, forward, base, ckpt, out, emb, work, expect):
     json.dump(man, open(bad + "/s1-model.json", "w"))
     run([forward, "--model", bad, "--input", work + "/fwd_in.json", "--output", work + "/x.json"], False,
         "is not the bf16 rounding of embed_f32_rows")
+    # F32 linear_attn.A_log / dt_bias (spec §2.2): kept in fp32, rounded at load in bf16
+    src = base + "/model.safetensors"
+    with open(src, "rb") as f:
+        keys = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    rng = np.random.default_rng(5)
+    noisy = {}
+    for k in keys:
+        if k.endswith(".A_log") or k.endswith(".dt_bias"):
+            v = bf16_to_f32(raw_bf16(src, k)[0]).astype(np.float32)
+            noisy[k] = (v * (1 + rng.uniform(1e-3, 4e-3, v.shape))).astype(np.float32)
+    expect(len(noisy) >= 2, "no A_log / dt_bias in the base")
+    for tag, vals in (("wide", noisy), ("wide_rounded", {k: bf16_to_f32(f32_to_bf16(v)).astype(np.float32)
+                                                        for k, v in noisy.items()})):
+        b2 = work + "/base_" + tag
+        shutil.copytree(base, b2)
+        write_mixed(b2 + "/model.safetensors", src, vals)
+        run([export, "--family", "omnijev", "--base", b2, "--checkpoint", ckpt, "--out", work + "/model_" + tag])
+    for nm in ("fp32", "bf16"):
+        for tag in ("wide", "wide_rounded"):
+            o = work + "/fwd_%s_%s.json" % (tag, nm)
+            run([forward, "--model", work + "/model_" + tag, "--input", work + "/fwd_in.json", "--output", o, "--numerics", nm])
+            hid[tag, nm] = np.array(json.load(open(o))["hidden"], np.float64)
+    w32 = np.abs(hid["wide", "fp32"] - hid["wide_rounded", "fp32"]).max()
+    w16 = np.abs(hid["wide", "bf16"] - hid["wide_rounded", "bf16"]).max()
+    expect(w32 > 1e-6, "fp32: F32 A_log/dt_bias and their bf16 roundings give the same hidden rows (%.3g)" % w32)
+    expect(w16 == 0.0, "bf16: F32 A_log/dt_bias not rounded at load (hidden rows differ by %.3g)" % w16)
+    print("F32 A_log/dt_bias: fp32 hidden rows move by %.3g between them and their rounding; bf16 identical" % w32)
     return True
+
+
+def write_mixed(path, src, tensors):
+    """safetensors at path: src's tensors as stored, those in `tensors` replaced by F32 values."""
+    with open(src, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out_hdr, blobs, off = {}, [], 0
+    for k in sorted(k for k in hdr if k != "__metadata__"):
+        if k not in tensors:
+            a, b = hdr[k]["data_offsets"]
+            blob, dt, shape = data[a:b], hdr[k]["dtype"], hdr[k]["shape"]
+        else:
+            blob, dt, shape = tensors[k].astype("<f4").tobytes(), "F32", list(tensors[k].shape)
+        out_hdr[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    h = json.dumps(out_hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 if __name__ == "__main__":
