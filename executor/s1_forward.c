@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cm_version.h"
 #include "cm_model_dir.h"
 #include "cpu_act.h"
 #include "ex_npy.h"
@@ -540,6 +541,8 @@ done:
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-forward"))
+    return 0;
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"device", required_argument, 0, 'd'},
       {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},

@@ -16,6 +16,7 @@
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "cm_version.h"
 #include "export_hf.h"
 #include "export_jemm.h"
 #include "export_util.h"
@@ -344,6 +345,8 @@ static int export_main(int argc, char **argv);
 /* s1-export: takes --numerics out of argv, runs the family's exporter and records the directory's
  * default numerics (manifest "numerics") in the manifest it wrote. */
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-export"))
+    return 0;
   const char *numerics = NULL, *out = NULL;
   char **av = calloc((size_t)argc + 1, sizeof *av);
   int ac = 0;

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "cm_model_dir.h"
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
@@ -749,6 +750,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-mkmodel"))
+    return 0;
   struct opts o = {.shard_bytes = SHARD_MAX_BYTES};
   enum {
     O_VISION = 256, O_TIED, O_RATIO3, O_CAUSAL, O_AOUT, O_ARANK, O_AALPHA, O_ATGT, O_ABF16, O_SHARD,

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cm_version.h"
 #include "ex_head.h"
 #include "ex_program.h"
 #include "ex_record.h"
@@ -233,21 +234,17 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                       {"device", required_argument, 0, 'd'},
-                                       {"listen", required_argument, 0, 'l'},
-                                       {"record", required_argument, 0, 'r'},
-                                       {"bf16-rounding", no_argument, 0, 'b'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {"max-tokens", required_argument, 0, 'T'},
-                                       {"max-seqs", required_argument, 0, 'S'},
-                                       {"max-ctx", required_argument, 0, 'C'},
-                                       {"snapshots", required_argument, 0, 'N'},
-                                       {"max-readouts", required_argument, 0, 'R'},
-                                       {"max-patches", required_argument, 0, 'P'},
-                                       {"cuda-lora", required_argument, 0, 'L'},
-                                       {"numerics", required_argument, 0, 'n'},
-                                       {0, 0, 0, 0}};
+  if (cm_version_requested(argc, argv, "s1-executor"))
+    return 0;
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
+      {"listen", required_argument, 0, 'l'}, {"record", required_argument, 0, 'r'},
+      {"bf16-rounding", no_argument, 0, 'b'}, {"help", no_argument, 0, 'h'},
+      {"max-tokens", required_argument, 0, 'T'}, {"max-seqs", required_argument, 0, 'S'},
+      {"max-ctx", required_argument, 0, 'C'},    {"snapshots", required_argument, 0, 'N'},
+      {"max-readouts", required_argument, 0, 'R'}, {"max-patches", required_argument, 0, 'P'},
+      {"cuda-lora", required_argument, 0, 'L'}, {"numerics", required_argument, 0, 'n'},
+      {0, 0, 0, 0}};
   const char *model = NULL, *device = "cpu", *url = "ipc:///tmp/s1-executor-0.sock";
   const char *record = NULL;
   struct ex_runner_options ro = {0};

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_version.h"
 #include "ex_program.h"
 #include "ex_record.h"
 
@@ -16,6 +17,8 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-replay"))
+    return 0;
   static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                        {"bf16-rounding", no_argument, 0, 'b'},
                                        {"numerics", required_argument, 0, 'n'},
