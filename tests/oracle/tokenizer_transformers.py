@@ -42,16 +42,20 @@ def tok_cases():
     for t in ("qwen35", "qwen3"):
         c += [
             (t + "_qwen2_class", t, dict(BASE, tokenizer_class="Qwen2Tokenizer"), None, "ok"),
-            (t + "_qwen2_fast_class", t, dict(BASE, tokenizer_class="Qwen2TokenizerFast"), QWEN35_CONFIG, "ok"),
             (t + "_qwen35_class", t, dict(BASE, tokenizer_class="Qwen3_5Tokenizer"), None, "ok"),
             (t + "_backend_class", t, dict(BASE, tokenizer_class="TokenizersBackend"), QWEN35_CONFIG, "ok"),
-            (t + "_pretrained_fast_class", t, dict(BASE, tokenizer_class="PreTrainedTokenizerFast"), None, "ok"),
             (t + "_no_class_qwen35_config", t, dict(BASE), QWEN35_CONFIG, "ok"),
             (t + "_no_class_qwen3_config", t, dict(BASE), QWEN3_CONFIG, "ok"),
-            (t + "_no_tokenizer_config_qwen35_config", t, None, QWEN35_CONFIG, "ok"),
             (t + "_nothing", t, None, None, "ok"),
             (t + "_qwen2_prefix_space", t, dict(BASE, tokenizer_class="Qwen2Tokenizer", add_prefix_space=True), None, "ok"),
         ]
+    # class-name resolution alone: on the smaller Qwen3 file (the 20 MB Qwen3.5 one costs minutes
+    # under ASan)
+    c += [
+        ("qwen3_qwen2_fast_class", "qwen3", dict(BASE, tokenizer_class="Qwen2TokenizerFast"), QWEN35_CONFIG, "ok"),
+        ("qwen3_pretrained_fast_class", "qwen3", dict(BASE, tokenizer_class="PreTrainedTokenizerFast"), None, "ok"),
+        ("qwen3_no_tokenizer_config_qwen35_config", "qwen3", None, QWEN35_CONFIG, "ok"),
+    ]
     c += [
         ("refuse_llama_class", "qwen3", dict(BASE, tokenizer_class="LlamaTokenizer"), None, "refuse"),
         ("refuse_split_special", "qwen3", dict(BASE, tokenizer_class="Qwen2Tokenizer", split_special_tokens=True), None, "refuse"),

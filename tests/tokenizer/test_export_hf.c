@@ -59,6 +59,34 @@ static void sha_file(const char *p, char hex[CM_SHA256_HEX]) {
   cm_diag_fini(&dg);
 }
 
+/* Loaded exported tokenizers by the SHA-256 of the file (several cases export the same bytes;
+ * loading a 20 MB tokenizer.json is most of this test's time under ASan). */
+#define CACHE_MAX 16
+static struct {
+  char sha[CM_SHA256_HEX];
+  struct pp_tok *tok;
+} cache[CACHE_MAX];
+
+static struct pp_tok *load_cached(const char *path, struct cm_diag *d) {
+  char hex[CM_SHA256_HEX];
+  sha_file(path, hex);
+  int free_slot = -1;
+  for (int i = 0; i < CACHE_MAX; i++) {
+    if (cache[i].tok && strcmp(cache[i].sha, hex) == 0)
+      return cache[i].tok;
+    if (!cache[i].tok && free_slot < 0)
+      free_slot = i;
+  }
+  struct pp_tok *t = NULL;
+  if (pp_tok_load_file(path, &t, d) != 0)
+    return NULL;
+  if (free_slot >= 0) {
+    memcpy(cache[free_slot].sha, hex, sizeof hex);
+    cache[free_slot].tok = t;
+  }
+  return t;
+}
+
 static void tokenizer_case(json_object *c, json_object *strings, const char *work,
                            const char *const tok_paths[2]) {
   const char *name = json_object_get_string(get(c, "name"));
@@ -96,9 +124,9 @@ static void tokenizer_case(json_object *c, json_object *strings, const char *wor
   const char *cls = json_object_get_string(get(info, "class"));
   CHECK(strcmp(cls, json_object_get_string(get(c, "transformers_class"))) == 0,
         "class %s, transformers %s", cls, json_object_get_string(get(c, "transformers_class")));
-  struct pp_tok *tok = NULL;
   struct cm_diag d = {0};
-  CHECK(pp_tok_load_file(out, &tok, &d) == 0, "exported tokenizer.json: %s", d.msg ? d.msg : "?");
+  struct pp_tok *tok = load_cached(out, &d);
+  CHECK(tok, "exported tokenizer.json: %s", d.msg ? d.msg : "?");
   cm_diag_fini(&d);
   json_object *want = get(c, "ids");
   for (size_t i = 0; tok && i < json_object_array_length(strings); i++) {
@@ -115,7 +143,6 @@ static void tokenizer_case(json_object *c, json_object *strings, const char *wor
   }
   printf("%-42s %-18s rebuilt %-5s ids = transformers'\n", name, cls,
          json_object_get_boolean(get(info, "rebuilt")) ? "yes" : "no");
-  pp_tok_free(tok);
   json_object_put(info);
 }
 
@@ -199,12 +226,14 @@ int main(int argc, char **argv) {
   free(line);
   fclose(f);
   json_object_put(head);
+  for (int i = 0; i < CACHE_MAX; i++)
+    pp_tok_free(cache[i].tok);
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
   if (system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", work);
   name = "all";
-  CHECK(n_tok >= 20 && n_proc >= 5, "only %d tokenizer and %d processor cases", n_tok, n_proc);
+  CHECK(n_tok >= 20 && n_proc >= 9, "only %d tokenizer and %d processor cases", n_tok, n_proc);
   printf("%d tokenizer and %d processor cases (%d refusals)\n%s (%d failures)\n", n_tok, n_proc,
          n_refused, failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;
