@@ -339,6 +339,8 @@ int main(int argc, char **argv) {
     r = warmup(runner, &diag);
   }
   int64_t retired_us = 0;
+  const char *lt = getenv("S1_EXECUTOR_TIMINGS");
+  bool log_timings = lt && strcmp(lt, "1") == 0;
   if (r) {
     fprintf(stderr, "s1-executor: %s: %s (%s); retired\n", model,
             diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
@@ -403,6 +405,14 @@ int main(int argc, char **argv) {
       }
     }
     res.timings.queue_us = start - s->queued_us;
+    if (log_timings) /* S1_EXECUTOR_TIMINGS=1: one line per program, for benchmarks */
+      fprintf(stderr,
+              "s1-executor: timings request=%s queue_us=%lld vision_us=%lld prefix_us=%lld "
+              "rows_us=%lld readout_us=%lld total_us=%lld\n",
+              p.request_id ? p.request_id : "?", (long long)res.timings.queue_us,
+              (long long)res.timings.vision_us, (long long)res.timings.prefix_us,
+              (long long)res.timings.rows_us, (long long)res.timings.readout_us,
+              (long long)res.timings.total_us);
     cm_diag_fini(&diag);
     if (proto_result_encode(&res, &out) != 0) {
       proto_result_fini(&res);
