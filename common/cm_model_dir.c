@@ -29,6 +29,19 @@ bool cm_model_family_known(const char *family) {
          strcmp(family, "omnijev") == 0 || strcmp(family, "jemm") == 0;
 }
 
+const char *cm_numerics_name(enum cm_numerics numerics) {
+  return numerics == CM_NUMERICS_FP32 ? "fp32" : numerics == CM_NUMERICS_BF16 ? "bf16" : NULL;
+}
+
+int cm_numerics_parse(const char *name, enum cm_numerics *ret_numerics) {
+  for (int i = 0; name && i < CM_NUMERICS_COUNT; i++)
+    if (strcmp(name, cm_numerics_name((enum cm_numerics)i)) == 0) {
+      *ret_numerics = (enum cm_numerics)i;
+      return 0;
+    }
+  return -EINVAL;
+}
+
 static char *join(const char *dir, const char *name) {
   size_t a = strlen(dir), b = strlen(name);
   char *s = malloc(a + b + 2);
@@ -100,6 +113,8 @@ void cm_model_dir_free(struct cm_model_dir *dir) {
     return;
   cm_safetensors_close(dir->weights);
   cm_safetensors_close(dir->adapter);
+  cm_safetensors_close(dir->f32_rows_file);
+  free(dir->f32_row_ids);
   json_object_put(dir->manifest);
   free(dir->tokenizer_path);
   free(dir->path);
@@ -264,6 +279,81 @@ static int check_adapter(struct cm_model_dir *md, const char *mpath, struct cm_d
   return rc;
 }
 
+/* Manifest "embed_f32_rows" {"file", "tensor", "ids"}: the release's float32 embedding rows (see
+ * cm_model_dir.h). The file must be listed (so it was hashed). */
+static int check_f32_rows(struct cm_model_dir *md, json_object *blk, json_object *files,
+                          const struct cm_qwen35_dims *dims, const char *mpath,
+                          struct cm_diag *diag) {
+  json_object *jf, *jt, *ji;
+  int rc;
+  if (!json_object_is_type(blk, json_type_object))
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: key 'embed_f32_rows' must be an object", mpath);
+  if ((rc = need(blk, "file", json_type_string, mpath, "embed_f32_rows.", &jf, diag)) ||
+      (rc = need(blk, "tensor", json_type_string, mpath, "embed_f32_rows.", &jt, diag)) ||
+      (rc = need(blk, "ids", json_type_array, mpath, "embed_f32_rows.", &ji, diag)))
+    return rc;
+  const char *fname = json_object_get_string(jf), *tname = json_object_get_string(jt);
+  if (!plain_name(fname) || !json_object_object_get_ex(files, fname, NULL))
+    return cm_diag_set(diag, -CM_EMISSING, "%s: embed_f32_rows.file '%s' is not a listed file",
+                       mpath, fname);
+  size_t n = json_object_array_length(ji);
+  if (n == 0 || (int64_t)n > dims->vocab)
+    return cm_diag_set(diag, -CM_EFORMAT, "%s: embed_f32_rows.ids must hold 1 to %lld ids", mpath,
+                       (long long)dims->vocab);
+  if (!(md->f32_row_ids = calloc(n, sizeof *md->f32_row_ids)))
+    return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    json_object *e = json_object_array_get_idx(ji, i);
+    int64_t id = json_object_is_type(e, json_type_int) ? json_object_get_int64(e) : -1;
+    if (id < 0 || id >= dims->vocab)
+      return cm_diag_set(diag, -CM_EFORMAT,
+                         "%s: embed_f32_rows.ids[%zu] is not a row of the %lld-row embedding",
+                         mpath, i, (long long)dims->vocab);
+    for (size_t j = 0; j < i; j++)
+      if (md->f32_row_ids[j] == id)
+        return cm_diag_set(diag, -CM_EFORMAT, "%s: embed_f32_rows.ids[%zu] repeats %lld", mpath, i,
+                           (long long)id);
+    md->f32_row_ids[i] = (int32_t)id;
+  }
+  char *p = join(md->path, fname);
+  if (!p)
+    return -ENOMEM;
+  rc = cm_safetensors_open(p, &md->f32_rows_file, diag);
+  if (!rc && cm_safetensors_find(md->f32_rows_file, tname, &md->f32_rows) != 0)
+    rc = cm_diag_set(diag, -CM_EMISSING, "%s: tensor '%s' missing", p, tname);
+  else if (!rc && (md->f32_rows.dtype != CM_DTYPE_F32 || md->f32_rows.n_dims != 2 ||
+                   md->f32_rows.shape[0] != (int64_t)n || md->f32_rows.shape[1] != dims->hidden))
+    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: tensor '%s' must be F32 [%zu, %lld] (embed_f32_rows)",
+                     p, tname, n, (long long)dims->hidden);
+  free(p);
+  /* the BF16 table holds exactly their bf16 rounding: the bf16 numerics (and a loader that reads
+   * only the table) see the same rows */
+  struct cm_tensor_view e;
+  if (!rc && cm_safetensors_find(md->weights, "model.language_model.embed_tokens.weight", &e) != 0)
+    rc = cm_diag_set(diag, -CM_EMISSING, "%s: embed_f32_rows without the embedding table", mpath);
+  for (size_t i = 0; !rc && i < n && e.dtype == CM_DTYPE_BF16; i++) {
+    const unsigned char *t =
+        (const unsigned char *)e.data + (size_t)md->f32_row_ids[i] * (size_t)dims->hidden * 2;
+    const unsigned char *f =
+        (const unsigned char *)md->f32_rows.data + i * (size_t)dims->hidden * 4;
+    for (int64_t j = 0; j < dims->hidden; j++) {
+      float x;
+      memcpy(&x, f + j * 4, 4); /* little-endian hosts (as the whole loader) */
+      uint16_t want = cm_f32_to_bf16(x), got = (uint16_t)(t[j * 2] | (t[j * 2 + 1] << 8));
+      if (want != got) {
+        rc = cm_diag_set(diag, -CM_EFORMAT,
+                         "%s: embedding row %d of weights.safetensors is not the bf16 rounding "
+                         "of embed_f32_rows row %zu (element %lld)",
+                         mpath, md->f32_row_ids[i], i, (long long)j);
+        break;
+      }
+    }
+  }
+  if (!rc)
+    md->n_f32_rows = n;
+  return rc;
+}
+
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag) {
   struct cm_model_dir *md = calloc(1, sizeof *md);
   char *mpath = NULL, *wpath = NULL, *abs_dir = NULL;
@@ -317,6 +407,13 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
       (rc = need(m, "files", json_type_object, mpath, "", &files, diag)))
     goto fail;
   md->vision = json_object_get_boolean(jvis);
+  md->numerics = CM_NUMERICS_FP32;
+  if (json_object_object_get_ex(m, "numerics", &jv) &&
+      (!json_object_is_type(jv, json_type_string) ||
+       cm_numerics_parse(json_object_get_string(jv), &md->numerics) != 0)) {
+    rc = cm_diag_set(diag, -CM_EFORMAT, "%s: key 'numerics' must be \"fp32\" or \"bf16\"", mpath);
+    goto fail;
+  }
   if (json_object_object_get_ex(m, "adapter", &md->adapter_info) &&
       !json_object_is_type(md->adapter_info, json_type_object)) {
     rc = cm_diag_set(diag, -CM_EFORMAT, "%s: key 'adapter' must be an object", mpath);
@@ -364,6 +461,9 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
   rc = cm_qwen35_check(&dims, md->vision, md->weights, wpath, diag);
   if (!rc && md->adapter_info)
     rc = check_adapter(md, mpath, diag);
+  json_object *f32r = NULL;
+  if (!rc && json_object_object_get_ex(m, "embed_f32_rows", &f32r))
+    rc = check_f32_rows(md, f32r, files, &dims, mpath, diag);
   if (rc)
     goto fail;
   cm_qwen35_dims_fini(&dims);
@@ -436,6 +536,7 @@ json_object *cm_model_dir_manifest_new(const char *family, json_object *config, 
     return NULL;
   json_object_object_add(m, "format", json_object_new_string(CM_MODEL_FORMAT));
   json_object_object_add(m, "family", json_object_new_string(family));
+  json_object_object_add(m, "numerics", json_object_new_string(cm_numerics_name(CM_NUMERICS_FP32)));
   json_object_object_add(m, "config", json_object_get(config));
   json_object_object_add(m, "vision", json_object_new_boolean(vision));
   json_object *tok = json_object_new_object();

@@ -7,10 +7,25 @@
 
 #include <json-c/json.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cm_error.h"
 #include "cm_safetensors.h"
+
+/* The two numerics modes; every rounding step of the request path belongs to exactly one.
+ * CM_NUMERICS_FP32 reproduces the authors' code run in float32 (nothing is rounded to bf16: option
+ * rows, heads, logits, features stay float32); CM_NUMERICS_BF16 reproduces their bf16 run (every
+ * rounding transformers makes in bf16; the CPU backend's emulation and the CUDA engine). */
+enum cm_numerics {
+  CM_NUMERICS_FP32,
+  CM_NUMERICS_BF16,
+  CM_NUMERICS_COUNT,
+};
+
+/* "fp32" / "bf16" (NULL for a value out of range), and the reverse. Returns 0 or -EINVAL. */
+const char *cm_numerics_name(enum cm_numerics numerics);
+int cm_numerics_parse(const char *name, enum cm_numerics *ret_numerics);
 
 struct cm_model_dir {
   char *path;                     /* directory path, heap copy */
@@ -22,6 +37,12 @@ struct cm_model_dir {
   bool vision;                    /* manifest "vision": the weights hold the vision tower */
   struct cm_safetensors *adapter; /* the kept LoRA file of manifest "adapter", owned; NULL if none */
   json_object *adapter_info;      /* manifest "adapter" {rank, alpha, scale, file}; borrowed; or NULL */
+  enum cm_numerics numerics;      /* manifest "numerics": the default mode (absent: fp32) */
+  struct cm_safetensors *f32_rows_file; /* manifest "embed_f32_rows" file, owned; NULL if none */
+  struct cm_tensor_view f32_rows; /* its tensor [n_f32_rows, H] F32: embedding rows the release
+                                     keeps in float32 (OmniJev's new_tok_emb.pt) */
+  int32_t *f32_row_ids;           /* [n_f32_rows] the embedding rows they replace, heap */
+  size_t n_f32_rows;              /* 0 without the block */
   int n_files_hashed;             /* listed files whose SHA-256 this open computed */
   int n_files_cached;             /* listed files the verified-file cache vouched for, unread */
 };
@@ -43,15 +64,21 @@ struct cm_model_dir {
 #define CM_LIMIT_MAX_BODY_HARD (64u << 20)  /* no model may accept more (PROTO_MAX_BODY_BYTES) */
 
 /* Opens and verifies a model directory (format, family known, every file's SHA-256, required keys).
+ * Manifest "numerics" ("fp32" or "bf16", absent: "fp32") is the mode a server uses unless told
+ * otherwise; "embed_f32_rows" {"file", "tensor", "ids"} names float32 rows of the embedding table
+ * (the table itself is BF16 and holds them rounded): a listed safetensors file whose F32 tensor
+ * [len(ids), hidden] replaces rows ids (distinct, in the vocabulary) in fp32; the bf16 mode rounds
+ * them, which gives the table's own rows.
  * A listed file is not re-hashed when the verified-file cache (cm_verify_cache.h) records it with
- * the manifest's SHA-256 and the same st_dev, st_ino, st_size, st_mtim and st_ctim; every other file
- * is hashed (the first open always hashes everything) and, when it matches and was last changed at
- * least 2 s before, recorded. Cache: $S1_CACHE_DIR, else $XDG_CACHE_HOME/s1serve, else
+ * the manifest's SHA-256 and the same st_dev, st_ino, st_size, st_mtim and st_ctim; every other
+ * file is hashed (the first open always hashes everything) and, when it matches and was last
+ * changed at least 2 s before, recorded. Cache: $S1_CACHE_DIR, else $XDG_CACHE_HOME/s1serve, else
  * $HOME/.cache/s1serve, file verified-files.json; S1_VERIFY=always turns it off. A missing or
  * corrupt cache only means hashing; a cache never turns a mismatch into a pass.
  * n_files_hashed / n_files_cached count what this open did.
  * Ownership: *ret_dir is heap-owned, freed with cm_model_dir_free.
- * Returns: 0; -ENOENT / -CM_EMISSING (file or key absent), -CM_EFORMAT (bad JSON or format id),
+ * Returns: 0; -ENOENT / -CM_EMISSING (file or key absent), -CM_EFORMAT (bad JSON or format id,
+ * an unknown numerics, embed_f32_rows of the wrong shape, dtype or ids),
  * -CM_EHASH (hash mismatch), -CM_EUNSUPPORTED (unknown family), or a cm_safetensors_open error.
  * `diag` names the file (and tensor or key). */
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag);
@@ -72,7 +99,8 @@ bool cm_model_family_known(const char *family);
 int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
                           struct cm_diag *diag);
 
-/* Builds the head of a manifest in the key order s1-export writes: format, family, config, vision,
+/* Builds the head of a manifest in the key order s1-export writes: format, family, numerics
+ * ("fp32"; the writer may replace it), config, vision,
  * tokenizer {"file": tokenizer_file}, chat {"prefix": "", "suffix": ""} (placeholders the families
  * fill), image_processor (or null), calibration {}, limits (the CM_LIMIT_* defaults above; no
  * max_body_bytes: the family's default applies until a directory sets one). The

@@ -122,6 +122,22 @@ int ex_qwen35_model_load(const struct ex_qwen35_config *cfg, const struct cm_saf
                          const struct cm_safetensors *adapter, float lora_scale,
                          struct ex_qwen35_model **ret_model, struct cm_diag *diag);
 
+/* Replaces embedding rows ids[i] by rows[i]: the rows a release keeps in float32 (cm_model_dir
+ * embed_f32_rows, OmniJev's new_tok_emb.pt). round_bf16 (the bf16 mode) rounds them to bf16 first,
+ * as the reference's bf16 model casts them; fp32 keeps them. A tied LM head is the same table.
+ * Shapes: ids [n] in [0, vocab); rows F32 [n, H]. Ownership: rows only read.
+ * Returns 0; -CM_ESHAPE (dtype or shape); -EINVAL (an id outside the vocabulary); -ENOMEM.
+ * Source: records.add_option_tokens (spec/omnijev.md §11.3). */
+int ex_qwen35_set_embed_rows(struct ex_qwen35_model *m, const int32_t *ids,
+                             const struct cm_tensor_view *rows, size_t n, bool round_bf16,
+                             struct cm_diag *diag);
+
+/* The bf16 numerics' load of the parameters a checkpoint may store wider than bf16
+ * (linear_attn.A_log and dt_bias, spec §2.2: F32 allowed): each rounded to bf16 in place, as the
+ * reference's bf16 model (and the CUDA engine's upload) casts them. The fp32 numerics keep them.
+ * Source: transformers from_pretrained(dtype=bfloat16); twin: exc_qwen35 up_vector. */
+void ex_qwen35_round_wide_params(struct ex_qwen35_model *m);
+
 /* Allocates a model with every tensor zeroed and sized from cfg, for callers that fill weights
  * themselves (tests, future loaders). lora_rank > 0 also allocates zeroed factors for every
  * projection. Returns 0 or -ENOMEM. */

@@ -218,3 +218,40 @@ fail:
   ex_qwen35_model_free(m);
   return r;
 }
+
+int ex_qwen35_set_embed_rows(struct ex_qwen35_model *m, const int32_t *ids,
+                             const struct cm_tensor_view *rows, size_t n, bool round_bf16,
+                             struct cm_diag *diag) {
+  size_t h = (size_t)m->cfg.hidden_size;
+  if (rows->dtype != CM_DTYPE_F32 || rows->n_dims != 2 || rows->shape[0] != (int64_t)n ||
+      rows->shape[1] != (int64_t)h)
+    return cm_diag_set(diag, -CM_ESHAPE, "%s: tensor %s must be F32 [%zu, %zu]", rows->file,
+                       rows->name, n, h);
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= m->cfg.vocab_size)
+      return cm_diag_set(diag, -EINVAL, "embedding row %d outside the vocabulary", ids[i]);
+  float *f = malloc(n * h * sizeof *f);
+  if (!f)
+    return -ENOMEM;
+  cm_tensor_to_f32(rows, f);
+  for (size_t i = 0; i < n; i++) {
+    float *dst = m->embed + (size_t)ids[i] * h;
+    for (size_t j = 0; j < h; j++)
+      dst[j] = round_bf16 ? cm_bf16_to_f32(cm_f32_to_bf16(f[i * h + j])) : f[i * h + j];
+  }
+  free(f);
+  return 0;
+}
+
+void ex_qwen35_round_wide_params(struct ex_qwen35_model *m) {
+  size_t hv = (size_t)m->cfg.lin_v_heads;
+  for (int i = 0; i < m->cfg.n_layers; i++) {
+    struct ex_qwen35_layer *l = &m->layers[i];
+    if (l->full_attn)
+      continue;
+    for (size_t j = 0; j < hv; j++) {
+      l->a_log[j] = cm_bf16_to_f32(cm_f32_to_bf16(l->a_log[j]));
+      l->dt_bias[j] = cm_bf16_to_f32(cm_f32_to_bf16(l->dt_bias[j]));
+    }
+  }
+}

@@ -51,10 +51,14 @@ struct input {
 };
 
 static void usage(void) {
-  fprintf(stderr, "usage: s1-forward --model DIR [--device cpu|cuda:N] --input IN.json --output "
-                  "OUT.json [--input IN2.json --output OUT2.json ...]\n"
-                  "       [--bf16-rounding] [--gdn auto|chunked|recurrent] [--repeat K]\n"
-                  "       [--numerics ref-bf16|fp32-residual]   (cuda: default ref-bf16)\n");
+  fprintf(stderr,
+          "usage: s1-forward --model DIR [--device cpu|cuda:N] --input IN.json --output "
+          "OUT.json [--input IN2.json --output OUT2.json ...]\n"
+          "       [--numerics MODE] [--gdn auto|chunked|recurrent] [--repeat K]\n"
+          "  --numerics  cpu: fp32 or bf16 (default: the model directory's; --bf16-rounding\n"
+          "              is bf16); cuda: bf16 (the default; also ref-bf16) or\n"
+          "              bf16-fp32-residual (bf16 GEMMs over a float32 residual stream; also\n"
+          "              fp32-residual)\n");
 }
 
 static char *join(const char *dir, const char *file) {
@@ -339,11 +343,12 @@ static json_object *float_array(const float *x, size_t n) {
   return a;
 }
 
-/* device < 0: the float32 CPU forward; else the CUDA engine on that device (repeat: timing;
- * fp32_residual: the engine's fp32-residual numerics instead of ref-bf16). */
-static int run(const char *model_dir, const char *in_path, const char *out_path, bool bf16,
-               enum ex_gdn_mode gdn, int device, int repeat, bool fp32_residual, double t0_ms,
-               struct cm_diag *diag) {
+/* device < 0: the CPU forward in `numerics` ("fp32", "bf16" or NULL: the directory's); else the
+ * CUDA engine on that device in bf16 (repeat: timing; fp32_residual: the bf16-fp32-residual
+ * variant). */
+static int run(const char *model_dir, const char *in_path, const char *out_path,
+               const char *numerics, enum ex_gdn_mode gdn, int device, int repeat,
+               bool fp32_residual, double t0_ms, struct cm_diag *diag) {
   struct cm_model_dir *dir = NULL;
   struct ex_qwen35_model *m = NULL;
   struct ex_qwen35_state *st = NULL, *cont = NULL;
@@ -360,6 +365,12 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
   int r = cm_model_dir_open(model_dir, &dir, diag);
   if (r)
     goto done;
+  enum cm_numerics nm = device < 0 ? dir->numerics : CM_NUMERICS_BF16;
+  if (numerics && cm_numerics_parse(numerics, &nm) != 0) {
+    r = cm_diag_set(diag, -EINVAL, "--numerics %s: fp32 or bf16", numerics);
+    goto done;
+  }
+  bool bf16 = nm == CM_NUMERICS_BF16;
   if ((r = ex_qwen35_config_parse(dir->config, &cfg, diag)))
     goto done;
   float scale = 0.0f;
@@ -379,6 +390,12 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
       goto done;
     m->round_bf16 = bf16;
     m->gdn_mode = gdn;
+    if (bf16) /* A_log / dt_bias stored in F32: the bf16 model holds them rounded */
+      ex_qwen35_round_wide_params(m);
+    /* the release's float32 embedding rows: kept in fp32, rounded in bf16 (cm_model_dir.h) */
+    if (dir->n_f32_rows && (r = ex_qwen35_set_embed_rows(m, dir->f32_row_ids, &dir->f32_rows,
+                                                         dir->n_f32_rows, bf16, diag)))
+      goto done;
   }
 
   /* expand each <|image_pad|> to its merged-row count */
@@ -679,7 +696,8 @@ int main(int argc, char **argv) {
   const char *model = NULL, *inputs[MAX_JOBS], *outputs[MAX_JOBS], *device = "cpu";
   int n_in = 0, n_out = 0;
   long repeat = 0;
-  bool bf16 = false, fp32_residual = false, numerics_set = false;
+  bool fp32_residual = false;
+  const char *numerics = NULL; /* cpu: fp32 / bf16, NULL for the directory's */
   enum ex_gdn_mode gdn = EX_GDN_AUTO;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -705,7 +723,7 @@ int main(int argc, char **argv) {
       outputs[n_out++] = optarg;
       break;
     case 'b':
-      bf16 = true;
+      numerics = "bf16";
       break;
     case 'g':
       if (strcmp(optarg, "chunked") == 0)
@@ -718,13 +736,7 @@ int main(int argc, char **argv) {
       }
       break;
     case 'n':
-      if (strcmp(optarg, "fp32-residual") == 0)
-        fp32_residual = true;
-      else if (strcmp(optarg, "ref-bf16") != 0) {
-        usage();
-        return 2;
-      }
-      numerics_set = true;
+      numerics = optarg;
       break;
     case 'r': {
       char *end = NULL;
@@ -752,9 +764,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "s1-forward: device \"%s\" is not cpu, cuda or cuda:N\n", device);
     return 2;
   }
-  if (numerics_set && dev < 0) {
-    fprintf(stderr, "s1-forward: --numerics selects the cuda engine's rounding (the CPU forward "
-                    "has --bf16-rounding)\n");
+  if (dev >= 0 && numerics) { /* cuda: bf16 and its float32-residual variant */
+    if (strcmp(numerics, "bf16-fp32-residual") == 0 || strcmp(numerics, "fp32-residual") == 0)
+      fp32_residual = true;
+    else if (strcmp(numerics, "bf16") != 0 && strcmp(numerics, "ref-bf16") != 0) {
+      fprintf(stderr,
+              "s1-forward: --numerics %s: the cuda engine serves bf16 (or "
+              "bf16-fp32-residual); fp32 runs with --device cpu\n",
+              numerics);
+      return 2;
+    }
+    numerics = NULL;
+  } else if (numerics && strcmp(numerics, "fp32") != 0 && strcmp(numerics, "bf16") != 0) {
+    fprintf(stderr, "s1-forward: --numerics %s: the CPU forward runs fp32 or bf16\n", numerics);
     return 2;
   }
   if (repeat && dev < 0) {
@@ -765,7 +787,7 @@ int main(int argc, char **argv) {
   int r = 0;
   for (int j = 0; j < n_in && !r; j++) {
     struct cm_diag diag = {0};
-    r = run(model, inputs[j], outputs[j], bf16, gdn, dev, (int)repeat, fp32_residual, t0_ms, &diag);
+    r = run(model, inputs[j], outputs[j], numerics, gdn, dev, (int)repeat, fp32_residual, t0_ms, &diag);
     if (r)
       fprintf(stderr, "s1-forward: %s (%s)\n", diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
     cm_diag_fini(&diag);

@@ -178,9 +178,12 @@ static const char *served_revision(void) {
   return rev;
 }
 
-/* Sends status + JSON body with the headers of wire.md. body is copied. */
+/* Sends status + JSON body with the headers of wire.md. body is copied. numerics: the mode that
+ * computed the answer ("fp32" / "bf16"), as x-numerics and a Server-Timing entry; NULL when no
+ * executor did. */
 static void respond(h2o_req_t *req, int status, const char *body, size_t n, const char *rid,
-                    const struct proto_timings *t, const char *revision, int retry_after_s) {
+                    const struct proto_timings *t, const char *revision, int retry_after_s,
+                    const char *numerics) {
   req->res.status = status;
   req->res.reason = reason_of(status);
   h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
@@ -190,7 +193,7 @@ static void respond(h2o_req_t *req, int status, const char *body, size_t n, cons
   /* Answers are per request and always JSON (open_jev.md 2.3 lists both headers). */
   add_hdr(req, "cache-control", "no-store", 8);
   add_hdr(req, "x-content-type-options", "nosniff", 7);
-  char st[160];
+  char st[200];
   struct proto_timings z = {0};
   if (!t)
     t = &z;
@@ -198,6 +201,12 @@ static void respond(h2o_req_t *req, int status, const char *body, size_t n, cons
                    "finish;dur=%.3f", (double)t->queue_us / 1000.0,
                    (double)t->preprocess_us / 1000.0, (double)t->execute_us / 1000.0,
                    (double)t->finish_us / 1000.0);
+  /* the numerics as a Server-Timing metric with a description (RFC: token, no duration) */
+  if (numerics && strlen(numerics) < 16 &&
+      strspn(numerics, "abcdefghijklmnopqrstuvwxyz0123456789-") == strlen(numerics)) {
+    k += snprintf(st + k, sizeof(st) - (size_t)k, ", numerics;desc=%s", numerics);
+    add_hdr(req, "x-numerics", numerics, strlen(numerics));
+  }
   add_hdr(req, "server-timing", st, (size_t)k);
   if (!revision)
     revision = served_revision();
@@ -222,7 +231,7 @@ static void respond_shape(h2o_req_t *req, int status, const char *type, const ch
   size_t n = 0;
   const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
                                                     JSON_C_TO_STRING_NOSLASHESCAPE, &n);
-  respond(req, status, s, n, rid, NULL, NULL, retry_after_s);
+  respond(req, status, s, n, rid, NULL, NULL, retry_after_s, NULL);
   json_object_put(root);
 }
 
@@ -440,7 +449,8 @@ static void answer(struct pending *p, const struct proto_reply *rp) {
   g.metrics.decisions += rp->decisions;
   h2o_linklist_unlink(&p->link);
   g.metrics.in_flight--;
-  respond(p->req, rp->status, rp->body, rp->n_body, p->rid, &t, rp->model_revision, 0);
+  respond(p->req, rp->status, rp->body, rp->n_body, p->rid, &t, rp->model_revision, 0,
+          rp->numerics);
 }
 
 static void fail_pending(struct pending *p, int code, const char *message) {
@@ -917,7 +927,7 @@ static void handle_health(h2o_req_t *req, char *rid) {
   size_t n = 0;
   const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
                                                     JSON_C_TO_STRING_NOSLASHESCAPE, &n);
-  respond(req, code ? 503 : 200, s, n, rid, NULL, NULL, 0);
+  respond(req, code ? 503 : 200, s, n, rid, NULL, NULL, 0, NULL);
   json_object_put(root);
 }
 
@@ -939,7 +949,7 @@ static void handle_models(h2o_req_t *req, char *rid) {
   size_t n = 0;
   const char *s = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN |
                                                     JSON_C_TO_STRING_NOSLASHESCAPE, &n);
-  respond(req, 200, s, n, rid, NULL, NULL, 0);
+  respond(req, 200, s, n, rid, NULL, NULL, 0, NULL);
   json_object_put(root);
 }
 
@@ -982,7 +992,7 @@ static int check_access(h2o_req_t *req, char *rid, int on_post_route, int is_hea
     add_hdr(req, "access-control-allow-origin", o.base, o.len);
     add_hdr(req, "vary", H2O_STRLIT("Origin"));
     add_hdr(req, "access-control-expose-headers",
-            H2O_STRLIT("x-request-id, server-timing, x-model-revision"));
+            H2O_STRLIT("x-request-id, server-timing, x-model-revision, x-numerics"));
     if (preflight) { /* the browser asks before a cross-origin POST: say yes, with no body */
       int post = h2o_memis(req->path_normalized.base, req->path_normalized.len,
                            H2O_STRLIT("/v1/systemone"));
@@ -991,7 +1001,7 @@ static int check_access(h2o_req_t *req, char *rid, int on_post_route, int is_hea
       add_hdr(req, "access-control-allow-headers",
               H2O_STRLIT("content-type, authorization, x-request-id, x-model"));
       add_hdr(req, "access-control-max-age", H2O_STRLIT("600"));
-      respond(req, 204, "", 0, rid, NULL, NULL, 0);
+      respond(req, 204, "", 0, rid, NULL, NULL, 0, NULL);
       return -1;
     }
   }
@@ -1039,7 +1049,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
       add_hdr(req, "allow", "POST", 4);
     else
       add_hdr(req, "allow", "GET, HEAD", 9);
-    respond(req, 204, "", 0, rid, NULL, NULL, 0);
+    respond(req, 204, "", 0, rid, NULL, NULL, 0, NULL);
     return 0;
   }
   if (on_post_route) {

@@ -41,6 +41,7 @@ struct executor {
   atomic_int pipes;       /* connected pipes (0: unreachable, a send would wait) */
   atomic_int connected;   /* ever connected: before that an absent executor is still starting */
   char reason[320];       /* why not ready, from the last probe (status thread only) */
+  char numerics[8];       /* the mode it serves ("fp32" / "bf16"), from the last ready probe */
 };
 
 struct model {
@@ -149,6 +150,8 @@ static void probe_executors(void) {
       st = (int)h.state;
       snprintf(g.ex[i].reason, sizeof(g.ex[i].reason), "executor %s: %s", g.ex[i].url,
                h.reason ? h.reason : "ready");
+      if (h.numerics)
+        snprintf(g.ex[i].numerics, sizeof(g.ex[i].numerics), "%s", h.numerics);
     }
     nng_msg_free(m);
     proto_health_fini(&h);
@@ -208,6 +211,27 @@ static enum proto_state overall_state(uint32_t *ret_ready, const char **ret_reas
   return PROTO_STATE_READY;
 }
 
+/* /v1/models names the numerics the models are served in: the first ready executor's, once one
+ * answered (until then the directory's default, set at load). Status thread only. */
+static void describe_numerics(struct proto_model *pm) {
+  const char *nm = NULL;
+  for (int i = 0; i < g.n_ex && !nm; i++)
+    if (atomic_load(&g.ex[i].state) == PROTO_STATE_READY && g.ex[i].numerics[0])
+      nm = g.ex[i].numerics;
+  for (int i = 0; nm && i < g.n_models; i++) {
+    json_object *d = g.models[i].desc.describe, *cur = NULL;
+    if (json_object_object_get_ex(d, "numerics", &cur) &&
+        strcmp(json_object_get_string(cur), nm) == 0)
+      continue;
+    json_object_object_add(d, "numerics", json_object_new_string(nm));
+    char *t = strdup(json_object_to_json_string_ext(d, JSON_C_TO_STRING_PLAIN));
+    if (!t)
+      continue;
+    free(g.models[i].describe_text);
+    g.models[i].describe_text = pm[i].describe = t;
+  }
+}
+
 static void *status_thread(void *arg) {
   (void)arg;
   struct proto_model pm[MAX_MODELS];
@@ -218,6 +242,7 @@ static void *status_thread(void *arg) {
     int64_t t0 = mono_us();
     int draining = g.stop;
     probe_executors();
+    describe_numerics(pm);
     struct proto_status s = {.worker = g.worker_id, .executors_total = (uint32_t)g.n_ex,
                              .credits = (uint32_t)g.credits, .models = pm,
                              .n_models = (uint32_t)g.n_models};
@@ -378,6 +403,8 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
     rp->status = 200;
     rp->body = json;
     rp->n_body = n;
+    free(rp->numerics);
+    rp->numerics = res.numerics ? strdup(res.numerics) : NULL; /* the mode that answered */
     rp->tokens = stats.tokens;
     rp->decisions = stats.decisions;
   }
@@ -506,6 +533,8 @@ static int load_model(const char *path, struct model *md) {
     /* /v1/models lists the body limit; the frontend reads it from here */
     json_object_object_add(md->desc.describe, "max_body_bytes",
                            json_object_new_int64((int64_t)md->max_body));
+    json_object_object_add(md->desc.describe, "numerics", /* until an executor reports its own */
+                           json_object_new_string(cm_numerics_name(md->dir->numerics)));
     md->describe_text = strdup(json_object_to_json_string_ext(md->desc.describe,
                                                               JSON_C_TO_STRING_PLAIN));
   }

@@ -10,8 +10,9 @@
 
 #include "cm_error.h"
 
-/* 2: ASK carries "last" (a drain's final reply), STATUS may be DRAINING. */
-#define PROTO_VERSION 2
+/* 2: ASK carries "last" (a drain's final reply), STATUS may be DRAINING.
+ * 3: a REPLY and a RESULT carry "numerics" (the mode that computed the answer). */
+#define PROTO_VERSION 3
 
 /* Hard limits on what a decoder accepts (documented here, checked before any allocation). */
 #define PROTO_MAX_ID_BYTES 256          /* request id, model id, worker id, head name */

@@ -68,13 +68,14 @@ void proto_job_fini(struct proto_job *job) {
 
 static int reply_check(const struct proto_reply *rp) {
   if (rp->status < 100 || rp->status > 599 || !str_ok(rp->error_type, PROTO_MAX_ID_BYTES) ||
-      !str_ok(rp->model_revision, PROTO_MAX_ID_BYTES) || rp->n_body > PROTO_MAX_BODY_BYTES)
+      !str_ok(rp->model_revision, PROTO_MAX_ID_BYTES) ||
+      !str_ok(rp->numerics, PROTO_MAX_ID_BYTES) || rp->n_body > PROTO_MAX_BODY_BYTES)
     return -EINVAL;
   return 0;
 }
 
 static void reply_pack(struct wr *w, const struct proto_reply *rp) {
-  msgpack_pack_map(&w->pk, 8);
+  msgpack_pack_map(&w->pk, 9);
   wr_key(w, "job");
   msgpack_pack_uint64(&w->pk, rp->job_id);
   wr_key(w, "status");
@@ -95,18 +96,21 @@ static void reply_pack(struct wr *w, const struct proto_reply *rp) {
   msgpack_pack_uint64(&w->pk, rp->tokens);
   wr_key(w, "decisions");
   msgpack_pack_uint64(&w->pk, rp->decisions);
+  wr_key(w, "numerics");
+  wr_str(w, rp->numerics);
 }
 
 static int reply_read(const msgpack_object *o, struct proto_reply *ret, struct cm_diag *diag) {
   struct proto_reply rp = {0};
-  struct rd_field f[] = {{"job", true, NULL},      {"status", true, NULL},
-                         {"etype", true, NULL},    {"body", true, NULL},
-                         {"revision", true, NULL}, {"t", true, NULL},
-                         {"tokens", true, NULL},   {"decisions", true, NULL}};
+  struct rd_field f[] = {
+      {"job", true, NULL},    {"status", true, NULL},    {"etype", true, NULL},
+      {"body", true, NULL},   {"revision", true, NULL},  {"t", true, NULL},
+      {"tokens", true, NULL}, {"decisions", true, NULL}, {"numerics", true, NULL}};
   const msgpack_object_array *t = NULL;
   int64_t st = 0, tv[4] = {0};
   int r;
-  if (!(r = rd_map(o, f, 8, false, "reply", diag)) &&
+  if (!(r = rd_map(o, f, 9, false, "reply", diag)) &&
+      !(r = rd_str(f[8].val, PROTO_MAX_ID_BYTES, true, "reply.numerics", &rp.numerics, diag)) &&
       !(r = rd_u64(f[0].val, UINT64_MAX, "reply.job", &rp.job_id, diag)) &&
       !(r = rd_i64(f[1].val, 100, 599, "reply.status", &st, diag)) &&
       !(r = rd_str(f[2].val, PROTO_MAX_ID_BYTES, true, "reply.etype", &rp.error_type, diag)) &&
@@ -138,6 +142,7 @@ void proto_reply_fini(struct proto_reply *reply) {
   free(reply->error_type);
   free(reply->body);
   free(reply->model_revision);
+  free(reply->numerics);
   memset(reply, 0, sizeof(*reply));
 }
 

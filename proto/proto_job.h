@@ -36,6 +36,8 @@ struct proto_reply {
   char *body;                   /* [n_body] response JSON (success or the error shape) */
   size_t n_body;                /* body length */
   char *model_revision;         /* x-model-revision header value, NULL when unknown */
+  char *numerics;               /* x-numerics: "fp32" / "bf16", the mode that computed the answer;
+                                   NULL when no executor did (errors before or at execution) */
   struct proto_timings timings; /* µs */
   uint64_t tokens;              /* input tokens of the request (metrics) */
   uint64_t decisions;           /* questions answered (metrics) */

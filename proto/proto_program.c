@@ -525,7 +525,9 @@ int proto_result_encode(const struct proto_result *r, struct proto_bytes *ret_by
     return -EINVAL;
   struct wr w;
   wr_init(&w);
-  wr_begin(&w, 4, PROTO_KIND_RESULT);
+  if (r->numerics && strlen(r->numerics) > PROTO_MAX_ID_BYTES)
+    return -EINVAL;
+  wr_begin(&w, 5, PROTO_KIND_RESULT);
   wr_key(&w, "status");
   msgpack_pack_int32(&w.pk, r->status);
   wr_key(&w, "message");
@@ -541,6 +543,8 @@ int proto_result_encode(const struct proto_result *r, struct proto_bytes *ret_by
   msgpack_pack_array(&w.pk, 6);
   for (int i = 0; i < 6; i++)
     msgpack_pack_int64(&w.pk, tv[i]);
+  wr_key(&w, "numerics");
+  wr_str(&w, r->numerics);
   return wr_finish(&w, ret_bytes);
 }
 
@@ -551,11 +555,15 @@ int proto_result_decode(const void *data, size_t n_bytes, struct proto_result *r
   if (r)
     return r;
   struct proto_result res = {0};
-  struct rd_field f[] = {{"status", true, NULL}, {"message", true, NULL},
-                         {"outputs", true, NULL}, {"t", true, NULL}};
+  struct rd_field f[] = {{"status", true, NULL},
+                         {"message", true, NULL},
+                         {"outputs", true, NULL},
+                         {"t", true, NULL},
+                         {"numerics", true, NULL}};
   int64_t st = 0, tv[6] = {0};
   const msgpack_object_array *o = NULL, *t = NULL;
-  if (!(r = rd_map(&up.data, f, 4, true, "result", diag)) &&
+  if (!(r = rd_map(&up.data, f, 5, true, "result", diag)) &&
+      !(r = rd_str(f[4].val, PROTO_MAX_ID_BYTES, true, "result.numerics", &res.numerics, diag)) &&
       !(r = rd_i64(f[0].val, -100000, 0, "result.status", &st, diag)) &&
       !(r = rd_str(f[1].val, PROTO_MAX_TEXT_BYTES, true, "result.message", &res.message, diag)) &&
       !(r = rd_array(f[2].val, PROTO_MAX_READOUTS, "result.outputs", &o, diag)) &&
@@ -605,5 +613,6 @@ void proto_result_fini(struct proto_result *r) {
     return;
   result_clear(r);
   free(r->message);
+  free(r->numerics);
   memset(r, 0, sizeof(*r));
 }

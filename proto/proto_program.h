@@ -91,6 +91,7 @@ struct proto_result {
   uint32_t *n_floats;               /* [n_outputs] */
   uint32_t n_outputs;               /* = program n_readouts on success, 0 on error */
   struct proto_exec_timings timings; /* µs */
+  char *numerics; /* "fp32" / "bf16": the mode that computed the outputs, or NULL */
 };
 
 /* Builders (for families): append a deep copy of the arrays given and return the new index.

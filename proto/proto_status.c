@@ -122,11 +122,12 @@ void proto_status_fini(struct proto_status *s) {
 
 int proto_health_encode(const struct proto_health *h, struct proto_bytes *ret_bytes) {
   if ((unsigned)h->state >= PROTO_STATE_COUNT || !str_ok(h->model_id, PROTO_MAX_ID_BYTES) ||
-      !str_ok(h->revision, PROTO_MAX_ID_BYTES) || !str_ok(h->reason, PROTO_MAX_TEXT_BYTES))
+      !str_ok(h->revision, PROTO_MAX_ID_BYTES) || !str_ok(h->reason, PROTO_MAX_TEXT_BYTES) ||
+      !str_ok(h->numerics, PROTO_MAX_ID_BYTES))
     return -EINVAL;
   struct wr w;
   wr_init(&w);
-  wr_begin(&w, 5, PROTO_KIND_HEALTH_REPLY);
+  wr_begin(&w, 6, PROTO_KIND_HEALTH_REPLY);
   wr_key(&w, "state");
   msgpack_pack_uint32(&w.pk, (uint32_t)h->state);
   wr_key(&w, "model");
@@ -137,6 +138,8 @@ int proto_health_encode(const struct proto_health *h, struct proto_bytes *ret_by
   wr_str(&w, h->reason);
   wr_key(&w, "programs");
   msgpack_pack_uint64(&w.pk, h->programs);
+  wr_key(&w, "numerics");
+  wr_str(&w, h->numerics);
   return wr_finish(&w, ret_bytes);
 }
 
@@ -147,10 +150,12 @@ int proto_health_decode(const void *data, size_t n_bytes, struct proto_health *r
   if (r)
     return r;
   struct proto_health h = {0};
-  struct rd_field f[] = {{"state", true, NULL},  {"model", true, NULL}, {"revision", true, NULL},
-                         {"reason", true, NULL}, {"programs", true, NULL}};
+  struct rd_field f[] = {{"state", true, NULL},    {"model", true, NULL},
+                         {"revision", true, NULL}, {"reason", true, NULL},
+                         {"programs", true, NULL}, {"numerics", true, NULL}};
   uint64_t st = 0;
-  if (!(r = rd_map(&up.data, f, 5, true, "health", diag)) &&
+  if (!(r = rd_map(&up.data, f, 6, true, "health", diag)) &&
+      !(r = rd_str(f[5].val, PROTO_MAX_ID_BYTES, true, "health.numerics", &h.numerics, diag)) &&
       !(r = rd_u64(f[0].val, PROTO_STATE_COUNT - 1, "health.state", &st, diag)) &&
       !(r = rd_str(f[1].val, PROTO_MAX_ID_BYTES, true, "health.model", &h.model_id, diag)) &&
       !(r = rd_str(f[2].val, PROTO_MAX_ID_BYTES, true, "health.revision", &h.revision, diag)) &&
@@ -172,5 +177,6 @@ void proto_health_fini(struct proto_health *h) {
   free(h->model_id);
   free(h->revision);
   free(h->reason);
+  free(h->numerics);
   memset(h, 0, sizeof(*h));
 }

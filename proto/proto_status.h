@@ -46,6 +46,7 @@ struct proto_health {
   char *revision;         /* model revision */
   char *reason;           /* why not ready, NULL when ready */
   uint64_t programs;      /* programs run since start */
+  char *numerics;         /* "fp32" / "bf16": the mode it serves; NULL before the model loaded */
 };
 
 /* Encoders (input read only; ret_bytes heap) and validating decoders (heap copies, written only on

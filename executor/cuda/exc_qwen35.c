@@ -158,15 +158,15 @@ int exc_qwen35_set_numerics(struct exc_qwen35 *e, enum exc_qwen35_numerics numer
 }
 
 const char *exc_qwen35_numerics_name(enum exc_qwen35_numerics numerics) {
-  return numerics == EXC_NUMERICS_REF_BF16        ? "ref-bf16"
-         : numerics == EXC_NUMERICS_FP32_RESIDUAL ? "fp32-residual"
+  return numerics == EXC_NUMERICS_REF_BF16        ? "bf16"
+         : numerics == EXC_NUMERICS_FP32_RESIDUAL ? "bf16-fp32-residual"
                                                   : "?";
 }
 
 int exc_qwen35_numerics_parse(const char *name, enum exc_qwen35_numerics *ret_numerics) {
-  if (!strcmp(name, "ref-bf16"))
+  if (!strcmp(name, "bf16") || !strcmp(name, "ref-bf16"))
     *ret_numerics = EXC_NUMERICS_REF_BF16;
-  else if (!strcmp(name, "fp32-residual"))
+  else if (!strcmp(name, "bf16-fp32-residual") || !strcmp(name, "fp32-residual"))
     *ret_numerics = EXC_NUMERICS_FP32_RESIDUAL;
   else
     return -EINVAL;

@@ -23,17 +23,19 @@ extern "C" {
 
 /* Where the forward rounds its activations (struct exc_qwen35_limits.numerics). */
 enum exc_qwen35_numerics {
-  /* The reference's numbers (the default): every activation rounded to bf16 where transformers
-   * in bf16 rounds it (spec/qwen3_5.md §3.5): projection outputs, q/k norms, rotary tables and
-   * results, attention output, conv, β, GDN output, gated norm, SwiGLU, each residual add (the
-   * residual stream holds bf16 values), merged image rows, the final norm and the logits; fp32
-   * accumulation inside GEMMs and kernels. Not rounded inside the fused attention, gated-norm,
-   * rotary and SwiGLU ops (one rounding at their outputs). Twin: the CPU forward with round_bf16.
+  /* The bf16 numerics (the default; "bf16", formerly "ref-bf16"): every activation rounded to bf16
+   * where transformers in bf16 rounds it (spec/qwen3_5.md §3.5): projection outputs, q/k norms,
+   * rotary tables and results, attention output, conv, β, GDN output, gated norm, SwiGLU, each
+   * residual add (the residual stream holds bf16 values), merged image rows, the final norm and the
+   * logits; fp32 accumulation inside GEMMs and kernels. Not rounded inside the fused attention,
+   * gated-norm, rotary and SwiGLU ops (one rounding at their outputs). Twin: the CPU forward with
+   * round_bf16.
    */
   EXC_NUMERICS_REF_BF16 = 0,
-  /* float32 residual stream and non-GEMM activations, bf16 only at GEMM inputs, the KV cache and
-   * the LM-head input (closer to a float32 forward than the bf16 reference is). Twin: the float32
-   * CPU forward. */
+  /* "bf16-fp32-residual" (formerly "fp32-residual"): bf16 weights and GEMM inputs over a float32
+   * residual stream and non-GEMM activations, bf16 also at the KV cache and the LM-head input;
+   * neither the fp32 nor the bf16 numerics (nearer a float32 forward than the bf16 reference is);
+   * never served by s1-executor. Twin: the float32 CPU forward. */
   EXC_NUMERICS_FP32_RESIDUAL = 1,
 };
 
@@ -225,7 +227,9 @@ int exc_qwen35_token_logprob(struct exc_qwen35 *e, const size_t *rows, const int
  * Returns 0; -EINVAL (not a mode). */
 int exc_qwen35_set_numerics(struct exc_qwen35 *e, enum exc_qwen35_numerics numerics);
 
-/* "ref-bf16" or "fp32-residual" ↔ the mode; parse returns 0 or -EINVAL (unknown name). */
+/* "bf16" (the served bf16 numerics, cm_numerics CM_NUMERICS_BF16) or "bf16-fp32-residual" (bf16
+ * GEMMs over a float32 residual stream: neither served mode) ↔ the mode; parse also takes the old
+ * names "ref-bf16" and "fp32-residual"; returns 0 or -EINVAL (unknown name). */
 const char *exc_qwen35_numerics_name(enum exc_qwen35_numerics numerics);
 int exc_qwen35_numerics_parse(const char *name, enum exc_qwen35_numerics *ret_numerics);
 

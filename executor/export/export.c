@@ -12,13 +12,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cm_version.h"
-#include "export_util.h"
 #include "cm_model_dir.h"
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "cm_version.h"
+#include "export_hf.h"
 #include "export_jemm.h"
+#include "export_util.h"
 #include "omnijev_export.h"
 #include "open_jev_export.h"
 
@@ -324,37 +325,73 @@ static int add_source(json_object *sources, const char *path) {
   return 0;
 }
 
-static int copy_file(const char *from, const char *to) {
-  FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
-  int rc = 0;
-  if (!in || !out)
-    rc = ex_export_fail("cannot copy %s to %s: %s", from, to, strerror(errno));
-  char buf[1 << 16];
-  size_t n;
-  while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
-    if (fwrite(buf, 1, n, out) != n)
-      rc = ex_export_fail("%s: write failed", to);
-  if (in)
-    fclose(in);
-  if (out && fclose(out) != 0 && !rc)
-    rc = ex_export_fail("%s: write failed", to);
-  return rc;
-}
-
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: s1-export --family qwen3_5|jemm --base HF_DIR [--adapter PEFT_DIR]\n"
-             "                 [--lora merge|keep] [--chat CHAT.json] --out DIR\n"
-             "  --lora: qwen3_5 merges by default; jemm keeps the adapter as fp32 factors\n"
-             "  --chat: jemm's chat wrapper {prefix, suffix} (recipe/jemm/chat_wrapper.py)\n"
-             "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n"
-             "       s1-export --family omnijev --base HF_DIR --checkpoint DIR --out DIR (see --help)\n");
+  fprintf(
+      f, "usage: s1-export --family qwen3_5|jemm --base HF_DIR [--adapter PEFT_DIR]\n"
+         "                 [--lora merge|keep] [--chat CHAT.json] --out DIR\n"
+         "  --lora: qwen3_5 merges by default; jemm keeps the adapter as fp32 factors\n"
+         "  --chat: jemm's chat wrapper {prefix, suffix} (recipe/jemm/chat_wrapper.py)\n"
+         "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n"
+         "       s1-export --family omnijev --base HF_DIR --checkpoint DIR --out DIR (see --help)\n"
+         "  every family: [--numerics fp32|bf16] the directory's default numerics (fp32, the\n"
+         "       float32 reference run, what the CPU serves; bf16 for a directory meant for\n"
+         "       the bf16 numerics)\n");
 }
 
+static int export_main(int argc, char **argv);
+
+/* s1-export: takes --numerics out of argv, runs the family's exporter and records the directory's
+ * default numerics (manifest "numerics") in the manifest it wrote. */
 int main(int argc, char **argv) {
   if (cm_version_requested(argc, argv, "s1-export"))
     return 0;
+  const char *numerics = NULL, *out = NULL;
+  char **av = calloc((size_t)argc + 1, sizeof *av);
+  int ac = 0;
+  if (!av)
+    return 1;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--numerics") == 0 && i + 1 < argc) {
+      numerics = argv[++i];
+      continue;
+    }
+    if (strncmp(argv[i], "--numerics=", 11) == 0) {
+      numerics = argv[i] + 11;
+      continue;
+    }
+    if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+      out = argv[i + 1];
+    av[ac++] = argv[i];
+  }
+  enum cm_numerics nm = CM_NUMERICS_FP32;
+  if (numerics && cm_numerics_parse(numerics, &nm) != 0) {
+    free(av);
+    return ex_export_fail("--numerics must be fp32 or bf16"), 2;
+  }
+  int rc = export_main(ac, av);
+  free(av);
+  if (rc || !numerics || !out)
+    return rc;
+  char *mp = ex_export_path_join(out, CM_MODEL_MANIFEST);
+  json_object *m = mp ? json_object_from_file(mp) : NULL;
+  struct cm_diag d = {0};
+  if (m) {
+    json_object_object_add(m, "numerics", json_object_new_string(cm_numerics_name(nm)));
+    rc = cm_model_dir_write_manifest(out, m, &d) ? 1 : 0;
+  } else {
+    rc = 1;
+  }
+  if (rc)
+    ex_export_fail("%s: cannot record the numerics", mp ? mp : out);
+  cm_diag_fini(&d);
+  json_object_put(m);
+  free(mp);
+  return rc;
+}
+
+static int export_main(int argc, char **argv) {
   const char *family = NULL, *base = NULL, *adapter_dir = NULL, *lora_mode = NULL, *out = NULL;
   const char *chat_path = NULL; /* jemm: --chat */
   static const struct option lo[] = {{"family", required_argument, 0, 'f'},
@@ -367,10 +404,10 @@ int main(int argc, char **argv) {
                                      {0, 0, 0, 0}};
   for (int i = 1; i + 1 < argc; i++) /* --family open_jev: executor/export/open_jev_export.c */
     if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "open_jev") == 0)
-      return ex_export_open_jev_main(argc, argv, main);
+      return ex_export_open_jev_main(argc, argv, export_main);
   for (int i = 1; i + 1 < argc; i++) /* --family omnijev: executor/export/omnijev_export.c */
     if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "omnijev") == 0)
-      return ex_export_omnijev_main(argc, argv, main);
+      return ex_export_omnijev_main(argc, argv, export_main);
   int c;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
@@ -409,6 +446,7 @@ int main(int argc, char **argv) {
   struct lora_cfg lc = {0};
   struct cm_safetensors_writer *w = NULL, *aw = NULL;
   json_object *config = NULL, *pre = NULL, *manifest = NULL;
+  json_object *tinfo = NULL; /* the tokenizer class transformers picks (export_hf.h) */
   char *cpath = ex_export_path_join(base, "config.json"), *tpath = ex_export_path_join(base, "tokenizer.json");
   char *ppath = ex_export_path_join(base, "preprocessor_config.json"), *tmp = NULL;
 
@@ -583,8 +621,15 @@ int main(int argc, char **argv) {
   }
   free(tmp);
   tmp = ex_export_path_join(out, "tokenizer.json");
-  rc = copy_file(tpath, tmp);
+  /* the tokenizer as transformers' AutoTokenizer loads the base (export_hf.h) */
+  rc = ex_hf_export_tokenizer(base, tmp, &tinfo);
   if (rc)
+    goto out;
+  /* the image processor as transformers reads it, against what the preprocessor does: JEMM's
+   * bounds are the spec's (65,536 .. 16,777,216) */
+  int have_proc = 0;
+  if (with_vision &&
+      (rc = ex_hf_check_processor(base, jemm ? 65536 : -1, jemm ? 16777216 : -1, &have_proc, NULL)))
     goto out;
 
   /* Manifest. */
@@ -601,6 +646,12 @@ int main(int argc, char **argv) {
     rc = ex_export_fail("out of memory");
     goto out;
   }
+  json_object *mtok = NULL;
+  if (json_object_object_get_ex(manifest, "tokenizer", &mtok)) {
+    json_object_object_add(mtok, "transformers", tinfo); /* class, chosen_by, rebuilt */
+    tinfo = NULL;
+  }
+
   json_object *up = json_object_new_object(), *src = json_object_new_array();
   json_object_object_add(up, "exporter", json_object_new_string(EXPORT_VERSION));
   json_object_object_add(up, "text_prefix", json_object_new_string(tp));
@@ -693,6 +744,7 @@ out:
   json_object_put(config);
   json_object_put(pre);
   json_object_put(manifest);
+  json_object_put(tinfo);
   free(cpath);
   free(tpath);
   free(ppath);

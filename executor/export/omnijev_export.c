@@ -3,9 +3,12 @@
  * head_meta.json, optional tokenizer.json) into an s1serve model directory. The backbone and LoRA
  * go through the qwen3_5 exporter; this file adds the option tokens to the tokenizer (verifying
  * their ids), resizes the tied embedding to the tokenizer's length with the two option rows from
- * new_tok_emb.pt, writes heads.safetensors (fp32 head.* and ord.*) and the family's manifest. */
-#include "export_util.h"
+ * new_tok_emb.pt (bf16-rounded in the BF16 table, and kept in float32 as the release has them in
+ * embed_f32_rows.safetensors: the fp32 numerics use those, the bf16 numerics round them), writes
+ * heads.safetensors (fp32 head.* and ord.*) and the family's manifest. */
 #include "omnijev_export.h"
+#include "export_hf.h"
+#include "export_util.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -23,6 +26,8 @@
 #include "pp_tok.h"
 
 #define EMBED "model.language_model.embed_tokens.weight"
+#define F32_ROWS_FILE "embed_f32_rows.safetensors"
+#define F32_ROWS_TENSOR "embed_tokens.f32_rows" /* new_tok_emb.pt [2, H] as stored: float32 */
 #define OPT "<|opt|>"
 #define OPT_END "<|/opt|>"
 
@@ -323,21 +328,6 @@ static int add_source(json_object *src, const char *path) {
   return 0;
 }
 
-static int copy_file(const char *from, const char *to) {
-  FILE *a = fopen(from, "rb"), *b = a ? fopen(to, "wb") : NULL;
-  char buf[1 << 16];
-  size_t n;
-  int rc = a && b ? 0 : ex_export_fail("cannot copy %s to %s", from, to);
-  while (!rc && (n = fread(buf, 1, sizeof buf, a)) > 0)
-    if (fwrite(buf, 1, n, b) != n)
-      rc = ex_export_fail("%s: write failed", to);
-  if (a)
-    fclose(a);
-  if (b && fclose(b) != 0 && !rc)
-    rc = ex_export_fail("%s: write failed", to);
-  return rc;
-}
-
 int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)) {
   const char *base = NULL, *ckpt = NULL, *out = NULL, *lora = "keep";
   static const struct option lo[] = {{"family", required_argument, 0, 'f'},
@@ -370,11 +360,15 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   struct cm_diag d = {0};
   struct cm_safetensors_writer *w = NULL;
   json_object *meta = NULL, *calib = NULL, *manifest = NULL, *acfg = NULL;
-  char *p_meta = ex_export_path_join(ckpt, "head_meta.json"), *p_head = ex_export_path_join(ckpt, "head.pt"),
-       *p_ord = ex_export_path_join(ckpt, "ord.pt"), *p_emb = ex_export_path_join(ckpt, "new_tok_emb.pt"),
-       *p_tok = ex_export_path_join(ckpt, "tokenizer.json"), *p_acfg = ex_export_path_join(ckpt, "adapter_config.json"),
-       *o_tok = ex_export_path_join(out, "tokenizer.json"), *o_heads = ex_export_path_join(out, "heads.safetensors"),
-       *o_man = ex_export_path_join(out, CM_MODEL_MANIFEST);
+  char *p_meta = ex_export_path_join(ckpt, "head_meta.json"),
+       *p_head = ex_export_path_join(ckpt, "head.pt"), *p_ord = ex_export_path_join(ckpt, "ord.pt"),
+       *p_emb = ex_export_path_join(ckpt, "new_tok_emb.pt"),
+       *p_tok = ex_export_path_join(ckpt, "tokenizer.json"),
+       *p_acfg = ex_export_path_join(ckpt, "adapter_config.json"),
+       *o_tok = ex_export_path_join(out, "tokenizer.json"),
+       *o_heads = ex_export_path_join(out, "heads.safetensors"),
+       *o_man = ex_export_path_join(out, CM_MODEL_MANIFEST),
+       *o_rows = ex_export_path_join(out, F32_ROWS_FILE);
   int rc = 0;
   /* everything from the checkpoint is read and checked before any output is written */
   if (!(meta = json_object_from_file(p_meta)))
@@ -409,10 +403,20 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   }
   if (rc)
     goto out;
-  /* tokenizer: the checkpoint's own when it ships one, with <|opt|> / <|/opt|> verified */
+  /* tokenizer: the checkpoint's own when it ships one (AutoProcessor.from_pretrained(ckpt): its
+   * tokenizer_config.json decides the class, export_hf.h), with <|opt|> / <|/opt|> verified */
   struct stat sb;
-  if (stat(p_tok, &sb) == 0 && (rc = copy_file(p_tok, o_tok)))
+  json_object *tinfo = NULL;
+  if (stat(p_tok, &sb) == 0 && (rc = ex_hf_export_tokenizer(ckpt, o_tok, &tinfo)))
     goto out;
+  /* the processor: the checkpoint's config, else the base's; min_pixels 65,536 from it, max_pixels
+   * overridden by MSO1 (602,112) whatever it says */
+  int have_proc = 0;
+  if ((rc = ex_hf_check_processor(ckpt, 65536, -1, &have_proc, NULL)) ||
+      (!have_proc && (rc = ex_hf_check_processor(base, 65536, -1, &have_proc, NULL)))) {
+    json_object_put(tinfo);
+    goto out;
+  }
   size_t vocab = 0;
   int32_t ids[2] = {-1, -1};
   if ((rc = ex_omnijev_option_tokens(o_tok, &vocab, ids)))
@@ -421,9 +425,15 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   json_object *config = NULL, *tc = NULL, *hs = NULL, *files = NULL, *up = NULL, *src = NULL;
   if (!(manifest = json_object_from_file(o_man)) ||
       !json_object_object_get_ex(manifest, "config", &config)) {
+    json_object_put(tinfo);
     rc = ex_export_fail("%s: cannot read the manifest the qwen3_5 export wrote", o_man);
     goto out;
   }
+  json_object *mtok = NULL;
+  if (tinfo && json_object_object_get_ex(manifest, "tokenizer", &mtok))
+    json_object_object_add(mtok, "transformers", tinfo); /* the checkpoint's, not the base's */
+  else
+    json_object_put(tinfo);
   if (!json_object_object_get_ex(config, "text_config", &tc))
     tc = config;
   int64_t hidden = json_object_object_get_ex(tc, "hidden_size", &hs) ? json_object_get_int64(hs) : 0;
@@ -440,6 +450,19 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
     goto out;
   if ((rc = cm_safetensors_writer_finish(w, o_heads, &d))) {
     ex_export_fail("%s", d.msg ? d.msg : o_heads);
+    goto out;
+  }
+  /* the option rows as the release stores them (float32), for the fp32 numerics */
+  cm_safetensors_writer_free(w);
+  w = NULL;
+  if ((rc = cm_safetensors_writer_new(&w)) ||
+      (rc = cm_safetensors_writer_add(w, F32_ROWS_TENSOR, CM_DTYPE_F32, 2, emb.tensors[0].shape,
+                                      emb.tensors[0].data))) {
+    ex_export_fail("%s: cannot add %s", o_rows, F32_ROWS_TENSOR);
+    goto out;
+  }
+  if ((rc = cm_safetensors_writer_finish(w, o_rows, &d))) {
+    ex_export_fail("%s", d.msg ? d.msg : o_rows);
     goto out;
   }
   json_object_object_add(manifest, "family", json_object_new_string("omnijev"));
@@ -459,6 +482,13 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   json_object_object_add(calib, "processor", proc);
   json_object_object_add(calib, "heads", json_object_new_string("heads.safetensors"));
   json_object_object_add(manifest, "omnijev", calib);
+  json_object *fr = json_object_new_object(), *fri = json_object_new_array();
+  json_object_object_add(fr, "file", json_object_new_string(F32_ROWS_FILE));
+  json_object_object_add(fr, "tensor", json_object_new_string(F32_ROWS_TENSOR));
+  json_object_array_add(fri, json_object_new_int(ids[0]));
+  json_object_array_add(fri, json_object_new_int(ids[1]));
+  json_object_object_add(fr, "ids", fri);
+  json_object_object_add(manifest, "embed_f32_rows", fr);
   json_object *kinds = json_object_new_array(); /* the executor loads only these heads */
   json_object_array_add(kinds, json_object_new_string("omnijev"));
   json_object_object_add(manifest, "head_kinds", kinds);
@@ -480,6 +510,8 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
   if (!rc)
     rc = cm_model_dir_add_file(files, out, "heads.safetensors", &d);
   if (!rc)
+    rc = cm_model_dir_add_file(files, out, F32_ROWS_FILE, &d);
+  if (!rc)
     rc = cm_model_dir_write_manifest(out, manifest, &d);
   if (rc)
     ex_export_fail("%s", d.msg ? d.msg : out);
@@ -498,6 +530,6 @@ out:
   json_object_put(manifest);
   json_object_put(acfg);
   free(p_meta), free(p_head), free(p_ord), free(p_emb), free(p_tok), free(p_acfg);
-  free(o_tok), free(o_heads), free(o_man);
+  free(o_tok), free(o_heads), free(o_man), free(o_rows);
   return rc ? 1 : 0;
 }

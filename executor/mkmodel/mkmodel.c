@@ -25,6 +25,7 @@
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "export_hf.h"
 #include "export_jemm.h"
 #include "omnijev_export.h"
 #include "open_jev_export.h"
@@ -94,7 +95,8 @@ struct opts {
   const char *family;        /* --s1-out: qwen3_5 (default), omnijev, open_jev, jemm */
   bool kept_adapter;         /* --s1-out with --adapter-rank: adapter.safetensors kept unmerged */
   int head_width, ord_width; /* omnijev: OptionScorer and ordinal widths (1024, 512) */
-  const char *tokenizer_config; /* jemm: tokenizer_config.json with the base's chat template */
+  const char *tokenizer_config; /* the base's tokenizer_config.json (--s1-out: the tokenizer class,
+                                   export_hf.h; jemm: its chat template) */
   int64_t vocab_rows;        /* > 0: the embedding rows (omnijev: the tokenizer's length) */
 };
 
@@ -780,6 +782,45 @@ static void add_linear(struct head_t *h, size_t *n, const char *prefix, const ch
   add_head(h, n, k, out, 0, 0.3);
 }
 
+/* omnijev: embed_f32_rows.safetensors, the option rows the generator drew into the BF16 table,
+ * widened to float32 (exact: the table holds their rounding, as cm_model_dir_open checks; an
+ * export keeps new_tok_emb.pt's own float32 values there). */
+static int write_f32_rows(const struct opts *o, const int32_t opt_ids[2]) {
+  char *wp = path_join(o->s1_out, "weights.safetensors");
+  char *rp = path_join(o->s1_out, "embed_f32_rows.safetensors");
+  struct cm_safetensors *st = NULL;
+  struct cm_safetensors_writer *w = NULL;
+  struct cm_diag d = {0};
+  struct cm_tensor_view e;
+  float *rows = NULL;
+  int rc = wp && rp ? cm_safetensors_open(wp, &st, &d) : -ENOMEM;
+  if (!rc && (cm_safetensors_find(st, "model.language_model.embed_tokens.weight", &e) != 0 ||
+              e.dtype != CM_DTYPE_BF16 || e.n_dims != 2))
+    rc = -CM_EMISSING;
+  int64_t h = rc ? 0 : e.shape[1], shape[2] = {2, h};
+  if (!rc && !(rows = malloc((size_t)(2 * h) * sizeof *rows)))
+    rc = -ENOMEM;
+  for (int k = 0; !rc && k < 2; k++) {
+    const unsigned char *t = (const unsigned char *)e.data + (size_t)opt_ids[k] * (size_t)h * 2;
+    for (int64_t j = 0; j < h; j++)
+      rows[k * h + j] = cm_bf16_to_f32((uint16_t)(t[2 * j] | (t[2 * j + 1] << 8)));
+  }
+  if (!rc)
+    rc = cm_safetensors_writer_new(&w);
+  if (!rc)
+    rc = cm_safetensors_writer_add(w, "embed_tokens.f32_rows", CM_DTYPE_F32, 2, shape, rows);
+  if (!rc)
+    rc = cm_safetensors_writer_finish(w, rp, &d);
+  if (rc)
+    fprintf(stderr, "s1-mkmodel: %s: %s\n", rp ? rp : "embed_f32_rows",
+            d.msg ? d.msg : strerror(-rc));
+  cm_safetensors_writer_free(w);
+  cm_safetensors_close(st);
+  cm_diag_fini(&d);
+  free(rows), free(wp), free(rp);
+  return rc;
+}
+
 /* heads.safetensors of the family (F32): omnijev head.* (OptionScorer, 17 tensors) and ord.*
  * (OrdinalScoreHead, 8) at widths D / O as s1-export names them; open_jev open_jev.head.weight
  * [1, H] and .bias [1]. */
@@ -871,6 +912,14 @@ static int family_manifest(const struct opts *o, json_object *m, json_object *sr
     ADD(calib, "processor", proc);
     ADD(calib, "heads", STR("heads.safetensors"));
     ADD(m, "omnijev", calib);
+    /* the option rows in float32, as s1-export keeps new_tok_emb.pt (write_f32_rows) */
+    json_object *fr = json_object_new_object(), *fri = json_object_new_array();
+    ADD(fr, "file", STR("embed_f32_rows.safetensors"));
+    ADD(fr, "tensor", STR("embed_tokens.f32_rows"));
+    json_object_array_add(fri, json_object_new_int(opt_ids[0]));
+    json_object_array_add(fri, json_object_new_int(opt_ids[1]));
+    ADD(fr, "ids", fri);
+    ADD(m, "embed_f32_rows", fr);
     json_object_array_add(kinds, STR("omnijev"));
     ADD(m, "head_kinds", kinds);
     return 0;
@@ -940,7 +989,8 @@ static json_object *as_read_back(json_object *obj) {
  * the arguments the weights are a function of, and the tokenizer read. */
 static int write_s1_manifest(const struct opts *o, json_object *config,
                              const struct cm_qwen35_dims *dims, const struct adapter_counts *ac,
-                             int64_t image_token_id, const int32_t opt_ids[2]) {
+                             int64_t image_token_id, const int32_t opt_ids[2],
+                             json_object *tinfo) {
   json_object *pp = make_preprocessor();
   json_object *cfg = as_read_back(config), *pre = pp ? as_read_back(pp) : NULL;
   json_object *m = cfg && pre ? cm_model_dir_manifest_new("qwen3_5", cfg, o->vision,
@@ -982,6 +1032,9 @@ static int write_s1_manifest(const struct opts *o, json_object *config,
     ADD(up, "sources", src);
     ADD(m, "upstream", up);
     free(abs);
+    json_object *mtok = NULL;
+    if (tinfo && json_object_object_get_ex(m, "tokenizer", &mtok))
+      ADD(mtok, "transformers", json_object_get(tinfo));
     if (o->kept_adapter) { /* s1-export --lora keep's block */
       json_object *a = json_object_new_object();
       ADD(a, "rank", I64(o->adapter_rank));
@@ -1011,6 +1064,8 @@ static int write_s1_manifest(const struct opts *o, json_object *config,
       rc = cm_model_dir_add_file(files, o->s1_out, "adapter.safetensors", &d);
     if (!rc && (strcmp(o->family, "omnijev") == 0 || strcmp(o->family, "open_jev") == 0))
       rc = cm_model_dir_add_file(files, o->s1_out, "heads.safetensors", &d);
+    if (!rc && strcmp(o->family, "omnijev") == 0)
+      rc = cm_model_dir_add_file(files, o->s1_out, "embed_f32_rows.safetensors", &d);
     if (!rc)
       rc = cm_model_dir_write_manifest(o->s1_out, m, &d);
   }
@@ -1036,7 +1091,8 @@ static void usage(FILE *f) {
           "       --s1-out DIR [--family qwen3_5|omnijev|open_jev|jemm] [--adapter-rank R\n"
           "                   --adapter-alpha A --adapter-targets ...]  (kept adapter)\n"
           "                  [--head-width D --ord-width O]  (omnijev: 1024, 512)\n"
-          "                  [--tokenizer-config FILE]  (jemm: the base's chat template)\n");
+          "                  [--tokenizer-config FILE]  (the base's tokenizer_config.json: it\n"
+          "                   decides the tokenizer class as in s1-export; jemm: its chat template)\n");
 }
 
 int main(int argc, char **argv) {
@@ -1199,6 +1255,23 @@ int main(int argc, char **argv) {
   }
   if (!rc)
     rc = make_config(&o, &ids, &config);
+  json_object *tinfo = NULL;
+  if (!rc && o.s1_out) {
+    /* --out copies the file (the checkpoint holds it as given); --s1-out writes what s1-export
+     * makes of that checkpoint: the tokenizer as transformers loads it next to this config.json
+     * and the --tokenizer-config (jemm) or none (export_hf.h), then the option tokens (omnijev) */
+    json_object *tcfg = o.tokenizer_config ? json_object_from_file(o.tokenizer_config) : NULL;
+    char *tp = path_join(dir, "tokenizer.json");
+    size_t vocab = 0;
+    int32_t again[2] = {-1, -1};
+    rc = tp ? ex_hf_export_tokenizer_files(o.tokenizer, o.tokenizer, tcfg, config, tp, &tinfo)
+            : -ENOMEM;
+    if (!rc && omni && (rc = ex_omnijev_option_tokens(tp, &vocab, again)) == 0 &&
+        (again[0] != opt_ids[0] || again[1] != opt_ids[1]))
+      rc = -EINVAL;
+    free(tp);
+    json_object_put(tcfg);
+  }
   if (!rc)
     rc = cm_qwen35_dims_read(config, "config.json", &dims, &d);
   if (!rc)
@@ -1236,8 +1309,11 @@ int main(int argc, char **argv) {
     rc = json_object_object_get_ex(tc, "hidden_size", &jh) ? write_heads(&o, json_object_get_int64(jh))
                                                            : -CM_EMISSING;
   }
+  if (!rc && o.s1_out && omni)
+    rc = write_f32_rows(&o, opt_ids);
   if (!rc && o.s1_out)
-    rc = write_s1_manifest(&o, config, &dims, &ac, ids.image, opt_ids);
+    rc = write_s1_manifest(&o, config, &dims, &ac, ids.image, opt_ids, tinfo);
+  json_object_put(tinfo);
   cm_diag_fini(&d);
   free(list);
   cm_qwen35_dims_fini(&dims);

@@ -17,7 +17,8 @@
 
 /* Options of an engine. Zero values take the documented defaults. */
 struct ex_engine_options {
-  bool round_bf16;     /* CPU: round where a bf16 reference rounds (ex_qwen35_model.round_bf16) */
+  enum cm_numerics numerics; /* the mode served: CPU fp32 or bf16 (ex_qwen35_model.round_bf16);
+                                CUDA bf16 only */
   size_t max_tokens;   /* CUDA: rows of one launch (default 8192); CPU: launch packing only */
   size_t max_seqs;     /* CUDA: sequences of one launch (default 64); CPU: default 1 */
   size_t max_ctx;      /* CUDA: tokens one snapshot holds (default 8192) */
@@ -66,15 +67,17 @@ struct ex_engine_ops {
    * launch or prefix. Returns 0; -CM_ELIMIT; another negative code (sticky). */
   int (*rows)(struct ex_engine *e, const struct ex_engine_row *rows, size_t n_rows,
               const size_t *readout, size_t n_read, float *ret_hidden, struct cm_diag *diag);
-  /* Label logits at readout `read` of the last launch: ret[j] = logit of ids[j] (as the engine
-   * rounds: CPU per round_bf16, CUDA bf16). ids [n_ids] in the vocabulary. */
+  /* Label logits at readout `read` of the last launch: ret[j] = logit of ids[j] (float32 in fp32,
+   * rounded to bf16 in bf16: the reference's LM-head output type). ids [n_ids] in the vocabulary.
+   */
   int (*label_logits)(struct ex_engine *e, size_t read, const int32_t *ids, size_t n_ids,
                       float *ret, struct cm_diag *diag);
   /* Log-softmax over the full vocabulary at readout `read`, at ids [n_ids] (TOKEN_LOGPROB). */
   int (*token_logprobs)(struct ex_engine *e, size_t read, const int32_t *ids, size_t n_ids,
                         float *ret, struct cm_diag *diag);
-  /* ret[i] = log-softmax of bf16-rounded logits at readout reads[i], at targets[i] (the OmniJev LM
-   * features, ex_lm_feats.h). Returns 0; -EINVAL (target outside the vocabulary); other codes. */
+  /* ret[i] = log-softmax of the logits at readout reads[i], at targets[i] (the OmniJev LM features,
+   * ex_lm_feats.h; the logits rounded to bf16 in bf16 only). Returns 0; -EINVAL (target outside
+   * the vocabulary); other codes. */
   int (*target_logprobs)(struct ex_engine *e, const size_t *reads, const int32_t *targets, size_t n,
                          float *ret, struct cm_diag *diag);
   /* False once the engine hit a sticky error (CPU: never). */
@@ -88,19 +91,23 @@ struct ex_engine {
   struct ex_qwen35_config cfg; /* the backbone's configuration */
   bool has_vision;             /* the directory has a vision tower (loaded) */
   struct ex_engine_limits lim; /* of one launch */
+  enum cm_numerics numerics;   /* the mode every readout of this engine is computed in */
 };
 
 /* Parses a --device value: "cpu" → -1, "cuda" → 0, "cuda:N" → N; anything else → -2. */
 int ex_engine_device(const char *device);
 
-/* The float32 CPU engine over the directory's backbone (kept LoRA adapter when the directory has
- * one) and vision tower. Ownership: `dir` must outlive the engine; free with e->ops->free.
- * Returns 0 or the loader's negative code with diag. */
+/* The CPU engine over the directory's backbone (kept LoRA adapter when the directory has one) and
+ * vision tower, in opt->numerics: fp32 (float32 throughout, the directory's float32 embedding rows)
+ * or bf16 (every rounding of the bf16 reference, ex_qwen35_model.round_bf16 and
+ * ex_vision.round_bf16; the float32 rows rounded). Ownership: `dir` must outlive the engine; free
+ * with e->ops->free. Returns 0 or the loader's negative code with diag. */
 int ex_engine_cpu_new(const struct cm_model_dir *dir, const struct ex_engine_options *opt,
                       struct ex_engine **ret_engine, struct cm_diag *diag);
 
 /* The bf16 CUDA engine on device `device`: every device buffer reserved here from the options'
- * limits. Returns 0; -CM_EUNSUPPORTED (a build without CUDA; what exc_qwen35_new refuses);
+ * limits; it serves the bf16 numerics only. Returns 0; -CM_EUNSUPPORTED (a build without CUDA; what
+ * exc_qwen35_new refuses; opt->numerics fp32);
  * -CM_ECUDA; the loaders' codes; diag names the cause. */
 int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
                        const struct ex_engine_options *opt, struct ex_engine **ret_engine,

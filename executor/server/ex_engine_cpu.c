@@ -1,6 +1,6 @@
-/* The float32 CPU engine (ex_engine.h): the model code of ex_qwen35.h on host memory, one row per
- * launch, readouts computed exactly as the program runner computed them before the engine
- * interface (so the CPU path's values are unchanged). */
+/* The CPU engine (ex_engine.h): the model code of ex_qwen35.h on host memory, one row per launch,
+ * in either numerics: fp32 (nothing rounded; the float32 reference) or bf16 (the CPU emulation of
+ * every rounding the bf16 reference makes). */
 #include "ex_engine.h"
 
 #include <errno.h>
@@ -172,7 +172,7 @@ static int cpu_target_logprobs(struct ex_engine *e, const size_t *reads, const i
     memcpy(g + i * h, c->reads + reads[i] * h, h * sizeof(float));
   }
   int r = ex_lm_target_logprobs(c->model->be, c->model->lm_head, (size_t)c->base.cfg.vocab_size, h,
-                                g, targets, n, ret);
+                                g, targets, n, c->model->round_bf16, ret);
   free(g);
   return r;
 }
@@ -250,7 +250,15 @@ int ex_engine_cpu_new(const struct cm_model_dir *dir, const struct ex_engine_opt
     r = ex_qwen35_model_load(&c->base.cfg, dir->weights, dir->adapter, scale, &c->model, diag);
   if (r)
     goto fail;
-  c->model->round_bf16 = opt && opt->round_bf16;
+  c->base.numerics = opt ? opt->numerics : CM_NUMERICS_FP32;
+  c->model->round_bf16 = c->base.numerics == CM_NUMERICS_BF16;
+  if (c->model->round_bf16) /* A_log / dt_bias stored in F32: the bf16 model holds them rounded */
+    ex_qwen35_round_wide_params(c->model);
+  /* the release's float32 embedding rows: kept in fp32, rounded in bf16 (cm_model_dir.h) */
+  if (dir->n_f32_rows &&
+      (r = ex_qwen35_set_embed_rows(c->model, dir->f32_row_ids, &dir->f32_rows, dir->n_f32_rows,
+                                    c->model->round_bf16, diag)))
+    goto fail;
   if (dir->vision) {
     json_object *vc = NULL;
     struct ex_vision_config vcfg;

@@ -260,6 +260,10 @@ int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
   static const struct ex_engine_options none = {0};
   if (!opt)
     opt = &none;
+  if (opt != &none && opt->numerics != CM_NUMERICS_BF16)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                       "the CUDA engine serves the bf16 numerics only (--numerics bf16); fp32 "
+                       "runs with --device cpu");
   if (dir->adapter && opt->refuse_lora)
     return cm_diag_set(diag, -CM_EUNSUPPORTED,
                        "%s: a kept LoRA adapter and --cuda-lora off "
@@ -269,7 +273,8 @@ int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
   if (!c)
     return -ENOMEM;
   c->base.ops = &cuda_ops;
-  exc_qwen35_limits_default(&c->lim);
+  c->base.numerics = CM_NUMERICS_BF16;
+  exc_qwen35_limits_default(&c->lim); /* numerics EXC_NUMERICS_REF_BF16: the bf16 mode */
   c->lim.n_snapshots = DEF_SNAPSHOTS;
   c->lim.max_readouts = DEF_READOUTS;
   if (opt->max_tokens)

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 
 int ex_lm_target_logprobs(const struct ex_backend *be, const float *lm_head, size_t vocab,
-                          size_t hidden_size, const float *hidden, const int32_t *targets,
-                          size_t n, float *lp) {
+                          size_t hidden_size, const float *hidden, const int32_t *targets, size_t n,
+                          bool round_bf16, float *lp) {
   for (size_t i = 0; i < n; i++)
     if (targets[i] < 0 || (size_t)targets[i] >= vocab)
       return -EINVAL;
@@ -33,7 +33,8 @@ int ex_lm_target_logprobs(const struct ex_backend *be, const float *lm_head, siz
       size_t nv = vocab - v0 < chunk ? vocab - v0 : chunk;
       be->linear(hidden + p0 * hidden_size, lm_head + v0 * hidden_size, NULL, logits, np,
                  hidden_size, nv);
-      be->round_bf16(logits, np * nv);
+      if (round_bf16) /* the bf16 numerics only (ex_lm_feats.h) */
+        be->round_bf16(logits, np * nv);
       for (size_t i = 0; i < np; i++) {
         const float *x = logits + i * nv;
         double m = mx[i];

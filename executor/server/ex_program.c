@@ -71,8 +71,17 @@ int ex_runner_new(const struct cm_model_dir *dir, const struct ex_runner_options
   struct ex_engine_options eo = {0};
   if (opt)
     eo = opt->engine;
-  eo.round_bf16 = opt && opt->round_bf16;
-  int r;
+  /* one numerics mode per runner: asked for, else the device's (CUDA: bf16) or the directory's */
+  eo.numerics = device >= 0 ? CM_NUMERICS_BF16 : dir->numerics;
+  int r = 0;
+  if (opt && opt->numerics && cm_numerics_parse(opt->numerics, &eo.numerics) != 0)
+    r = cm_diag_set(diag, -EINVAL, "unknown numerics \"%s\" (fp32 or bf16)", opt->numerics);
+  else if (device >= 0 && eo.numerics != CM_NUMERICS_BF16)
+    r = cm_diag_set(diag, -CM_EUNSUPPORTED,
+                    "the CUDA engine serves the bf16 numerics only "
+                    "(--numerics bf16); fp32 runs with --device cpu");
+  if (r)
+    goto fail;
   if (device == -2)
     r = cm_diag_set(diag, -EINVAL, "unknown device \"%s\" (cpu, cuda or cuda:N)", opt->device);
   else if (device == -1)
@@ -149,6 +158,10 @@ const char *ex_runner_model_id(const struct ex_runner *runner) {
 
 const char *ex_runner_revision(const struct ex_runner *runner) {
   return runner->revision;
+}
+
+const char *ex_runner_numerics(const struct ex_runner *runner) {
+  return cm_numerics_name(runner->eng->numerics);
 }
 
 static const struct loaded_head *find_head(const struct ex_runner *x, const char *name) {
@@ -550,6 +563,9 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
   res->timings.rows_us = t4 - t3 - readout_us;
   res->timings.readout_us = readout_us + (t5 - t4);
   res->timings.total_us = t5 - t0;
+  free(res->numerics);
+  if (!(res->numerics = strdup(ex_runner_numerics(x))))
+    r = -ENOMEM;
 out:
   if (r)
     proto_result_set_error(res, r, diag && diag->msg ? diag->msg : cm_strerror(r));

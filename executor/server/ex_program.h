@@ -15,13 +15,15 @@
 struct ex_runner;
 
 struct ex_runner_options {
-  bool round_bf16; /* CPU: round where a bf16 reference rounds (ex_qwen35_model.round_bf16) */
+  const char
+      *numerics;      /* "fp32" or "bf16"; NULL: the directory's default on the CPU, bf16 on CUDA */
   const char *device; /* "cpu" (also NULL), "cuda" or "cuda:N" (ex_engine_device) */
   struct ex_engine_options engine; /* CUDA limits (zero: defaults of ex_engine.h) */
 };
 
-/* Loads the backbone on opt->device (with a kept LoRA adapter if the directory has one; the CUDA
- * engine refuses adapters so far), the vision tower when
+/* Loads the backbone on opt->device in one numerics mode (opt->numerics, else on the CPU the model
+ * directory's "numerics" and on CUDA bf16, the only mode it serves; an explicit fp32 on CUDA is
+ * refused) with a kept LoRA adapter if the directory has one, the vision tower when
  * the manifest has one, and every registered head the directory provides (only the kinds named
  * in the manifest's "head_kinds" array when it has one).
  * Ownership: `dir` must outlive the runner; *ret_runner is freed with ex_runner_free.
@@ -34,10 +36,13 @@ void ex_runner_free(struct ex_runner *runner);
  * the directory name) and revision (manifest "revision", else the weights' SHA-256 prefix). */
 const char *ex_runner_model_id(const struct ex_runner *runner);
 const char *ex_runner_revision(const struct ex_runner *runner);
+/* The numerics mode every answer of this runner is computed in: "fp32" or "bf16". */
+const char *ex_runner_numerics(const struct ex_runner *runner);
 
 /* Runs `p` and fills `res` (zero-initialised by the caller): status 0 and one float32 output per
- * readout, in order: HIDDEN [H]; LABEL_LOGITS [n_ids] (LM-head logits, rounded as the model
- * rounds); TOKEN_LOGPROB [n_ids] (log-softmax over the vocabulary, float64 sum); HEAD [k].
+ * readout, in order: HIDDEN [H]; LABEL_LOGITS [n_ids] (LM-head logits, bf16-rounded in bf16
+ * only); TOKEN_LOGPROB [n_ids] (log-softmax over the vocabulary, float64 sum); HEAD [k]; and
+ * res->numerics, the mode that computed them (ex_runner_numerics).
  * Timings in res->timings (µs). Ownership: res owns its outputs (proto_result_fini).
  * Returns 0; -CM_EPROGRAM when the program does not fit the model (token id out of the
  * vocabulary, <|image_pad|> count ≠ image sizes, unknown head, images without a vision tower,

@@ -48,6 +48,7 @@ static struct {
   atomic_int state;          /* enum proto_state */
   atomic_ullong programs;    /* programs run */
   char *model_id, *revision; /* for health replies (set once before READY) */
+  const char *numerics;      /* the mode served, "fp32" / "bf16" (set once before READY) */
   char reason[256];          /* why not ready */
   volatile sig_atomic_t stop; /* SIGTERM seen */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -98,6 +99,7 @@ static void send_health(struct slot *s) {
   if (h.state == PROTO_STATE_READY) {
     h.model_id = g.model_id;
     h.revision = g.revision;
+    h.numerics = (char *)g.numerics;
   } else {
     h.reason = g.reason;
   }
@@ -223,11 +225,14 @@ static int listen_private(nng_socket sock, const char *url) {
 static void usage(void) {
   fprintf(stderr,
           "usage: s1-executor --model DIR [--device cpu|cuda:N] [--listen URL] [--record DIR]\n"
-          "                   [--bf16-rounding] [--max-tokens N] [--max-seqs N] [--max-ctx N]\n"
+          "                   [--numerics fp32|bf16] [--max-tokens N] [--max-seqs N] [--max-ctx N]\n"
           "                   [--snapshots N] [--max-readouts N] [--max-patches N] [--cuda-lora on|off]\n"
           "  --listen        nng URL to serve (default ipc://RUNTIME/executor-0.sock, RUNTIME as\n"
           "                  s1-frontend's: a private 0700 directory)\n"
-          "  --device        cpu (default, float32) or cuda:N (the bf16 CUDA engine)\n"
+          "  --device        cpu (default) or cuda:N (the bf16 CUDA engine)\n"
+          "  --numerics      fp32 (the float32 reference run) or bf16 (the bf16 reference run);\n"
+          "                  default: the model directory's on the CPU, bf16 on CUDA (its only\n"
+          "                  mode); --bf16-rounding is --numerics bf16\n"
           "  CUDA limits, reserved at start-up (a program over them is refused):\n"
           "  --max-tokens    tokens of one launch (default 8192)\n"
           "  --max-seqs      rows of one launch (default 64)\n"
@@ -249,7 +254,7 @@ int main(int argc, char **argv) {
       {"max-tokens", required_argument, 0, 'T'}, {"max-seqs", required_argument, 0, 'S'},
       {"max-ctx", required_argument, 0, 'C'},    {"snapshots", required_argument, 0, 'N'},
       {"max-readouts", required_argument, 0, 'R'}, {"max-patches", required_argument, 0, 'P'},
-      {"cuda-lora", required_argument, 0, 'L'},
+      {"cuda-lora", required_argument, 0, 'L'}, {"numerics", required_argument, 0, 'n'},
       {0, 0, 0, 0}};
   const char *model = NULL, *device = "cpu", *url = NULL;
   const char *record = NULL;
@@ -262,7 +267,12 @@ int main(int argc, char **argv) {
     case 'd': device = optarg; break;
     case 'l': url = optarg; break;
     case 'r': record = optarg; break;
-    case 'b': ro.round_bf16 = true; break;
+    case 'b':
+      ro.numerics = "bf16";
+      break;
+    case 'n':
+      ro.numerics = optarg;
+      break;
     case 'T': ok = ok && size_arg(optarg, &ro.engine.max_tokens); break;
     case 'S': ok = ok && size_arg(optarg, &ro.engine.max_seqs); break;
     case 'C': ok = ok && size_arg(optarg, &ro.engine.max_ctx); break;
@@ -284,6 +294,11 @@ int main(int argc, char **argv) {
   }
   if (!model || optind != argc || !ok) {
     usage();
+    return 2;
+  }
+  enum cm_numerics nm;
+  if (ro.numerics && cm_numerics_parse(ro.numerics, &nm) != 0) {
+    fprintf(stderr, "s1-executor: --numerics \"%s\": fp32 or bf16\n", ro.numerics);
     return 2;
   }
   if (ex_engine_device(device) == -2) {
@@ -344,6 +359,7 @@ int main(int argc, char **argv) {
   if (!r) {
     g.model_id = strdup(ex_runner_model_id(runner));
     g.revision = strdup(ex_runner_revision(runner));
+    g.numerics = ex_runner_numerics(runner);
     snprintf(g.reason, sizeof(g.reason), "warm-up");
     r = warmup(runner, &diag);
   }
@@ -359,9 +375,10 @@ int main(int argc, char **argv) {
     retired_us = mono_us();
   } else {
     fprintf(stderr,
-            "s1-executor: %s ready on %s (device %s, model %s, revision %s, load + warm-up "
-            "%.1f ms)\n",
-            model, url, device, g.model_id, g.revision, (double)(mono_us() - t0) / 1000.0);
+            "s1-executor: %s ready on %s (device %s, numerics %s, model %s, revision %s, load + "
+            "warm-up %.1f ms)\n",
+            model, url, device, g.numerics, g.model_id, g.revision,
+            (double)(mono_us() - t0) / 1000.0);
     atomic_store(&g.state, PROTO_STATE_READY);
   }
   cm_diag_fini(&diag);

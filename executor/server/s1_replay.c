@@ -11,7 +11,9 @@
 #include "ex_record.h"
 
 static void usage(void) {
-  fprintf(stderr, "usage: s1-replay RECORD_DIR --model DIR [--bf16-rounding]\n");
+  fprintf(stderr, "usage: s1-replay RECORD_DIR --model DIR [--numerics fp32|bf16]\n"
+                  "  --numerics  the mode the executor served (default: the directory's);\n"
+                  "              --bf16-rounding is --numerics bf16\n");
 }
 
 int main(int argc, char **argv) {
@@ -19,6 +21,7 @@ int main(int argc, char **argv) {
     return 0;
   static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                        {"bf16-rounding", no_argument, 0, 'b'},
+                                       {"numerics", required_argument, 0, 'n'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *model = NULL;
@@ -27,7 +30,12 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
     case 'm': model = optarg; break;
-    case 'b': ro.round_bf16 = true; break;
+    case 'b':
+      ro.numerics = "bf16";
+      break;
+    case 'n':
+      ro.numerics = optarg;
+      break;
     case 'h': usage(); return 0;
     default: usage(); return 2;
     }
@@ -76,6 +84,10 @@ int main(int argc, char **argv) {
       why = buf;
     } else if (got.n_outputs != want.n_outputs) {
       why = "readout count differs";
+    } else if (want.numerics && (!got.numerics || strcmp(got.numerics, want.numerics) != 0)) {
+      snprintf(buf, sizeof(buf), "numerics %s, recorded %s (pass --numerics %s)",
+               got.numerics ? got.numerics : "none", want.numerics, want.numerics);
+      why = buf;
     }
     for (uint32_t k = 0; !why && k < got.n_outputs; k++) {
       if (got.n_floats[k] != want.n_floats[k]) {

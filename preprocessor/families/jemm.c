@@ -588,18 +588,6 @@ int pp_jemm_program(const struct pp_jemm_model *m, const struct pp_jemm_request 
 /* ---- finish -----------------------------------------------------------------------------------
  */
 
-/* Round to the nearest bf16 (ties to even): the LM head's output type. Identity on an executor
- * that already rounds; on one that does not, it restores the reference's ties. */
-static double bf16(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  if ((u & 0x7F800000u) != 0x7F800000u)
-    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  float y;
-  memcpy(&y, &u, sizeof y);
-  return (double)y;
-}
-
 /* numpy npy_logaddexp. */
 static double logaddexp(double x, double y) {
   if (x == y)
@@ -701,7 +689,7 @@ int pp_jemm_finish(const struct pp_jemm_model *m, const struct pp_jemm_request *
   for (size_t q = 0; q < r->n_questions && !rc; q++) {
     const struct pp_jemm_question *x = &r->questions[q];
     for (size_t i = 0; i < x->n_candidates; i++) {
-      s[i] = bf16(logits[q][i]);
+      s[i] = (double)logits[q][i]; /* as the executor's numerics left them (bf16: rounded) */
       if (!isfinite(s[i]))
         rc = cm_diag_set(diag, -CM_EINTERNAL, "question %s: non-finite label logit", x->id);
     }

@@ -119,8 +119,9 @@ void pp_jemm_softmax(const double *s, size_t n, double temperature, double *ret_
 
 /* Writes the response body: {"model", "answers" (request order), "usage" {input_tokens,
  * output_tokens 0, latency_ms}} as Python json.dumps(ensure_ascii=False) writes it.
- * Shapes: logits[q] [questions[q].n_candidates], the label logits; they are rounded to bf16
- * here too (identity when the executor rounded them), so ties match the reference on any backend.
+ * Shapes: logits[q] [questions[q].n_candidates], the label logits as the executor's numerics
+ * computed them (float32 in fp32; bf16 values in bf16, where ties are the reference's); nothing is
+ * rounded here.
  * Ownership: *ret_json heap (free), *ret_len its bytes.
  * Returns 0; -CM_EINTERNAL for a non-finite logit; -ENOMEM. Source: systemone.answer, §7. */
 int pp_jemm_finish(const struct pp_jemm_model *m, const struct pp_jemm_request *req,

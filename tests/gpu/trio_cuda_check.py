@@ -4,7 +4,8 @@ the tiny e2e model directory with the bundle's s1-mkmodel + s1-export (the recip
 the families' e2e tests; every exported file's SHA-256 must equal the one recorded at staging),
 starts s1-executor --device cuda:0 (the bf16 CUDA engine) with s1-preprocessor and s1-frontend from
 the bundle, posts every staged request over HTTP and compares with the CPU backend's answers
-recorded at staging (s1-executor --device cpu --bf16-rounding):
+recorded at staging (s1-executor --device cpu --numerics bf16; the executor here runs --numerics
+bf16 as well, on either DEVICE):
   - HTTP status, answer keys and key order, integers (usage, counts), strings and booleans (the
     decisions: choice, score, labels) identical;
   - every other number within TOL = 0.08·max(1, |cpu|) (probabilities, confidence, noul,
@@ -39,7 +40,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import trio  # noqa: E402
 
 FAMILIES = ("open_jev", "omnijev", "jemm")
-EXPORTED = ("weights.safetensors", "adapter.safetensors", "heads.safetensors")
+EXPORTED = ("weights.safetensors", "adapter.safetensors", "heads.safetensors",
+            "embed_f32_rows.safetensors")
 
 
 def run(argv):
@@ -194,8 +196,9 @@ def run_family(case, bindir, logdir, device, tokdir, tok35, work, log):
             raise AssertionError("model directory differs from the staged one: %s vs %s"
                                  % (got, case["model_sha256"]))
         t0 = time.time()
+        # the bf16 numerics on either device: the staged answers are the CPU's bf16 ones
         t.start("ex", [t.bin("s1-executor"), "--model", t.model, "--device", device, "--listen",
-                       t.ex_url] + os.environ.get("S1_TRIO_EXECUTOR_ARGS", "").split())
+                       t.ex_url, "--numerics", "bf16"] + os.environ.get("S1_TRIO_EXECUTOR_ARGS", "").split())
         t.start_frontend(max_body=case["max_body"], timeout_ms=400000)  # 255 rows under ASan
         t.start_preprocessor()
         wait_ready(t, 180)

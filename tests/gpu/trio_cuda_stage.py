@@ -1,7 +1,7 @@
 """Stages the trio-on-CUDA test (tests/gpu/trio_cuda_check.py) on the build machine: builds each
 family's tiny e2e model directory with the check's recipes (Open-Jev, OmniJev, JEMM with its
 adapter kept), serves the family's e2e requests (images inlined) with the real trio on
-`s1-executor --device cpu --bf16-rounding` (the float32 model with the bf16 reference's rounding
+`s1-executor --device cpu --numerics bf16` (the CPU model with the bf16 reference's rounding
 points: the CPU answer the bf16 CUDA engine is held to) and records the answers, the requests and
 the SHA-256 of the exported files (the GPU machine rebuilds the directories: they are too large to
 carry). Also writes the tokenizers the recipes need, xz-compressed. Stdlib only.
@@ -60,7 +60,7 @@ def serve_cpu(build, shared, model, reqs, max_body):
     out = []
     try:
         t.start("ex", [t.bin("executor/server/s1-executor"), "--model", model, "--device", "cpu",
-                       "--bf16-rounding", "--listen", t.ex_url])
+                       "--numerics", "bf16", "--listen", t.ex_url])
         t.start_frontend(max_body=max_body, timeout_ms=400000)  # 255 rows under ASan
         t.start_preprocessor()
         t.wait_health(200, timeout=300)

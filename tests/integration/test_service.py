@@ -33,7 +33,7 @@ def test(t):
     assert h1["cache-control"] == "no-store" and h1["x-content-type-options"] == "nosniff", h1
     timing = h1["server-timing"]
     assert re.fullmatch(r"queue;dur=[0-9.]+, preprocess;dur=[0-9.]+, execute;dur=[0-9.]+, "
-                        r"finish;dur=[0-9.]+", timing), timing
+                        r"finish;dur=[0-9.]+, numerics;desc=fp32", timing), timing
     s, h2, b2 = t.post(trio.VALID)
     trio.check_valid_answer(s, h2, b2)
     s, h3, b3 = t.post(trio.VALID)

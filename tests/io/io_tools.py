@@ -661,7 +661,7 @@ def case_s1family(tmp):
                     ignore=shutil.ignore_patterns("adapter"))
     run(EXPORT, "--family", "open_jev", "--package", pkg, "--base", hf, "--out", ex)
     run(MKMODEL, "--shape", "tiny", "--seed", "4242", "--tokenizer", TOKENIZER, "--s1-out", s1,
-        "--family", "open_jev")
+        "--family", "open_jev", "--tokenizer-config", tcfg)  # the base's, as copied above
     m_ex, m_s1 = (json.load(open(d + "/s1-model.json")) for d in (ex, s1))
     check(sorted(os.listdir(s1)) == sorted(os.listdir(ex)), "open_jev: the same files")
     for f in ("weights.safetensors", "tokenizer.json"):

@@ -59,7 +59,7 @@ struct model {
 };
 
 static int open_model(const char *path, bool bf16, struct model *m, struct cm_diag *d) {
-  struct ex_runner_options opt = {.round_bf16 = bf16};
+  struct ex_runner_options opt = {.numerics = bf16 ? "bf16" : "fp32"};
   int rc = cm_model_dir_open(path, &m->dir, d);
   if (!rc)
     rc = ex_runner_new(m->dir, &opt, &m->runner, d);

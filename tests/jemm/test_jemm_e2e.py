@@ -2,15 +2,16 @@
 machine; answers in tests/fixtures/jemm/e2e/e2e.json). Rebuilds the oracle's tiny random base and
 rank-16 adapter with s1-mkmodel (a SHA-256 mismatch fails as checkpoint drift), exports it with
 s1-export --family jemm (adapter kept, fp32, unmerged), serves it with the real trio on the float32
-CPU executor (tests/integration/trio.py) and posts the oracle's requests (text only, 1, 2 and 4
-real images; 2 to 32 candidates; choice, score and noul). Every answer must have the oracle's
-decision, its probabilities, confidence, noul and expected value within 1e-4, identical
-probabilities where the oracle's bf16 label logits tie, and its usage. The oracle's fp32 logits are
-rounded to bf16 as the reference's LM head leaves them; a raw logit that lies within 2e-5 of a
-bf16 rounding midpoint may round either way (float32 sums in another order), so both roundings are
-accepted for it, and the count is printed. Then the same with --lora merge against the oracle's
-merged fp32 answers. The largest differences to the bf16 GPU reference (the released numerics)
-and merged-vs-unmerged are printed, not asserted. Stdlib only.
+CPU executor in the fp32 numerics (the directory's default; tests/integration/trio.py) and posts
+the oracle's requests (text only, 1, 2 and 4 real images; 2 to 32 candidates; choice, score and
+noul). Every answer must have the probabilities, confidence, noul and expected value of the
+reference run in float32 (the softmax of its float32 label logits, nothing rounded) within 5e-5,
+its decision (a different one only where the reference's two probabilities are within 1e-6: an
+exact float32 near-tie), and its usage, with x-numerics fp32. Then the same with --lora merge
+against the oracle's merged fp32 run. Last, the kept-adapter directory served with --numerics bf16
+(x-numerics bf16): its distance to the bf16 GPU reference (the released numerics) is printed, as
+are fp32 against bf16 and merged against unmerged; not asserted (the bf16 roundings are checked
+by the CPU twins, trio_packed_cpu and jemm_cpu_end_to_end). Stdlib only.
 
 usage: test_jemm_e2e.py BUILD_ROOT SHARED_DIR FIXTURE_DIR IMAGE_DIR
 """
@@ -21,7 +22,6 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
@@ -29,25 +29,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import trio  # noqa: E402
 
-TOL = 1e-4
-MIDPOINT_EPS = 2e-5
+TOL = 5e-5        # |served - float32 reference| per probability (issue 15's bound for every family)
+NEAR_TIE = 1e-6   # a decision may differ only between reference probabilities this close
 MEDIA = {".png": "image/png", ".jpg": "image/jpeg", ".webp": "image/webp"}
 
 
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
-
-
-def bf16_options(x):
-    """The bf16 values x may round to: one, or both neighbours when x is within MIDPOINT_EPS of
-    the midpoint between them (round to nearest even otherwise)."""
-    u = struct.unpack("<I", struct.pack("<f", x))[0]
-    lo = struct.unpack("<f", struct.pack("<I", u & 0xFFFF0000))[0]
-    hi = struct.unpack("<f", struct.pack("<I", (u & 0xFFFF0000) + 0x10000))[0]
-    if abs(x - (lo + hi) / 2) < MIDPOINT_EPS:
-        return [lo, hi]
-    return [struct.unpack("<f", struct.pack("<I", (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000))[0]]
 
 
 def softmax(scores, temperature):
@@ -74,32 +63,25 @@ def with_images(body, image_dir):
 
 
 def check_question(name, qid, q, got, raw, temperature, stats):
-    """got: the served answer; raw: the oracle's fp32 label logits of this question."""
+    """got: the served answer; raw: the oracle's float32 label logits of this question."""
     kind = q.get("type", "choice")
     keys = list(got["probabilities"])
     p = [got["probabilities"][k] for k in keys]
-    options = [bf16_options(x) for x in raw]
-    stats["ambiguous"] += sum(1 for o in options if len(o) > 1)
-    combos = list(itertools.product(*options))
-    assert len(combos) <= 64, (name, qid, "too many rounding-ambiguous logits")
-    best = None
-    for s in combos:
-        ref = softmax(list(s), temperature)
-        d = max(abs(a - b) for a, b in zip(p, ref))
-        if best is None or d < best[0]:
-            best = (d, s, ref)
-    d, s, ref = best
+    ref = softmax(list(raw), temperature)
+    d = max(abs(a - b) for a, b in zip(p, ref))
     where = "%s/%s" % (name, qid)
     assert d <= TOL, (where, "probabilities differ by", d, p, ref)
     stats["worst"] = max(stats["worst"], d)
     top = max(range(len(ref)), key=lambda i: (ref[i], -i))
     assert got["confidence"] == max(p) and abs(got["confidence"] - ref[top]) <= TOL, (where, got)
-    for i, j in itertools.combinations(range(len(s)), 2):
-        if s[i] == s[j]:
-            assert p[i] == p[j], (where, "bf16 tie not kept", keys[i], keys[j], p[i], p[j])
+    for i, j in itertools.combinations(range(len(raw)), 2):
+        if raw[i] == raw[j]:
+            assert p[i] == p[j], (where, "an exact tie of the reference not kept", keys[i], keys[j])
             stats["ties"] += 1
     if kind == "choice":
-        assert got["choice"] == keys[top], (where, got["choice"], keys[top])
+        g = keys.index(got["choice"])
+        assert g == top or abs(ref[g] - ref[top]) <= NEAR_TIE, (where, got["choice"], keys[top])
+        stats["near_ties"] += g != top
     elif kind == "noul":
         assert keys == ["yes", "no"] and got["noul"] == p[0], (where, got)
     else:
@@ -108,21 +90,23 @@ def check_question(name, qid, q, got, raw, temperature, stats):
     stats["questions"] += 1
 
 
-def serve_and_compare(t, model, fix, image_dir, kind):
-    """Starts the trio on `model`, posts every request, checks against answers_`kind`."""
+def serve_and_compare(t, model, fix, image_dir, kind, numerics="fp32"):
+    """Starts the trio on `model` in `numerics`, posts every request, checks against the float32
+    run `kind` (fp32, merged_fp32); numerics bf16: only serves (returns the answers)."""
     t.model = model
     t.start("ex", [t.bin("executor/server/s1-executor"), "--model", model, "--device", "cpu",
-                   "--listen", t.ex_url])
+                   "--listen", t.ex_url, "--numerics", numerics])
     t.start_frontend(max_body=8 << 20)
     t.start_preprocessor()
     t.wait_health(200)
     dec = fix["decision_config"]
-    stats = {"questions": 0, "ambiguous": 0, "ties": 0, "worst": 0.0}
+    stats = {"questions": 0, "near_ties": 0, "ties": 0, "worst": 0.0}
     served = {}
     for rec in fix["requests"]:
         body = json.loads(rec["body"])
-        s, _, b = t.post(json.dumps(with_images(body, image_dir)), timeout=300)
+        s, h, b = t.post(json.dumps(with_images(body, image_dir)), timeout=300)
         assert s == 200, (rec["name"], s, b[:400])
+        assert h.get("x-numerics") == numerics, (rec["name"], h.get("x-numerics"))
         a = json.loads(b)
         assert a["model"] == "JEMM" and list(a["answers"]) == list(body["questions"]), a
         assert a["usage"]["input_tokens"] == rec["input_tokens"], (rec["name"], a["usage"], rec["input_tokens"])
@@ -132,13 +116,15 @@ def serve_and_compare(t, model, fix, image_dir, kind):
             got = a["answers"][qid]
             want = rec["answers_" + kind][qid]
             assert list(got) == list(want) and list(got["probabilities"]) == list(want["probabilities"]), (got, want)
-            check_question(rec["name"], qid, q, got, raw, temperature, stats)
+            if numerics == "fp32":
+                check_question(rec["name"], qid, q, got, raw, temperature, stats)
         served[rec["name"]] = a["answers"]
     t.stop()
-    print("%s: %d questions in %d requests, probabilities within %.3g of the fp32 oracle "
-          "(tolerance %g), %d bf16 ties kept, %d rounding-ambiguous logits"
-          % (kind, stats["questions"], len(fix["requests"]), stats["worst"], TOL, stats["ties"],
-             stats["ambiguous"]))
+    if numerics == "fp32":
+        print("%s: %d questions in %d requests, probabilities within %.3g of the float32 reference "
+              "(tolerance %g), %d exact ties kept, %d decisions at a float32 near-tie"
+              % (kind, stats["questions"], len(fix["requests"]), stats["worst"], TOL, stats["ties"],
+                 stats["near_ties"]))
     return served
 
 
@@ -181,15 +167,18 @@ def main():
         trio.run([os.path.join(build, "executor/export/s1-export"), "--family", "jemm", "--base", base,
                   "--adapter", adapter, "--lora", lora, "--out", models[lora]])
     served = {}
-    for lora, kind in (("keep", "fp32"), ("merge", "merged_fp32")):
+    for lora, kind, nm in (("keep", "fp32", "fp32"), ("merge", "merged_fp32", "fp32"),
+                           ("keep", "fp32", "bf16")):
         t = trio.Trio(build, shared)
         ok = False
         try:
-            served[kind] = serve_and_compare(t, models[lora], fix, image_dir, kind)
+            served[kind if nm == "fp32" else "cpu_bf16"] = serve_and_compare(
+                t, models[lora], fix, image_dir, kind, nm)
             ok = True
         finally:
             t.stop(failed=not ok)
-    for kind, ref in (("fp32", "bf16"), ("merged_fp32", "merged_bf16"), ("merged_fp32", "fp32")):
+    for kind, ref in (("fp32", "bf16"), ("cpu_bf16", "bf16"), ("merged_fp32", "merged_bf16"),
+                      ("merged_fp32", "fp32")):
         if "answers_" + ref in fix["requests"][0]:
             worst, same, total = max_diff(fix, served[kind], ref)
             print("served %s vs oracle %s: largest probability difference %.6f, %d/%d top candidates agree"

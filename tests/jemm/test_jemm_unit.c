@@ -131,9 +131,19 @@ static void answers(const struct pp_jemm_model *m) {
             &d);
   EXPECT(rc == 0 && out && strstr(out, "\"choice\": \"zz\""), "J7 tie: %s", out ? out : d.msg);
   free(out);
-  /* finish rounds logits to bf16 (20.01 and 19.99 are both 20.0 there): a tie, first key wins */
+  /* finish takes the logits as the executor's numerics left them and rounds nothing (in bf16
+   * the executor has rounded 19.99 and 20.01 to 20.0, a tie; in fp32 they stay apart): numpy's
+   * softmax of float32(19.99), float32(20.01) at the text temperature */
   float near[2] = {19.99f, 20.01f};
   out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"zz\":\"x\",\"aa\":\"y\"}}}}", near, NULL,
+            &rc, &d);
+  EXPECT(rc == 0 && out &&
+             strstr(out, "\"choice\": \"aa\", \"probabilities\": {\"zz\": "
+                         "0.4962910248487748, \"aa\": 0.5037089751512249}"),
+         "float32 logits not rounded: %s", out ? out : d.msg);
+  free(out);
+  float rounded[2] = {20.0f, 20.0f}; /* the same logits from the bf16 numerics: a tie */
+  out = run(m, "{\"questions\":{\"q\":{\"criteria\":{\"zz\":\"x\",\"aa\":\"y\"}}}}", rounded, NULL,
             &rc, &d);
   EXPECT(rc == 0 && out &&
              strstr(out, "\"choice\": \"zz\", \"probabilities\": {\"zz\": "

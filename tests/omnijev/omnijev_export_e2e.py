@@ -2,14 +2,20 @@
 family, the CPU executor and finish (tests/omnijev/test_omnijev_run.c), checked with numpy:
 
 - export: embedding resized to the tokenizer's 248,079 rows with rows 248077/248078 = bf16 of
-  new_tok_emb, every other kept row unchanged; heads.safetensors = head.pt / ord.pt exactly;
+  new_tok_emb (values that are not bf16-exact), every other kept row unchanged, and new_tok_emb
+  kept in float32 in embed_f32_rows.safetensors (manifest embed_f32_rows); a directory whose
+  float32 rows are not the table's rounded rows is refused; heads.safetensors = head.pt / ord.pt exactly;
   calibration at full precision; option tokens special with the last two ids; refusals of wrong
   flags, a bias other than noul, a missing head key, a wrong new_tok_emb shape;
-- run: the "omnijev" group outputs (μ and the six LM features) against numpy recomputed from the
-  rows' hidden states (u at <|/opt|>, zq of the first row at <|opt|> − 1) and the exported
-  bf16 embedding as the LM head, over the full vocabulary.
+- run: the "omnijev" group outputs (μ and the six LM features, fp32 numerics) against numpy
+  recomputed from the rows' hidden states (u at <|/opt|>, zq of the first row at <|opt|> − 1) and
+  the exported embedding as the LM head (bf16 table, the option rows in float32), over the full
+  vocabulary;
+- both numerics (s1-forward on a prompt holding both option tokens): the directory exported from
+  new_tok_emb and one exported from bf16(new_tok_emb) give different hidden rows in fp32 (the
+  float32 rows are used) and bit-identical ones in bf16 (the rows are rounded when loaded).
 
-usage: omnijev_export_e2e.py MKMODEL EXPORT RUNNER QWEN35_TOKENIZER WORKDIR
+usage: omnijev_export_e2e.py MKMODEL EXPORT RUNNER QWEN35_TOKENIZER WORKDIR S1_FORWARD
 """
 import base64
 import json
@@ -94,7 +100,7 @@ def run(cmd, want_ok=True, want_msg=None):
 
 
 def main():
-    mkmodel, export, runner, tok35, work = sys.argv[1:6]
+    mkmodel, export, runner, tok35, work, forward = sys.argv[1:7]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     base, ckpt, out = work + "/base", work + "/ckpt", work + "/model"
@@ -154,6 +160,14 @@ def main():
     expect(dt == "BF16" and new.shape == (248079, H), "embedding shape %s" % (new.shape,))
     expect(np.array_equal(new[:248077], old[:248077]), "kept embedding rows")
     expect(np.array_equal(new[248077:], f32_to_bf16(emb)), "option rows = bf16(new_tok_emb)")
+    expect(not np.array_equal(bf16_to_f32(f32_to_bf16(emb)), emb), "new_tok_emb is not bf16-exact")
+    expect(man.get("numerics") == "fp32", "default numerics %r" % man.get("numerics"))
+    expect(man.get("embed_f32_rows") == {"file": "embed_f32_rows.safetensors",
+                                         "tensor": "embed_tokens.f32_rows", "ids": [248077, 248078]},
+           "manifest embed_f32_rows %s" % man.get("embed_f32_rows"))
+    rows = load_file(out + "/embed_f32_rows.safetensors")
+    expect(list(rows) == ["embed_tokens.f32_rows"] and rows["embed_tokens.f32_rows"].dtype == np.float32 and
+           np.array_equal(rows["embed_tokens.f32_rows"], emb), "embed_f32_rows = new_tok_emb in float32")
     hs = load_file(out + "/heads.safetensors")
     expect(len(hs) == 25 and all(np.array_equal(hs["head." + k], v) for k, v in h.items()) and
            all(np.array_equal(hs["ord." + k], v) for k, v in o.items()), "heads.safetensors")
@@ -175,6 +189,7 @@ def main():
     expect(set(res["answers"]["c"]["probabilities"]) == {"click", "option_1", "type some text"}, "choice keys")
     run_out = load_file(work + "/run.safetensors")
     w_lm = bf16_to_f32(new).astype(np.float32)
+    w_lm[248077:] = emb  # fp32 numerics: the tied LM head's option rows are the float32 ones
     t = {("head." + k): v for k, v in h.items()} | {("ord." + k): v for k, v in o.items()}
     n_q = sum(1 for k in run_out if k.endswith(".out"))
     for q in range(n_q):
@@ -207,8 +222,94 @@ def main():
             expect(oh.close("q%d features" % q, got_f, feats, 1e-5), "q%d features" % q)
             want = oh.option_scorer(t, u, zq, feats.astype(np.float32), typ)
         expect(oh.close("q%d mu" % q, mu, want, 1e-5), "q%d mu" % q)
-    print("%s: export checks, %d questions through the executor against numpy" % ("ok" if ok else "FAIL", n_q))
+    ok = both_numerics(export, forward, base, ckpt, out, emb, work, expect) and ok
+    print("%s: export checks, %d questions through the executor against numpy, both numerics"
+          % ("ok" if ok else "FAIL", n_q))
     return 0 if ok else 1
+
+
+def both_numerics(export, forward, base, ckpt, out, emb, work, expect):
+    """fp32 uses the float32 option rows, bf16 rounds them at load; a directory whose float32 rows
+    are not the table's rounded rows is refused."""
+    ckb, outb = work + "/ckpt_bf16rows", work + "/model_bf16rows"
+    shutil.copytree(ckpt, ckb)
+    write_state(ckb + "/new_tok_emb.pt", {"weight": bf16_to_f32(f32_to_bf16(emb))}, "new_tok_emb")
+    run([export, "--family", "omnijev", "--base", base, "--checkpoint", ckb, "--out", outb])
+    with open(work + "/fwd_in.json", "w") as f:
+        json.dump({"tokens": [248045, 872, 248077, 1131, 248078, 198], "readout": [2, 3, 4, 5]}, f)
+    hid = {}
+    for d in (out, outb):
+        for nm in ("fp32", "bf16"):
+            o = work + "/fwd_%s_%s.json" % (os.path.basename(d), nm)
+            run([forward, "--model", d, "--input", work + "/fwd_in.json", "--output", o, "--numerics", nm])
+            hid[d, nm] = np.array(json.load(open(o))["hidden"], np.float64)
+    d32 = np.abs(hid[out, "fp32"] - hid[outb, "fp32"]).max()
+    d16 = np.abs(hid[out, "bf16"] - hid[outb, "bf16"]).max()
+    expect(d32 > 1e-5, "fp32: float32 and bf16-rounded option rows give the same hidden rows (%.3g)" % d32)
+    expect(d16 == 0.0, "bf16: the option rows are not rounded at load (hidden rows differ by %.3g)" % d16)
+    print("option rows: fp32 hidden rows move by %.3g between float32 and rounded rows; bf16 identical" % d32)
+    # tampered: float32 rows that are not the table's rounding -> refused at open
+    bad = work + "/model_badrows"
+    shutil.copytree(out, bad)
+    from safetensors.numpy import save_file
+    save_file({"embed_tokens.f32_rows": emb * 2}, bad + "/embed_f32_rows.safetensors")
+    import hashlib
+    man = json.load(open(bad + "/s1-model.json"))
+    data = open(bad + "/embed_f32_rows.safetensors", "rb").read()
+    man["files"]["embed_f32_rows.safetensors"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    json.dump(man, open(bad + "/s1-model.json", "w"))
+    run([forward, "--model", bad, "--input", work + "/fwd_in.json", "--output", work + "/x.json"], False,
+        "is not the bf16 rounding of embed_f32_rows")
+    # F32 linear_attn.A_log / dt_bias (spec §2.2): kept in fp32, rounded at load in bf16
+    src = base + "/model.safetensors"
+    with open(src, "rb") as f:
+        keys = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    rng = np.random.default_rng(5)
+    noisy = {}
+    for k in keys:
+        if k.endswith(".A_log") or k.endswith(".dt_bias"):
+            v = bf16_to_f32(raw_bf16(src, k)[0]).astype(np.float32)
+            noisy[k] = (v * (1 + rng.uniform(1e-3, 4e-3, v.shape))).astype(np.float32)
+    expect(len(noisy) >= 2, "no A_log / dt_bias in the base")
+    for tag, vals in (("wide", noisy), ("wide_rounded", {k: bf16_to_f32(f32_to_bf16(v)).astype(np.float32)
+                                                        for k, v in noisy.items()})):
+        b2 = work + "/base_" + tag
+        shutil.copytree(base, b2)
+        write_mixed(b2 + "/model.safetensors", src, vals)
+        run([export, "--family", "omnijev", "--base", b2, "--checkpoint", ckpt, "--out", work + "/model_" + tag])
+    for nm in ("fp32", "bf16"):
+        for tag in ("wide", "wide_rounded"):
+            o = work + "/fwd_%s_%s.json" % (tag, nm)
+            run([forward, "--model", work + "/model_" + tag, "--input", work + "/fwd_in.json", "--output", o, "--numerics", nm])
+            hid[tag, nm] = np.array(json.load(open(o))["hidden"], np.float64)
+    w32 = np.abs(hid["wide", "fp32"] - hid["wide_rounded", "fp32"]).max()
+    w16 = np.abs(hid["wide", "bf16"] - hid["wide_rounded", "bf16"]).max()
+    expect(w32 > 1e-6, "fp32: F32 A_log/dt_bias and their bf16 roundings give the same hidden rows (%.3g)" % w32)
+    expect(w16 == 0.0, "bf16: F32 A_log/dt_bias not rounded at load (hidden rows differ by %.3g)" % w16)
+    print("F32 A_log/dt_bias: fp32 hidden rows move by %.3g between them and their rounding; bf16 identical" % w32)
+    return True
+
+
+def write_mixed(path, src, tensors):
+    """safetensors at path: src's tensors as stored, those in `tensors` replaced by F32 values."""
+    with open(src, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out_hdr, blobs, off = {}, [], 0
+    for k in sorted(k for k in hdr if k != "__metadata__"):
+        if k not in tensors:
+            a, b = hdr[k]["data_offsets"]
+            blob, dt, shape = data[a:b], hdr[k]["dtype"], hdr[k]["shape"]
+        else:
+            blob, dt, shape = tensors[k].astype("<f4").tobytes(), "F32", list(tensors[k].shape)
+        out_hdr[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    h = json.dumps(out_hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 if __name__ == "__main__":

@@ -137,12 +137,20 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < nt; i++)
     tg[i] = (int32_t)tgf[i];
   float *lp = calloc((size_t)nt, sizeof *lp);
-  int rc = ex_lm_target_logprobs(&ex_backend_cpu, lm, (size_t)(nv / 48), 48, hid, tg, (size_t)nt, lp);
+  /* both numerics: fp32 (nothing rounded) and bf16 (the logits rounded) */
+  int rc = ex_lm_target_logprobs(&ex_backend_cpu, lm, (size_t)(nv / 48), 48, hid, tg, (size_t)nt,
+                                 false, lp);
   CHECK(rc == 0, "logprobs rc %d", rc);
   add_out(w, "lm.lp", lp, nt, 0);
+  float *lpb = calloc((size_t)nt, sizeof *lpb);
+  rc = ex_lm_target_logprobs(&ex_backend_cpu, lm, (size_t)(nv / 48), 48, hid, tg, (size_t)nt, true,
+                             lpb);
+  CHECK(rc == 0, "bf16 logprobs rc %d", rc);
+  add_out(w, "lm.lp_bf16", lpb, nt, 0);
   int32_t outside = (int32_t)(nv / 48);
-  CHECK(ex_lm_target_logprobs(&ex_backend_cpu, lm, (size_t)(nv / 48), 48, hid, &outside, 1, &one) ==
-            -EINVAL, "target outside the vocabulary");
+  CHECK(ex_lm_target_logprobs(&ex_backend_cpu, lm, (size_t)(nv / 48), 48, hid, &outside, 1, false,
+                              &one) == -EINVAL,
+        "target outside the vocabulary");
   free(lm), free(hid), free(tgf), free(tg);
   static const char *const groups[] = {"texted", "with_empty", "single", "single_empty",
                                        "all_empty"};

@@ -83,7 +83,7 @@ static int run_all(const struct cm_model_dir *dir, const struct pp_family *fam, 
                    json_object *fix, bool bf16, double *ret_worst) {
   struct ex_runner *runner = NULL;
   struct cm_diag d = {0};
-  struct ex_runner_options opt = {.round_bf16 = bf16};
+  struct ex_runner_options opt = {.numerics = bf16 ? "bf16" : "fp32"};
   if (ex_runner_new(dir, &opt, &runner, &d) != 0) {
     fprintf(stderr, "runner: %s\n", d.msg);
     cm_diag_fini(&d);

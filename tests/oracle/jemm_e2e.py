@@ -10,16 +10,21 @@ rendered by jemm_render.py (the Python text rules), images opened with Pillow an
 s1-mkmodel preprocessor_config.json), one forward per question with no cache and logits_to_keep=1,
 the first n label-token logits at the last position, temperature softmax (jemm_finish.py). Four
 numerics, each recorded with its raw label logits:
-  fp32        float32 on the CPU, eager attention, PEFT unmerged; logits rounded to bf16 as the
-              reference's bf16 LM head leaves them (what the float32 CPU executor must match)
-  bf16        the reference's numerics: bf16 on the GPU, SDPA, PEFT unmerged, bf16 logits
+  fp32        float32 on the CPU, eager attention, PEFT unmerged; the float32 logits as they are
+              (the reference run in float32 rounds nothing: what the executor's fp32 numerics match)
+  bf16        the reference's released numerics: bf16 on the GPU, SDPA, PEFT unmerged, bf16 logits
   merged_fp32 / merged_bf16   the same with the adapter merged the way s1-export --lora merge
               does it (W' = bf16(f32(W) + scale * B A), products in double): the merged-vs-unmerged
               difference of the reference itself
 Bodies name images as "@FILE" (a file of --images); both this script and the CI test replace each
 with a data URL of that file's bytes, so the fixture stays small.
 
+Without a CUDA device the bf16 runs are skipped; --keep FIXTURE copies their entries (raw_,
+logits_, answers_) from an earlier fixture of the same checkpoint and requests, so a CPU machine
+can regenerate the float32 numerics alone (the log says which entries were kept).
+
 usage: jemm_e2e.py --mkmodel S1_MKMODEL --tokenizer-dir DIR --images DIR --out DIR [--work DIR]
+                   [--keep OLD_E2E_JSON]
 """
 import argparse
 import base64
@@ -232,7 +237,12 @@ def main():
     ap.add_argument("--images", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/jemm-e2e")
+    ap.add_argument("--keep", help="an earlier e2e.json whose runs this machine cannot make")
     a = ap.parse_args()
+    old = None
+    if a.keep:
+        with open(a.keep, encoding="utf-8") as f:
+            old = json.load(f)
     t0 = time.time()
     os.makedirs(a.out, exist_ok=True)
     shutil.rmtree(a.work, ignore_errors=True)
@@ -295,20 +305,32 @@ def main():
         } for r in reqs]
         save()
         cuda = torch.cuda.is_available()
-        runs = [("fp32", torch.float32, "cpu", "eager", False, True),
-                ("bf16", torch.bfloat16, "cuda", "sdpa", False, False),
-                ("merged_fp32", torch.float32, "cpu", "eager", True, True),
-                ("merged_bf16", torch.bfloat16, "cuda", "sdpa", True, False)]
-        for kind, dtype, device, attn, merged, round_logits in runs:
+        runs = [("fp32", torch.float32, "cpu", "eager", False),
+                ("bf16", torch.bfloat16, "cuda", "sdpa", False),
+                ("merged_fp32", torch.float32, "cpu", "eager", True),
+                ("merged_bf16", torch.bfloat16, "cuda", "sdpa", True)]
+        for kind, dtype, device, attn, merged in runs:
             if device == "cuda" and not cuda:
-                log(f"{kind}: no CUDA device, skipped")
+                if old is not None:
+                    same = old.get("base") == fix["base"] and [
+                        (r["name"], r["body"], r["input_tokens"]) for r in old["requests"]] == [
+                        (r["name"], r["body"], r["input_tokens"]) for r in fix["requests"]]
+                    if not same:
+                        raise RuntimeError(f"--keep {a.keep}: another checkpoint or other requests")
+                    for rec, orec in zip(fix["requests"], old["requests"]):
+                        for k in (f"raw_{kind}", f"logits_{kind}", f"answers_{kind}"):
+                            rec[k] = orec[k]
+                    log(f"{kind}: no CUDA device here; entries kept from {os.path.basename(a.keep)} "
+                        f"(versions {old.get('versions')})")
+                else:
+                    log(f"{kind}: no CUDA device, skipped")
                 continue
             t1 = time.time()
             model = load(base, adapter, dtype, device, attn, merged)
             for r, rec in zip(reqs, fix["requests"]):
                 raw = [label_logits(model, p, label_ids, r["pv"], r["grid"], device, dtype)
                        for p in r["prompts"]]
-                logits = [[jf.bf16(x) for x in s] for s in raw] if round_logits else raw
+                logits = raw  # as the model left them: float32 in fp32, bf16 values in bf16
                 temp = DECISION["mm_temperature"] if r["grid"] is not None else DECISION["temperature"]
                 rec[f"raw_{kind}"] = raw
                 rec[f"logits_{kind}"] = logits

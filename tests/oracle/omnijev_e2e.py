@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""End-to-end OmniJev oracle on a tiny random checkpoint (GPU machine: torch 2.11, transformers
-5.17, peft, tokenizers, Pillow). The backbone runs in transformers (float32 on the CPU, the spec's
-all-fp32 reference, §11.5); features, heads and finishing are re-implemented here from
-spec/omnijev.md §6-§9; compile (prompts, shared prefix, rows, positions) comes from
+"""End-to-end OmniJev oracle on a tiny random checkpoint (torch 2.11, transformers 5.17, peft,
+tokenizers, Pillow; the CPU is enough). The backbone runs in transformers (float32 on the CPU, the
+spec's all-fp32 reference, §11.5: mso/infer.py loads the base in float32 on the CPU); features,
+heads and finishing are re-implemented here from spec/omnijev.md §6-§9 (the authors' mso/branch.py,
+v04.py and head.py are not public); compile (prompts, shared prefix, rows, positions) comes from
 omnijev_compile.py, the spec's compile oracle.
 
 Checkpoint: s1-mkmodel (tiny, vision, tied, seed SEED, rank-4 alpha-8 PEFT adapter on the
@@ -12,11 +13,14 @@ as state dicts; new_tok_emb.pt as a bare float32 [2, hidden] tensor, the release
 written to OUT/package and committed. The reference path per request (§4.5): one prefix pass over
 the first L ids with the image (the model's own mRoPE positions), then every row continues its
 own deep copy of the prefix cache with positions p0 + i on all three axes; a full forward of
-prefix + row checks the first row of every question. The option rows of the tied embedding are
-new_tok_emb cast to bf16 (what the export stores), the LM-feature logits are rounded to bf16
-before a float64 log-softmax over all 248,079 rows (§7).
+prefix + row checks the first row of every question. Nothing is rounded to bf16 (the float32 run):
+the option rows of the tied embedding are new_tok_emb as stored (float32, not bf16-exact values),
+the LM-feature logits are float32 and their log-softmax over all 248,079 rows is torch's float32
+one (§7). The video form (§2.3, §10.6): the mosaic PNG of --video cropped into its 16 frames with
+Pillow, each frame its own image to the processor (records.video_content).
 
-usage: omnijev_e2e.py --mkmodel S1_MKMODEL --tokenizer QWEN35_TOKENIZER.json --image PNG --out DIR
+usage: omnijev_e2e.py --mkmodel S1_MKMODEL --tokenizer QWEN35_TOKENIZER.json --image PNG
+                      --video MOSAIC_PNG --out DIR
 """
 import argparse
 import base64
@@ -93,6 +97,54 @@ def requests(url):
     ]
 
 
+VIDEO_TILE, VIDEO_COLS, VIDEO_FRAMES, VIDEO_DURATION = 128, 4, 16, 9.7
+
+
+def video_png():
+    """A cols x rows mosaic of tile-px frames of distinct colours, as mso/video.py lays it out
+    (written once next to the fixture; the test reads that file)."""
+    import struct
+    import zlib
+    rows_n = (VIDEO_FRAMES + VIDEO_COLS - 1) // VIDEO_COLS
+    w, h = VIDEO_COLS * VIDEO_TILE, rows_n * VIDEO_TILE
+    rows = []
+    for y in range(h):
+        r = bytearray(b"\x00")
+        for c in range(VIDEO_COLS):
+            k = (y // VIDEO_TILE) * VIDEO_COLS + c
+            r += bytes(((k * 16) % 256, (255 - k * 12) % 256, y * 255 // h)) * VIDEO_TILE
+        rows.append(bytes(r))
+
+    def chunk(k, d):
+        return struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b""))
+
+
+def video_meta():
+    n, d = VIDEO_FRAMES, VIDEO_DURATION
+    return {"n_frames": n, "cols": VIDEO_COLS, "tile": VIDEO_TILE, "duration": d,
+            "timestamps": [int(round((i + 0.5) / n * d)) for i in range(n)]}
+
+
+def video_requests(url):
+    """The video form (spec §2.3): images[0] the mosaic, video its layout and timestamps."""
+    st = {"images": [url], "video": video_meta()}
+    return [
+        ("video_three", {"state": st, "questions": {
+            "moving": {"type": "noul", "instructions": "Something moves."},
+            "what": {"type": "choice", "instructions": "What happens?",
+                     "options": [{"text": "a page loads"}, {"text": "nothing"}]},
+            "pace": {"type": "score", "instructions": "How fast is it?", "levels": ["slow", "fast"]}}}),
+        ("video_region", {"state": st, "questions": {
+            "where": {"type": "noul", "instructions": "The change happens here.",
+                      "region": {"box": [0, 0, 500, 500]}},
+            "next": {"type": "choice", "instructions": "Which frame changes first?",
+                     "options": [{"text": "the first"}, {"text": "the last"}, {"abstain": True},
+                                 {"key": "mid", "region": {"box": [250, 250, 750, 750]}}]}}}),
+    ]
+
+
 # ---- checkpoint -------------------------------------------------------------------------------
 
 def make_checkpoint(mkmodel, tok35, work, pkg):
@@ -133,8 +185,9 @@ def load_model(base, ckpt, vocab, opt_ids):
     assert tuple(emb.shape) == (2, model.config.text_config.hidden_size), emb.shape
     win = model.get_input_embeddings().weight
     wout = model.get_output_embeddings().weight
-    with torch.no_grad():
-        win[opt_ids[0]:opt_ids[1] + 1] = emb.to(torch.bfloat16).float()
+    with torch.no_grad():  # cast to the embedding dtype: float32 here, nothing rounded
+        win[opt_ids[0]:opt_ids[1] + 1] = emb.to(win.dtype)
+    assert not torch.equal(emb.to(torch.bfloat16).float(), emb), "new_tok_emb is bf16-exact"
     tied = win.data_ptr() == wout.data_ptr()
     log(f"embedding {tuple(win.shape)}, output {tuple(wout.shape)}, tied {tied}")
     if not tied:
@@ -195,15 +248,10 @@ class Heads:
         return torch.clamp(p, min=1e-8)
 
 
-def bf16_round(x):
-    return x.to(torch.bfloat16).float()
-
-
 def logprobs(w, hidden, targets):
-    """log_softmax(bf16(W h))[target], float64 normalizer over every row of W."""
-    logits = bf16_round(hidden @ w.T).double()
-    lse = torch.logsumexp(logits, dim=-1)
-    return (logits[torch.arange(len(targets)), torch.tensor(targets)] - lse).float()
+    """log_softmax(W h)[target] over every row of W, all float32 (the reference run in float32)."""
+    lp = torch.log_softmax(hidden.float() @ w.float().T, dim=-1)
+    return lp[torch.arange(len(targets)), torch.tensor(targets)]
 
 
 def features(sums, ns, firsts):
@@ -286,10 +334,18 @@ def finish(q, mu, calib):
 
 # ---- the backbone passes ----------------------------------------------------------------------
 
-def image_inputs(path):
+def image_inputs(path, video=None):
+    """Pixel values and grids of the request's images: one still, or a video's frames cropped
+    from the mosaic (records.video_content, spec §2.3: frame k at (col·tile, row·tile))."""
     from PIL import Image
     from transformers import Qwen2VLImageProcessor
     img = Image.open(path).convert("RGB")
+    if video:
+        t, cols = video["tile"], video["cols"]
+        frames = [img.crop(((k % cols) * t, (k // cols) * t, (k % cols + 1) * t, (k // cols + 1) * t))
+                  for k in range(video["n_frames"])]
+    else:
+        frames = [img]
     try:
         proc = Qwen2VLImageProcessor(patch_size=16, temporal_patch_size=2, merge_size=2,
                                      image_mean=[0.5] * 3, image_std=[0.5] * 3,
@@ -308,9 +364,9 @@ def image_inputs(path):
                        "do_rescale": True, "do_normalize": True,
                        "image_processor_type": "Qwen2VLImageProcessorFast"}, f)
         proc = AutoImageProcessor.from_pretrained(d)
-    out = proc(images=[img], return_tensors="pt")
+    out = proc(images=frames, return_tensors="pt")
     pv, grid = out["pixel_values"].float(), out["image_grid_thw"]
-    log(f"image {img.size}: processor {type(proc).__name__} "
+    log(f"image {img.size} ({len(frames)} frames): processor {type(proc).__name__} "
         f"backend {getattr(proc, 'backend', None)}, grid {grid.tolist()}, pixel_values "
         f"{tuple(pv.shape)} sha256 {hashlib.sha256(pv.numpy().astype('<f4').tobytes()).hexdigest()}")
     return img.size, pv, grid
@@ -325,7 +381,7 @@ def run_request(pm, tok, w_lm, heads, calib, img, name, body):
     size, pv, grid = img
     c = oc.compile_request(tok, body, size)
     pad = tok.token_to_id("<|image_pad|>")
-    assert c["grid"] == [int(x) for x in grid[0].tolist()], (c["grid"], grid)
+    assert all(c["grid"] == [int(x) for x in g] for g in grid.tolist()), (c["grid"], grid)
     L, p0 = c["L"], c["p0"]
     pre = c["prefix_ids"]
     mm = torch.tensor([[1 if t == pad else 0 for t in pre]])
@@ -432,17 +488,22 @@ def main():
     ap.add_argument("--mkmodel", required=True)
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--image", required=True)
+    ap.add_argument("--video", required=True, help="the mosaic PNG (written when absent)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/omnijev-e2e")
     a = ap.parse_args()
     t0 = time.time()
-    url = None
+    url = vurl = None
     torch.set_num_threads(min(16, os.cpu_count() or 1))
     os.makedirs(a.out, exist_ok=True)
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
+    if not os.path.exists(a.video):
+        with open(a.video, "wb") as f:
+            f.write(video_png())
     fix = {"seed": SEED, "mkmodel_args": MKMODEL_ARGS, "head_args": HEAD_ARGS,
-           "image": os.path.basename(a.image), "image_sha256": sha256(a.image)}
+           "image": os.path.basename(a.image), "image_sha256": sha256(a.image),
+           "video": os.path.basename(a.video), "video_sha256": sha256(a.video)}
     try:
         import peft
         import PIL
@@ -468,9 +529,13 @@ def main():
         with open(a.image, "rb") as f:
             url = "data:image/png;base64," + base64.b64encode(f.read()).decode()
         fix["requests"] = []
-        for name, body in requests(url):
+        with open(a.video, "rb") as f:
+            vurl = "data:image/png;base64," + base64.b64encode(f.read()).decode()
+        vimg = image_inputs(a.video, video_meta())
+        todo = [(n, b, img) for n, b in requests(url)] + [(n, b, vimg) for n, b in video_requests(vurl)]
+        for name, body, im in todo:
             try:
-                fix["requests"].append(run_request(pm, tok, w_lm, heads, calib, img, name, body))
+                fix["requests"].append(run_request(pm, tok, w_lm, heads, calib, im, name, body))
             except Exception:
                 log(f"{name}: " + traceback.format_exc())
                 fix.setdefault("errors", []).append(name)
@@ -479,8 +544,10 @@ def main():
         fix["error"] = traceback.format_exc()
     fix["seconds"] = round(time.time() - t0, 1)
     fix["log"] = LOG
-    for r in fix.get("requests", []):  # the data URL is rebuilt from the committed image
+    for r in fix.get("requests", []):  # the data URLs are rebuilt from the committed images
         r["body"] = r["body"].replace(url, "@IMAGE@")
+        if vurl:
+            r["body"] = r["body"].replace(vurl, "@VIDEO@")
     with open(os.path.join(a.out, "e2e.json"), "w") as f:
         json.dump(fix, f, indent=1, ensure_ascii=False)
     print("done", "error" in fix or "errors" in fix, fix["seconds"], "s")

@@ -106,8 +106,10 @@ def bf16(x):
     return b.astype(np.uint32).view(np.float32)
 
 
-def target_logprobs(w, hidden, targets):
-    logits = bf16((hidden.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32)).astype(np.float64)
+def target_logprobs(w, hidden, targets, round_bf16=False):
+    """fp32: the float32 logits as they are; bf16: each rounded to bf16 first (spec §7)."""
+    logits = (hidden.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32)
+    logits = (bf16(logits) if round_bf16 else logits).astype(np.float64)
     m = logits.max(axis=1, keepdims=True)
     lse = m[:, 0] + np.log(np.exp(logits - m).sum(axis=1))
     return logits[np.arange(len(targets)), targets] - lse
@@ -143,7 +145,14 @@ def check(d):
         want = ordinal(t, u, zq) if typ == 2 else option_scorer(t, u, zq, f, typ)
         ok &= close(name, o[name + ".mu"], want, 1e-5)
         n += 1
-    ok &= close("lm.logprobs", o["lm.lp"], target_logprobs(c["lm.head"], c["lm.hidden"], c["lm.targets"].astype(np.int64)), 1e-5)
+    tg = c["lm.targets"].astype(np.int64)
+    ok &= close("lm.logprobs", o["lm.lp"], target_logprobs(c["lm.head"], c["lm.hidden"], tg), 1e-5)
+    ok &= close("lm.logprobs_bf16", o["lm.lp_bf16"], target_logprobs(c["lm.head"], c["lm.hidden"], tg, True), 1e-5)
+    # the two modes must differ here (the test could not tell them apart otherwise)
+    d = np.abs(o["lm.lp"].astype(np.float64) - o["lm.lp_bf16"]).max()
+    if not d > 1e-4:
+        print("FAIL lm.logprobs: fp32 and bf16 differ by only %.3g" % d)
+        ok = False
     for name, _ in FEAT_GROUPS:
         p = "feat." + name
         ok &= close(p, o[p + ".out"], option_feats(c[p + ".sum"], c[p + ".n"], c[p + ".first"]), 1e-6)

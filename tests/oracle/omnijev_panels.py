@@ -5,14 +5,14 @@ the longer side exceeds 448; the grid rule; cells cw x ch; border 6; label band 
 centred below the band; JPEG quality 88, read back).
 
 Writes, per case, into OUT/<case>/: the input stills (in_K.png / in_K.jpg), canvas.png (the panel
-before JPEG), panel.jpg (the bytes Pillow's save wrote; kept for
-three cases, the SHA-256 for all), and OUT/panels.json with the geometry:
+before JPEG; its RGB bytes' SHA-256 as canvas_sha256), panel.jpg (the bytes Pillow's save wrote;
+kept for three cases, the SHA-256 for all), and OUT/panels.json with the geometry:
 stills' sizes after thumbnail, grid, cell size, canvas size, each cell's origin, each numeral's
 textbbox and ink box, and the processor grid and image tokens of the panel (smart_resize, §10.3,
 max_pixels 602,112).
 
-Run with Pillow 12.3 (.venv-bench: tests/oracle/requirements-bench.txt):
-    .venv-bench/bin/python tests/oracle/omnijev_panels.py tests/fixtures/omnijev/panels
+Run with Pillow 12.3 (pinned in tests/oracle/requirements-ci.txt, so in .venv):
+    .venv/bin/python tests/oracle/omnijev_panels.py tests/fixtures/omnijev/panels
 """
 import hashlib
 import io
@@ -137,6 +137,7 @@ def main():
         lay.update({"name": name, "inputs": [fn for fn, _ in files],
                     "input_sizes": [list(Image.open(os.path.join(d, fn)).size) for fn, _ in files],
                     "grid": grid, "image_tokens": tokens,
+                    "canvas_sha256": hashlib.sha256(canvas.tobytes()).hexdigest(),
                     "panel_sha256": hashlib.sha256(buf.getvalue()).hexdigest()})
         meta["cases"].append(lay)
         print(name, lay["width"], lay["height"], grid, tokens)

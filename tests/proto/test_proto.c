@@ -41,12 +41,16 @@ static void test_job(void) {
   longer[b.len] = (char)0xc0;
   CHECK(proto_job_decode(longer, b.len + 1, &d, &diag) == -CM_EFORMAT);
   cm_diag_fini(&diag);
-  /* another version: byte after "v" key. Layout: map, "v"(2 bytes), 1 */
+  /* another version: byte after "v" key. Layout: map, "v"(2 bytes), PROTO_VERSION */
   memcpy(longer, b.data, b.len);
   CHECK((unsigned char)longer[3] == PROTO_VERSION);
-  longer[3] = 1; /* the version before ASK.last and DRAINING */
+  longer[3] = PROTO_VERSION - 1; /* the version before REPLY/RESULT.numerics */
   CHECK(proto_job_decode(longer, b.len, &d, &diag) == -CM_EVERSION);
-  CHECK(diag.msg && strstr(diag.msg, "version 1"));
+  CHECK(diag.msg && strstr(diag.msg, "version 2"));
+  cm_diag_fini(&diag);
+  longer[3] = PROTO_VERSION + 1;
+  CHECK(proto_job_decode(longer, b.len, &d, &diag) == -CM_EVERSION);
+  CHECK(diag.msg && strstr(diag.msg, "version 4"));
   cm_diag_fini(&diag);
   /* the wrong kind */
   CHECK(proto_ask_decode(b.data, b.len, &(struct proto_ask){0}, &diag) == -CM_EFORMAT);
@@ -59,9 +63,16 @@ static void test_job(void) {
 
 static void test_ask(void) {
   struct proto_ask a = {.worker = "host:1", .has_reply = true};
-  a.reply = (struct proto_reply){.job_id = 5, .status = 422, .error_type = "invalid_request",
-                                 .body = "{\"error\":1}", .n_body = 11, .model_revision = "abc",
-                                 .timings = {1, 2, 3, 4}, .tokens = 99, .decisions = 3};
+  a.reply = (struct proto_reply){.job_id = 5,
+                                 .status = 422,
+                                 .error_type = "invalid_request",
+                                 .body = "{\"error\":1}",
+                                 .n_body = 11,
+                                 .model_revision = "abc",
+                                 .timings = {1, 2, 3, 4},
+                                 .tokens = 99,
+                                 .decisions = 3,
+                                 .numerics = "fp32"};
   struct proto_bytes b = {0};
   CHECK(proto_ask_encode(&a, &b) == 0);
   struct proto_ask d = {0};
@@ -70,8 +81,7 @@ static void test_ask(void) {
   CHECK(strcmp(d.reply.error_type, "invalid_request") == 0 && d.reply.n_body == 11);
   CHECK(d.reply.timings.execute_us == 3 && d.reply.timings.finish_us == 4);
   CHECK(d.reply.tokens == 99 && d.reply.decisions == 3 && strcmp(d.worker, "host:1") == 0);
-  proto_ask_fini(&d);
-  proto_bytes_free(&b);
+  CHECK(d.reply.numerics && strcmp(d.reply.numerics, "fp32") == 0);
   CHECK(!d.last);
   proto_ask_fini(&d);
   proto_bytes_free(&b);
@@ -133,11 +143,12 @@ static void test_status(void) {
   s.state = PROTO_STATE_READY;
   s.reason = NULL;
   struct proto_health h = {.state = PROTO_STATE_UNAVAILABLE, .model_id = "m", .revision = "r",
-                           .reason = "retired", .programs = 12};
+                           .reason = "retired", .programs = 12, .numerics = "bf16"};
   CHECK(proto_health_encode(&h, &b) == 0);
   struct proto_health hd = {0};
   CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0);
   CHECK(hd.state == PROTO_STATE_UNAVAILABLE && hd.programs == 12 && strcmp(hd.reason, "retired") == 0);
+  CHECK(hd.numerics && strcmp(hd.numerics, "bf16") == 0);
   proto_health_fini(&hd);
   proto_bytes_free(&b);
   CHECK(proto_simple_encode(PROTO_KIND_ACK, &b) == 0);
@@ -212,11 +223,13 @@ static void test_program(void) {
   r.outputs[0][2] = 1.5f;
   r.outputs[1][0] = -2.25f;
   r.timings.total_us = 900;
+  r.numerics = strdup("bf16");
   CHECK(proto_result_encode(&r, &b) == 0);
   struct proto_result rd = {0};
   CHECK(proto_result_decode(b.data, b.len, &rd, NULL) == 0);
   CHECK(rd.status == 0 && rd.n_outputs == 2 && rd.n_floats[0] == 3 && rd.outputs[0][2] == 1.5f);
   CHECK(rd.outputs[1][0] == -2.25f && rd.timings.total_us == 900);
+  CHECK(rd.numerics && strcmp(rd.numerics, "bf16") == 0);
   proto_result_fini(&rd);
   proto_bytes_free(&b);
   CHECK(proto_result_set_error(&r, -CM_EPROGRAM, "bad id") == -CM_EPROGRAM && r.n_outputs == 0);
