@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_alloc.h"
 #include "cm_runtime.h"
 #include "cm_version.h"
 #include "pp_family.h"
@@ -80,18 +81,17 @@ static void on_signal(int sig) {
   g.stop = 1;
 }
 
-/* One request/reply on a REQ socket through a fresh context. Ownership: *ret_msg is the caller's
- * (nng_msg_free). Returns 0 or an nng error. */
-static int roundtrip(nng_socket sock, const struct proto_bytes *b, nng_duration timeout_ms,
-                     nng_msg **ret_msg) {
+/* One request/reply on a REQ socket through a fresh context, sending `m` (consumed, also on
+ * failure). Ownership: *ret_msg is the caller's (nng_msg_free). Returns 0 or an nng error. */
+static int roundtrip_msg(nng_socket sock, nng_msg *m, nng_duration timeout_ms, nng_msg **ret_msg) {
   nng_ctx ctx;
   nng_aio *aio = NULL;
-  nng_msg *m = NULL;
   int rv = nng_ctx_open(&ctx, sock);
-  if (rv)
+  if (rv) {
+    nng_msg_free(m);
     return rv;
-  if ((rv = nng_aio_alloc(&aio, NULL, NULL)) || (rv = nng_msg_alloc(&m, 0)) ||
-      (rv = nng_msg_append(m, b->data, b->len)))
+  }
+  if ((rv = nng_aio_alloc(&aio, NULL, NULL)))
     goto out;
   nng_aio_set_timeout(aio, timeout_ms);
   nng_aio_set_msg(aio, m);
@@ -109,6 +109,25 @@ out:
   nng_aio_free(aio);
   nng_ctx_close(ctx);
   return rv;
+}
+
+/* roundtrip_msg of a copy of b's bytes. */
+static int roundtrip(nng_socket sock, const struct proto_bytes *b, nng_duration timeout_ms,
+                     nng_msg **ret_msg) {
+  nng_msg *m = NULL;
+  int rv = nng_msg_alloc(&m, 0);
+  if (rv || (rv = nng_msg_append(m, b->data, b->len))) {
+    nng_msg_free(m);
+    return rv;
+  }
+  return roundtrip_msg(sock, m, timeout_ms, ret_msg);
+}
+
+/* proto_program_encode_into's allocator: a message of n bytes, the program encoded straight into
+ * its body (no second copy of the ~14 MB of an OmniJev image's pixels). */
+static void *alloc_msg(void *arg, size_t n) {
+  nng_msg **m = arg;
+  return nng_msg_alloc(m, n) ? NULL : nng_msg_body(*m);
 }
 
 /* ---- replies -------------------------------------------------------------------------------- */
@@ -305,7 +324,8 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
   json_object *root = NULL;
   struct proto_program prog = {0};
   struct proto_result res = {0};
-  struct proto_bytes pb = {0};
+  nng_msg *pm = NULL; /* the encoded program */
+  size_t n_pm = 0;
   void *ctx = NULL;
   nng_msg *m = NULL;
   const struct model *md = NULL;
@@ -343,7 +363,7 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
     goto out;
   prog.deadline_us = job->deadline_us;
   if ((code = proto_program_set_ids(&prog, md->desc.id, job->request_id)) ||
-      (code = proto_program_encode(&prog, &pb))) {
+      (code = proto_program_encode_into(&prog, alloc_msg, &pm, &n_pm))) {
     code = cm_diag_set(&diag, code == -ENOMEM ? -ENOMEM : -CM_EINTERNAL,
                        "the compiled program is invalid or too large");
     goto out;
@@ -360,7 +380,8 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
     goto out;
   }
   atomic_fetch_add(&g.ex[ex].in_flight, 1);
-  int rv = roundtrip(g.ex[ex].sock, &pb, (nng_duration)left_ms, &m);
+  int rv = roundtrip_msg(g.ex[ex].sock, pm, (nng_duration)left_ms, &m);
+  pm = NULL;
   atomic_fetch_sub(&g.ex[ex].in_flight, 1);
   t2 = mono_us();
   if (rv == NNG_ETIMEDOUT) {
@@ -422,7 +443,7 @@ out:
   if (md && ctx)
     md->fam->ctx_free(ctx);
   nng_msg_free(m);
-  proto_bytes_free(&pb);
+  nng_msg_free(pm);
   proto_program_fini(&prog);
   proto_result_fini(&res);
   json_object_put(root);
@@ -555,6 +576,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
   if (cm_version_requested(argc, argv, "s1-preprocessor"))
     return 0;
+  cm_alloc_keep_large(); /* large request buffers reused, not re-mapped (cm_alloc.h) */
   static const struct option opts[] = {
       {"frontend", required_argument, 0, 'f'}, {"executor", required_argument, 0, 'e'},
       {"model", required_argument, 0, 'm'},    {"credits", required_argument, 0, 'k'},

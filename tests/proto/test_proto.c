@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_sha256.h"
 #include "proto_job.h"
 #include "proto_program.h"
 #include "proto_status.h"
@@ -157,6 +158,21 @@ static void test_status(void) {
   proto_bytes_free(&b);
 }
 
+/* SHA-256 of test_program's encoding, taken from the growing-buffer encoder (commit 5fba430). */
+#define PROGRAM_SHA256 "14a2d3afe411c4d31263c1c1fc90fc31bb502a62400a285ea1f7b816822c613a"
+
+struct into {
+  uint8_t *buf;
+  size_t asked;
+  bool fail;
+};
+
+static void *into_alloc(void *arg, size_t n) {
+  struct into *in = arg;
+  in->asked = n;
+  return in->fail ? NULL : (in->buf = malloc(n));
+}
+
 static void test_program(void) {
   struct proto_program p = {0};
   float *pix = calloc(16 * PROTO_PATCH_DIM, sizeof(float));
@@ -185,6 +201,23 @@ static void test_program(void) {
   p.deadline_us = 42;
   struct proto_bytes b = {0};
   CHECK(proto_program_encode(&p, &b) == 0);
+  /* the bytes the growing-buffer encoder gave before the exact-size one (wire unchanged) */
+  uint8_t dg[CM_SHA256_BYTES];
+  char hex[2 * CM_SHA256_BYTES + 1];
+  CHECK(cm_sha256_buf(b.data, b.len, dg) == 0);
+  for (int i = 0; i < CM_SHA256_BYTES; i++)
+    snprintf(hex + 2 * i, 3, "%02x", dg[i]);
+  if (strcmp(hex, PROGRAM_SHA256) != 0)
+    fprintf(stderr, "program bytes: SHA-256 %s (%zu bytes), want %s\n", hex, b.len, PROGRAM_SHA256);
+  CHECK(strcmp(hex, PROGRAM_SHA256) == 0);
+  /* into the caller's memory: the same bytes; a failed allocation is -ENOMEM */
+  struct into in = {0};
+  size_t n_into = 0;
+  CHECK(proto_program_encode_into(&p, into_alloc, &in, &n_into) == 0 && n_into == b.len &&
+        in.asked == b.len && memcmp(in.buf, b.data, b.len) == 0);
+  free(in.buf);
+  in = (struct into){.fail = true};
+  CHECK(proto_program_encode_into(&p, into_alloc, &in, &n_into) == -ENOMEM);
   struct proto_program d = {0};
   struct cm_diag diag = {0};
   CHECK(proto_program_decode(b.data, b.len, &d, &diag) == 0);
