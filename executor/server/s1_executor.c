@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cm_alloc.h"
 #include "cm_runtime.h"
 #include "cm_version.h"
 #include "ex_head.h"
@@ -247,6 +248,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
   if (cm_version_requested(argc, argv, "s1-executor"))
     return 0;
+  cm_alloc_keep_large(); /* large request buffers reused, not re-mapped (cm_alloc.h) */
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
       {"listen", required_argument, 0, 'l'}, {"record", required_argument, 0, 'r'},

@@ -8,19 +8,23 @@
  *   pp.compile        the family's compile (image included), then in it, measured apart on the
  *                     same data URL: img.base64, img.decode (PNG/JPEG -> RGB), img.prepare
  *                     (smart_resize, resample, normalise + patchify)
- *   pp.encode         proto_program_set_ids + proto_program_encode
- *   pp.nng_copy       nng_msg_append of the program (roundtrip's copy)
+ *   pp.encode         proto_program_set_ids + proto_program_encode_into an nng message, as
+ *                     preprocessor/main.c does
+ *   pp.nng_copy       0 now (until 2026-12-02 the encoded program was copied into the message)
  *   ex.decode         proto_program_decode in the executor
  * `preprocess` = json_check + json_parse + compile + encode is what Server-Timing's preprocess
  * covers (preprocessor/main.c handle_job t1 - t0). Prints the median over N runs of each stage in
  * ms, as thread CPU time and as wall time, and the sizes; the transfer over ipc itself is not in
- * it. Usage: bench_preprocess MODEL_DIR BODY.json N */
+ * it. As in s1-preprocessor, cm_alloc_keep_large is set first and the request work runs on a worker
+ * thread (its own malloc arena). Usage: bench_preprocess MODEL_DIR BODY.json N */
 #include <nng/nng.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cm_alloc.h"
 #include "cm_model_dir.h"
 #include "pp_family.h"
 #include "pp_image.h"
@@ -57,9 +61,29 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* As preprocessor/main.c: the program is encoded straight into an nng message's body. */
+static void *alloc_msg(void *arg, size_t n) {
+  nng_msg **m = arg;
+  return nng_msg_alloc(m, n) ? NULL : nng_msg_body(*m);
+}
+
 static int die(const char *what, const struct cm_diag *d) {
   fprintf(stderr, "bench_preprocess: %s: %s\n", what, d && d->msg ? d->msg : "failed");
   return 1;
+}
+
+struct args {
+  int argc;
+  char **argv;
+  int rc;
+};
+
+static int run(int argc, char **argv);
+
+static void *worker(void *arg) {
+  struct args *a = arg;
+  a->rc = run(a->argc, a->argv);
+  return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -67,6 +91,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: bench_preprocess MODEL_DIR BODY.json N\n");
     return 2;
   }
+  cm_alloc_keep_large();
+  struct args a = {argc, argv, 1};
+  pthread_t t;
+  if (pthread_create(&t, NULL, worker, &a))
+    return 1;
+  pthread_join(t, NULL);
+  return a.rc;
+}
+
+static int run(int argc, char **argv) {
+  (void)argc;
   int n_runs = atoi(argv[3]);
   if (n_runs < 1)
     n_runs = 1;
@@ -126,13 +161,13 @@ int main(int argc, char **argv) {
     if (fam->compile(state, root, &info, &prog, &ctx, &d))
       return die("compile", &d);
     t[k++] = now();
+    size_t n_pm = 0;
     if (proto_program_set_ids(&prog, "bench", "bench") ||
-        proto_program_encode(&prog, &pb))
+        proto_program_encode_into(&prog, alloc_msg, &m2, &n_pm))
       return die("program encode", NULL);
     t[k++] = now();
-    if (nng_msg_alloc(&m2, 0) || nng_msg_append(m2, pb.data, pb.len))
-      return die("nng", NULL);
-    t[k++] = now();
+    t[k++] = now(); /* pp.nng_copy: none since the program is encoded into the message */
+    pb.len = n_pm;
     if (proto_program_decode(nng_msg_body(m2), nng_msg_len(m2), &dec, &d))
       return die("program decode", &d);
     t[k++] = now();
@@ -179,7 +214,6 @@ int main(int argc, char **argv) {
     }
     proto_program_fini(&dec);
     nng_msg_free(m2);
-    proto_bytes_free(&pb);
     fam->ctx_free(ctx);
     proto_program_fini(&prog);
     json_object_put(root);
