@@ -2,6 +2,7 @@
  * executor's decoded program, stage by stage, on the calling thread with the real pieces (times: process CPU, libvips workers included, and wall):
  *   fe.job_encode     the frontend packs the body into a JOB message (proto_job_encode)
  *   fe.nng_copy       nng_msg_append of that message (what the frontend's send copies)
+ *   ipc.job           the job message sent over nng ipc:// (pair1, in this process) and received
  *   pp.job_decode     proto_job_decode in the preprocessor
  *   pp.json_check     pp_json_check (the strict grammar pass)
  *   pp.json_parse     json-c's parse (pp_json_parse minus the check)
@@ -11,18 +12,21 @@
  *   pp.encode         proto_program_set_ids + proto_program_encode_into an nng message, as
  *                     preprocessor/main.c does
  *   pp.nng_copy       0 now (until 2026-12-02 the encoded program was copied into the message)
+ *   ipc.program       the program message over the same ipc:// pair
  *   ex.decode         proto_program_decode in the executor
  * `preprocess` = json_check + json_parse + compile + encode is what Server-Timing's preprocess
  * covers (preprocessor/main.c handle_job t1 - t0). Prints the median over N runs of each stage in
- * ms, as thread CPU time and as wall time, and the sizes; the transfer over ipc itself is not in
- * it. As in s1-preprocessor, cm_alloc_keep_large is set first and the request work runs on a worker
+ * ms, as process CPU time and as wall time (the ipc stages' work is on nng's threads: wall counts),
+ * and the sizes. As in s1-preprocessor, cm_alloc_keep_large is set first and the request work runs on a worker
  * thread (its own malloc arena). Usage: bench_preprocess MODEL_DIR BODY.json N */
 #include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cm_alloc.h"
 #include "cm_model_dir.h"
@@ -32,12 +36,12 @@
 #include "proto.h"
 #include "proto_job.h"
 
-enum { S_JOB_ENC, S_FE_COPY, S_JOB_DEC, S_CHECK, S_PARSE, S_COMPILE, S_B64, S_DECODE, S_PREPARE,
-       S_ENCODE, S_PP_COPY, S_EX_DEC, S_PREPROCESS, S_COUNT };
+enum { S_JOB_ENC, S_FE_COPY, S_IPC_JOB, S_JOB_DEC, S_CHECK, S_PARSE, S_COMPILE, S_B64, S_DECODE,
+       S_PREPARE, S_ENCODE, S_PP_COPY, S_IPC_PROG, S_EX_DEC, S_PREPROCESS, S_COUNT };
 static const char *const NAMES[S_COUNT] = {
-    "fe.job_encode", "fe.nng_copy", "pp.job_decode", "pp.json_check", "pp.json_parse",
-    "pp.compile",    "  img.base64", "  img.decode", "  img.prepare", "pp.encode",
-    "pp.nng_copy",   "ex.decode",   "preprocess (check+parse+compile+encode)"};
+    "fe.job_encode", "fe.nng_copy", "ipc.job (wall)", "pp.job_decode", "pp.json_check",
+    "pp.json_parse", "pp.compile", "  img.base64", "  img.decode", "  img.prepare", "pp.encode",
+    "pp.nng_copy", "ipc.program (wall)", "ex.decode", "preprocess (check+parse+compile+encode)"};
 
 struct clk {
   double cpu, wall;
@@ -130,6 +134,13 @@ static int run(int argc, char **argv) {
   struct pp_image_limits lim;
   pp_image_limits_default(&lim);
   lim.max_pixels = 602112; /* OmniJev's budget (spec/omnijev.md) */
+  /* one ipc:// pair standing for the frontend -> preprocessor -> executor hops */
+  nng_socket tx, rx;
+  char url[128];
+  snprintf(url, sizeof(url), "ipc:///tmp/bench_preprocess.%d.sock", (int)getpid());
+  if (nng_pair1_open(&rx) || nng_socket_set_size(rx, NNG_OPT_RECVMAXSZ, 0) ||
+      nng_listen(rx, url, NULL, 0) || nng_pair1_open(&tx) || nng_dial(tx, url, NULL, 0))
+    return die("nng ipc pair", NULL);
   for (int r = 0; r < n_runs; r++) {
     double *c = cpu + (size_t)r * S_COUNT, *w = wall + (size_t)r * S_COUNT;
     struct clk t[16];
@@ -148,6 +159,9 @@ static int run(int argc, char **argv) {
     t[k++] = now();
     if (nng_msg_alloc(&m1, 0) || nng_msg_append(m1, jb.data, jb.len))
       return die("nng", NULL);
+    t[k++] = now();
+    if (nng_sendmsg(tx, m1, 0) || nng_recvmsg(rx, &m1, 0))
+      return die("ipc job", NULL);
     t[k++] = now();
     if (proto_job_decode(nng_msg_body(m1), nng_msg_len(m1), &got, &d))
       return die("job decode", &d);
@@ -168,11 +182,14 @@ static int run(int argc, char **argv) {
     t[k++] = now();
     t[k++] = now(); /* pp.nng_copy: none since the program is encoded into the message */
     pb.len = n_pm;
+    if (nng_sendmsg(tx, m2, 0) || nng_recvmsg(rx, &m2, 0))
+      return die("ipc program", NULL);
+    t[k++] = now();
     if (proto_program_decode(nng_msg_body(m2), nng_msg_len(m2), &dec, &d))
       return die("program decode", &d);
     t[k++] = now();
-    const int order[] = {S_JOB_ENC, S_FE_COPY, S_JOB_DEC, S_CHECK, S_PARSE, S_COMPILE,
-                         S_ENCODE,  S_PP_COPY, S_EX_DEC};
+    const int order[] = {S_JOB_ENC, S_FE_COPY, S_IPC_JOB,  S_JOB_DEC, S_CHECK, S_PARSE,
+                         S_COMPILE, S_ENCODE,  S_PP_COPY, S_IPC_PROG, S_EX_DEC};
     for (int i = 0; i + 1 < k; i++) {
       c[order[i]] = t[i + 1].cpu - t[i].cpu;
       w[order[i]] = t[i + 1].wall - t[i].wall;
@@ -231,6 +248,9 @@ static int run(int argc, char **argv) {
       vc[r] = cpu[(size_t)r * S_COUNT + s], vw[r] = wall[(size_t)r * S_COUNT + s];
     printf("%-42s %9.2f %9.2f\n", NAMES[s], median(vc, n_runs), median(vw, n_runs));
   }
+  nng_close(tx);
+  nng_close(rx);
+  unlink(url + strlen("ipc://"));
   free(cpu);
   free(wall);
   free(body);
