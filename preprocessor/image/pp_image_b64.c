@@ -49,6 +49,40 @@ static const uint8_t B64_CLASS[256] = {
 #undef B64_ROW16
 };
 
+/* Decodes n_data data characters (no whitespace, no '='; n_data % 4 != 1) into out
+ * [n_data / 4 * 3 + tail]: whole quads by OpenSSL's EVP_DecodeBlock, which refuses any character
+ * outside the alphabet but '=' (or trims it at the ends: the byte count then differs), the last 2 or 3 characters here (their leftover bits ignored, as Python
+ * ignores them). Returns the bytes written, or SIZE_MAX when a character is not in the alphabet. */
+static size_t decode_data(const unsigned char *data, size_t n_data, uint8_t *out) {
+  size_t n_quads = n_data / 4, rem = n_data % 4, o = n_quads * 3;
+  for (size_t q = 0; q < n_quads;) { /* EVP takes an int length: chunks of 2**28 quads */
+    size_t m = n_quads - q < ((size_t)1 << 28) ? n_quads - q : (size_t)1 << 28;
+    if (EVP_DecodeBlock(out + 3 * q, data + 4 * q, (int)(4 * m)) != (int)(3 * m))
+      return SIZE_MAX;
+    q += m;
+  }
+  if (rem) {
+    uint32_t acc = 0;
+    for (size_t k = 0; k < rem; k++) {
+      uint8_t v = B64_CLASS[data[n_quads * 4 + k]];
+      if (v >= B64_PAD)
+        return SIZE_MAX;
+      acc = acc << 6 | v;
+    }
+    acc <<= 6 * (4 - rem);
+    out[o++] = (uint8_t)(acc >> 16);
+    if (rem == 3)
+      out[o++] = (uint8_t)(acc >> 8);
+  }
+  return o;
+}
+
+/* validate=True's shape for n_data data characters and n_pad '=' after them. */
+static bool shape_ok(size_t n_data, size_t n_pad) {
+  size_t rem = n_data % 4;
+  return n_pad <= 2 && rem != 1 && !(rem == 2 && n_pad != 2) && !(rem == 3 && n_pad == 0);
+}
+
 static bool has_suffix(const char *s, size_t n, const char *suffix) {
   size_t m = strlen(suffix);
   return n >= m && memcmp(s + n - m, suffix, m) == 0;
@@ -68,10 +102,32 @@ int pp_image_b64_decode(const char *text, size_t n_text, uint32_t index,
     n_payload = comma ? n_text - n_header - 1 : 0;
   }
 
+  /* The common form, no whitespace and '=' only at the end: decoded in one pass, EVP_DecodeBlock
+   * checking the characters as it goes (it refuses every byte outside the alphabet but '=', which
+   * it reads as 0: hence the memchr). Anything else (a character it refuses, whitespace, a
+   * shape or size that does not pass) takes the exact passes below, which decide the answer and
+   * the error Python would give. */
+  const unsigned char *p = (const unsigned char *)payload;
+  size_t n_eq = 0;
+  while (n_eq < 3 && n_eq < n_payload && p[n_payload - 1 - n_eq] == '=')
+    n_eq++;
+  size_t n_plain = n_payload - n_eq, n_fast = n_plain / 4 * 3 + (n_plain % 4 ? n_plain % 4 - 1 : 0);
+  if (shape_ok(n_plain, n_eq) && n_fast <= lim->max_bytes && !memchr(p, '=', n_plain)) {
+    uint8_t *out = malloc(n_fast + 3);
+    if (!out)
+      return -ENOMEM;
+    size_t o = decode_data(p, n_plain, out);
+    if (o != SIZE_MAX) {
+      *ret_bytes = out;
+      *ret_n = o;
+      return 0;
+    }
+    free(out);
+  }
+
   /* Pass 1, no allocation: skip whitespace, refuse non-ASCII, check the shape validate=True
    * accepts ([A-Za-z0-9+/]*={0,2}) and count the data characters. The inner loop runs over the
-   * data characters, the whole payload in the common case. */
-  const unsigned char *p = (const unsigned char *)payload;
+   * data characters. */
   size_t n_data = 0, n_pad = 0, n_ws = 0;
   bool ok = true;
   for (size_t i = 0; i < n_payload;) {
@@ -102,7 +158,7 @@ int pp_image_b64_decode(const char *text, size_t n_text, uint32_t index,
     i++;
   }
   size_t rem = n_data % 4;
-  ok = ok && n_pad <= 2 && rem != 1 && !(rem == 2 && n_pad != 2) && !(rem == 3 && n_pad == 0);
+  ok = ok && shape_ok(n_data, n_pad);
   if (!ok)
     return cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
   size_t n_out = n_data / 4 * 3 + (rem ? rem - 1 : 0);
@@ -133,24 +189,11 @@ int pp_image_b64_decode(const char *text, size_t n_text, uint32_t index,
     }
     data = packed;
   }
-  size_t n_quads = n_data / 4, o = n_quads * 3;
-  for (size_t q = 0; q < n_quads;) { /* EVP takes an int length: chunks of 2**28 quads */
-    size_t m = n_quads - q < ((size_t)1 << 28) ? n_quads - q : (size_t)1 << 28;
-    if (EVP_DecodeBlock(out + 3 * q, data + 4 * q, (int)(4 * m)) != (int)(3 * m)) {
-      free(packed);
-      free(out);
-      return cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
-    }
-    q += m;
-  }
-  if (rem) {
-    uint32_t acc = 0;
-    for (size_t k = 0; k < rem; k++)
-      acc = acc << 6 | B64_CLASS[data[n_quads * 4 + k]];
-    acc <<= 6 * (4 - rem);
-    out[o++] = (uint8_t)(acc >> 16);
-    if (rem == 3)
-      out[o++] = (uint8_t)(acc >> 8);
+  size_t o = decode_data(data, n_data, out);
+  if (o == SIZE_MAX) { /* cannot happen: every character was checked above */
+    free(packed);
+    free(out);
+    return cm_diag_set(diag, -CM_EFORMAT, "image %u could not be decoded", index);
   }
   free(packed);
   *ret_bytes = out;
