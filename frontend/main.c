@@ -123,6 +123,7 @@ static const char *reason_of(int status) {
   case 413: return "Payload Too Large";
   case 415: return "Unsupported Media Type";
   case 422: return "Unprocessable Entity";
+  case 499: return "Client Closed Request";
   case 500: return "Internal Server Error";
   case 503: return "Service Unavailable";
   case 504: return "Gateway Timeout";

@@ -329,7 +329,7 @@ static void handle_job(const struct proto_job *job, struct proto_reply *rp) {
   }
   if (res.status) {
     code = res.status == -CM_ETIMEOUT || res.status == -CM_EUNAVAILABLE ||
-                   res.status == -CM_ENOTREADY
+                   res.status == -CM_ENOTREADY || res.status == -CM_ECANCELLED
                ? res.status
                : -CM_EINTERNAL;
     if (res.status == -CM_ENOTREADY)

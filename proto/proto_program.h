@@ -1,5 +1,5 @@
 /* The program (DESIGN.md "The program"): a family-agnostic forest of token segments plus readouts,
- * sent by a preprocessor to an executor, and the result that comes back. Images feed the
+ * sent by a preprocessor to an executor, the result that comes back, and the CANCEL of a request. Images feed the
  * <|image_pad|> slots of prefixes; prefixes may continue other prefixes and leave a snapshot;
  * rows continue one snapshot (or start empty) and never see each other; readouts pick a row
  * position. Ownership: every array in these structs is heap-owned by the struct (the decoders and
@@ -133,5 +133,22 @@ int proto_result_encode(const struct proto_result *r, struct proto_bytes *ret_by
 int proto_result_decode(const void *data, size_t n_bytes, struct proto_result *ret,
                         struct cm_diag *diag);
 void proto_result_fini(struct proto_result *r);
+
+/* CANCEL (preprocessor → executor, a REQ on the program socket, answered by ACK): the client of
+ * request `request_id` is gone; the executor drops the remaining work of every program with that
+ * request id and answers each with -CM_ECANCELLED. */
+struct proto_cancel {
+  char *request_id; /* the programs' request_id, 1 ≤ bytes ≤ PROTO_MAX_ID_BYTES, no NUL */
+};
+
+/* Encode (read only; ret_bytes heap) and validating decode (heap copy; written only on success).
+ * Returns 0; -EINVAL (encode: request_id NULL, empty or over the limit), -CM_EFORMAT (decode:
+ * unknown, duplicate or missing key, wrong type, empty or over-long id; diag names the field),
+ * -CM_EVERSION, -ENOMEM. Implemented in proto_cancel.c. */
+int proto_cancel_encode(const struct proto_cancel *c, struct proto_bytes *ret_bytes);
+int proto_cancel_decode(const void *data, size_t n_bytes, struct proto_cancel *ret,
+                        struct cm_diag *diag);
+/* Frees the owned id and zeroes; accepts NULL and zeroed structs. */
+void proto_cancel_fini(struct proto_cancel *c);
 
 #endif

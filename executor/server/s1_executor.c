@@ -25,6 +25,7 @@
 #define N_CTX 8
 #define RETIRE_EXIT_S 5 /* a retired executor answers 503 this long, then exits 3 (restart) */
 #define RECV_MAX_BYTES ((size_t)1 << 30)
+#define CANCEL_RING 64 /* cancelled request ids remembered */
 
 enum slot_phase { SLOT_RECV, SLOT_WAIT, SLOT_SEND };
 
@@ -48,6 +49,8 @@ static struct {
   char *model_id, *revision; /* for health replies (set once before READY) */
   char reason[256];          /* why not ready */
   volatile sig_atomic_t stop; /* SIGTERM seen */
+  char cancelled[CANCEL_RING][PROTO_MAX_ID_BYTES + 1]; /* recent CANCEL ids (guarded by mu) */
+  unsigned n_cancel;          /* CANCELs seen; the ring holds the last CANCEL_RING */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static int64_t mono_us(void) {
@@ -108,6 +111,23 @@ static void send_health(struct slot *s) {
   }
 }
 
+/* Remembers a cancelled request id (a ring of the last CANCEL_RING): a program of that request
+ * that has not started is answered -CM_ECANCELLED with nothing run; one already running finishes. */
+static void remember_cancel(const char *rid) {
+  pthread_mutex_lock(&g.mu);
+  snprintf(g.cancelled[g.n_cancel++ % CANCEL_RING], PROTO_MAX_ID_BYTES + 1, "%s", rid);
+  pthread_mutex_unlock(&g.mu);
+}
+
+static bool was_cancelled(const char *rid) {
+  bool hit = false;
+  pthread_mutex_lock(&g.mu);
+  for (unsigned i = 0; rid && !hit && i < CANCEL_RING && i < g.n_cancel; i++)
+    hit = strcmp(g.cancelled[i], rid) == 0;
+  pthread_mutex_unlock(&g.mu);
+  return hit;
+}
+
 /* nng callback: a receive or a send finished on one context. */
 static void on_aio(void *arg) {
   struct slot *s = arg;
@@ -127,9 +147,28 @@ static void on_aio(void *arg) {
   nng_msg *m = nng_aio_get_msg(s->aio);
   enum proto_kind kind;
   if (proto_peek(nng_msg_body(m), nng_msg_len(m), &kind, NULL) != 0 ||
-      (kind != PROTO_KIND_HEALTH && kind != PROTO_KIND_PROGRAM)) {
+      (kind != PROTO_KIND_HEALTH && kind != PROTO_KIND_PROGRAM && kind != PROTO_KIND_CANCEL)) {
     nng_msg_free(m);
     send_error(s, -CM_EVERSION, "unreadable message or another proto version");
+    return;
+  }
+  if (kind == PROTO_KIND_CANCEL) {
+    struct proto_cancel c = {0};
+    int rc = proto_cancel_decode(nng_msg_body(m), nng_msg_len(m), &c, NULL);
+    nng_msg_free(m);
+    if (rc) {
+      send_error(s, -CM_EVERSION, "unreadable CANCEL");
+      return;
+    }
+    remember_cancel(c.request_id);
+    proto_cancel_fini(&c);
+    struct proto_bytes b = {0};
+    if (proto_simple_encode(PROTO_KIND_ACK, &b) == 0) {
+      send_bytes(s, &b);
+    } else {
+      s->phase = SLOT_RECV;
+      nng_ctx_recv(s->ctx, s->aio);
+    }
     return;
   }
   if (kind == PROTO_KIND_HEALTH) {
@@ -365,6 +404,8 @@ int main(int argc, char **argv) {
     r = proto_program_decode(nng_msg_body(s->req), nng_msg_len(s->req), &p, &diag);
     if (r) {
       proto_result_set_error(&res, -CM_EPROGRAM, diag.msg);
+    } else if (was_cancelled(p.request_id)) {
+      proto_result_set_error(&res, -CM_ECANCELLED, "request cancelled");
     } else if (atomic_load(&g.state) != PROTO_STATE_READY) {
       proto_result_set_error(&res, -CM_EUNAVAILABLE, "executor retired");
     } else {

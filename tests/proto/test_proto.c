@@ -43,10 +43,10 @@ static void test_job(void) {
   cm_diag_fini(&diag);
   /* another version: byte after "v" key. Layout: map, "v"(2 bytes), 1 */
   memcpy(longer, b.data, b.len);
-  CHECK((unsigned char)longer[3] == 1);
-  longer[3] = 2;
+  CHECK((unsigned char)longer[3] == PROTO_VERSION);
+  longer[3] = 1; /* the version before CANCEL */
   CHECK(proto_job_decode(longer, b.len, &d, &diag) == -CM_EVERSION);
-  CHECK(diag.msg && strstr(diag.msg, "version 2"));
+  CHECK(diag.msg && strstr(diag.msg, "version 1"));
   cm_diag_fini(&diag);
   /* the wrong kind */
   CHECK(proto_ask_decode(b.data, b.len, &(struct proto_ask){0}, &diag) == -CM_EFORMAT);
@@ -197,12 +197,82 @@ static void test_program(void) {
   proto_bytes_free(&b);
 }
 
+static void test_cancel(void) {
+  struct proto_cancel c = {.request_id = "rid-9"};
+  struct proto_bytes b = {0};
+  CHECK(proto_cancel_encode(&c, &b) == 0);
+  enum proto_kind k;
+  CHECK(proto_peek(b.data, b.len, &k, NULL) == 0 && k == PROTO_KIND_CANCEL);
+  CHECK(strcmp(proto_kind_name(k), "cancel") == 0);
+  struct proto_cancel d = {0};
+  struct cm_diag diag = {0};
+  CHECK(proto_cancel_decode(b.data, b.len, &d, &diag) == 0 && strcmp(d.request_id, "rid-9") == 0);
+  proto_cancel_fini(&d);
+  proto_cancel_fini(&d); /* twice: zeroed */
+  CHECK(d.request_id == NULL);
+  CHECK(proto_cancel_decode(b.data, b.len - 1, &d, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+  /* another kind's bytes, and a CANCEL read as another kind */
+  CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_ACK, NULL) == -CM_EFORMAT);
+  proto_bytes_free(&b);
+  CHECK(proto_simple_encode(PROTO_KIND_ACK, &b) == 0);
+  CHECK(proto_cancel_decode(b.data, b.len, &d, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "expected \"cancel\""));
+  cm_diag_fini(&diag);
+  proto_bytes_free(&b);
+  /* encoder limits: NULL, empty, one byte over PROTO_MAX_ID_BYTES */
+  char long_id[PROTO_MAX_ID_BYTES + 2];
+  memset(long_id, 'a', sizeof(long_id) - 1);
+  long_id[sizeof(long_id) - 1] = 0;
+  CHECK(proto_cancel_encode(&(struct proto_cancel){NULL}, &b) == -EINVAL);
+  CHECK(proto_cancel_encode(&(struct proto_cancel){""}, &b) == -EINVAL);
+  CHECK(proto_cancel_encode(&(struct proto_cancel){long_id}, &b) == -EINVAL);
+  long_id[PROTO_MAX_ID_BYTES] = 0;
+  CHECK(proto_cancel_encode(&(struct proto_cancel){long_id}, &b) == 0);
+  CHECK(proto_cancel_decode(b.data, b.len, &d, NULL) == 0 && strlen(d.request_id) == 256);
+  proto_cancel_fini(&d);
+  proto_bytes_free(&b);
+  /* hand-made: {"v":2,"k":"cancel","rid":X} with X empty, nil, an integer, a NUL inside; an
+   * unknown extra key; "rid" twice; "rid" missing */
+  const unsigned char head[] = {0x83, 0xa1, 'v', PROTO_VERSION, 0xa1, 'k', 0xa6, 'c', 'a', 'n',
+                                'c', 'e', 'l', 0xa3, 'r', 'i', 'd'};
+  struct {
+    const unsigned char tail[12];
+    size_t n;
+    const char *names;
+  } bad[] = {{{0xa0}, 1, "empty"},          {{0xc0}, 1, "cancel.rid"},
+             {{0x05}, 1, "cancel.rid"},     {{0xa3, 'a', 0, 'b'}, 4, "cancel.rid"},
+             {{0xa1, 'a', 0xa1, 'x', 1}, 5, "unknown key"},
+             {{0xa1, 'a', 0xa3, 'r', 'i', 'd', 0xa1, 'b'}, 8, "duplicate"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    unsigned char m[64];
+    memcpy(m, head, sizeof(head));
+    memcpy(m + sizeof(head), bad[i].tail, bad[i].n);
+    if (bad[i].n >= 5)
+      m[0] = 0x84; /* one more entry */
+    CHECK(proto_cancel_decode(m, sizeof(head) + bad[i].n, &d, &diag) == -CM_EFORMAT);
+    CHECK(diag.msg && strstr(diag.msg, bad[i].names));
+    if (!diag.msg || !strstr(diag.msg, bad[i].names))
+      fprintf(stderr, "case %zu: %s\n", i, diag.msg ? diag.msg : "(none)");
+    cm_diag_fini(&diag);
+  }
+  unsigned char ok[sizeof(head) + 2];
+  memcpy(ok, head, sizeof(head));
+  ok[sizeof(head)] = 0xa1, ok[sizeof(head) + 1] = 'z';
+  CHECK(proto_cancel_decode(ok, sizeof(ok), &d, NULL) == 0 && strcmp(d.request_id, "z") == 0);
+  proto_cancel_fini(&d);
+  ok[0] = 0x82; /* the map ends before "rid": missing */
+  CHECK(proto_cancel_decode(ok, sizeof(head) - 4, &d, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "cancel.rid: missing"));
+  cm_diag_fini(&diag);
+}
+
 /* Hand-made msgpack: unknown key, duplicate key, wrong type, deep nesting, huge counts. */
 static void test_refusals(void) {
   struct cm_diag diag = {0};
   struct proto_job d = {0};
-  /* {"v":1,"k":"job","job":1,"rid":"a","deadline_us":0,"model":nil,"body":bin"","x":1} */
-  const unsigned char unknown[] = {0x88, 0xa1, 'v', 1, 0xa1, 'k', 0xa3, 'j', 'o', 'b', 0xa3, 'j',
+  /* {"v":2,"k":"job","job":1,"rid":"a","deadline_us":0,"model":nil,"body":bin"","x":1} */
+  const unsigned char unknown[] = {0x88, 0xa1, 'v', PROTO_VERSION, 0xa1, 'k', 0xa3, 'j', 'o', 'b', 0xa3, 'j',
                                    'o', 'b', 1, 0xa3, 'r', 'i', 'd', 0xa1, 'a', 0xab, 'd', 'e',
                                    'a', 'd', 'l', 'i', 'n', 'e', '_', 'u', 's', 0, 0xa5, 'm', 'o',
                                    'd', 'e', 'l', 0xc0, 0xa4, 'b', 'o', 'd', 'y', 0xc4, 0, 0xa1,
@@ -252,6 +322,8 @@ static void test_http_mapping(void) {
   CHECK(cm_error_http(-CM_ETIMEOUT, &t) == 504 && strcmp(t, "timeout") == 0);
   CHECK(cm_error_http(-ENOMEM, &t) == 500 && strcmp(t, "internal") == 0);
   CHECK(cm_error_http(-CM_EPROGRAM, &t) == 500 && strcmp(t, "internal") == 0);
+  CHECK(cm_error_http(-CM_ECANCELLED, &t) == 499 && strcmp(t, "cancelled") == 0);
+  CHECK(strcmp(cm_strerror(-CM_ECANCELLED), "cancelled") == 0);
   CHECK(cm_error_http(0, &t) == 200 && t == NULL);
 }
 
@@ -260,6 +332,7 @@ int main(void) {
   test_ask();
   test_status();
   test_program();
+  test_cancel();
   test_refusals();
   test_http_mapping();
   if (failures)
