@@ -1,5 +1,5 @@
-/* Status (preprocessor → frontend) and health (executor → preprocessor) messages
- * (proto_status.h). */
+/* Status (preprocessor → frontend), its ACK (frontend → preprocessor) and health (executor →
+ * preprocessor) messages (proto_status.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +25,8 @@ int proto_status_encode(const struct proto_status *s, struct proto_bytes *ret_by
   for (uint32_t i = 0; i < s->n_models; i++)
     if (!s->models[i].id || !str_ok(s->models[i].id, PROTO_MAX_ID_BYTES) ||
         !str_ok(s->models[i].revision, PROTO_MAX_ID_BYTES) || !s->models[i].describe ||
-        !str_ok(s->models[i].describe, PROTO_MAX_TEXT_BYTES))
+        !str_ok(s->models[i].describe, PROTO_MAX_TEXT_BYTES) ||
+        s->models[i].executors_ready > s->executors_total)
       return -EINVAL;
   struct wr w;
   wr_init(&w);
@@ -45,10 +46,11 @@ int proto_status_encode(const struct proto_status *s, struct proto_bytes *ret_by
   wr_key(&w, "models");
   msgpack_pack_array(&w.pk, s->n_models);
   for (uint32_t i = 0; i < s->n_models; i++) {
-    msgpack_pack_array(&w.pk, 3);
+    msgpack_pack_array(&w.pk, 4);
     wr_str(&w, s->models[i].id);
     wr_str(&w, s->models[i].revision);
     wr_str(&w, s->models[i].describe);
+    msgpack_pack_uint32(&w.pk, s->models[i].executors_ready);
   }
   return wr_finish(&w, ret_bytes);
 }
@@ -80,16 +82,19 @@ int proto_status_decode(const void *data, size_t n_bytes, struct proto_status *r
     for (uint32_t i = 0; !r && i < m->size; i++) {
       const msgpack_object_array *e = NULL;
       struct proto_model *pm = &s.models[i];
+      uint64_t ready = 0;
       s.n_models = i + 1;
-      if (!(r = rd_array(&m->ptr[i], 3, "status.models[]", &e, diag)) &&
-          !(r = e->size == 3 ? 0
-                             : cm_diag_set(diag, -CM_EFORMAT, "status.models[%u]: needs 3", i)) &&
+      if (!(r = rd_array(&m->ptr[i], 4, "status.models[]", &e, diag)) &&
+          !(r = e->size == 4 ? 0
+                             : cm_diag_set(diag, -CM_EFORMAT, "status.models[%u]: needs 4", i)) &&
           !(r = rd_str(&e->ptr[0], PROTO_MAX_ID_BYTES, false, "status.models[].id", &pm->id,
                        diag)) &&
           !(r = rd_str(&e->ptr[1], PROTO_MAX_ID_BYTES, true, "status.models[].revision",
-                       &pm->revision, diag)))
-        r = rd_str(&e->ptr[2], PROTO_MAX_TEXT_BYTES, false, "status.models[].describe",
-                   &pm->describe, diag);
+                       &pm->revision, diag)) &&
+          !(r = rd_str(&e->ptr[2], PROTO_MAX_TEXT_BYTES, false, "status.models[].describe",
+                       &pm->describe, diag)) &&
+          !(r = rd_u64(&e->ptr[3], tot, "status.models[].ready", &ready, diag)))
+        pm->executors_ready = (uint32_t)ready;
     }
   }
   msgpack_unpacked_destroy(&up);
@@ -121,11 +126,12 @@ void proto_status_fini(struct proto_status *s) {
 
 int proto_health_encode(const struct proto_health *h, struct proto_bytes *ret_bytes) {
   if ((unsigned)h->state >= PROTO_STATE_COUNT || !str_ok(h->model_id, PROTO_MAX_ID_BYTES) ||
-      !str_ok(h->revision, PROTO_MAX_ID_BYTES) || !str_ok(h->reason, PROTO_MAX_TEXT_BYTES))
+      !str_ok(h->revision, PROTO_MAX_ID_BYTES) || !str_ok(h->reason, PROTO_MAX_TEXT_BYTES) ||
+      !str_ok(h->digest, PROTO_MAX_ID_BYTES))
     return -EINVAL;
   struct wr w;
   wr_init(&w);
-  wr_begin(&w, 5, PROTO_KIND_HEALTH_REPLY);
+  wr_begin(&w, 6, PROTO_KIND_HEALTH_REPLY);
   wr_key(&w, "state");
   msgpack_pack_uint32(&w.pk, (uint32_t)h->state);
   wr_key(&w, "model");
@@ -136,6 +142,8 @@ int proto_health_encode(const struct proto_health *h, struct proto_bytes *ret_by
   wr_str(&w, h->reason);
   wr_key(&w, "programs");
   msgpack_pack_uint64(&w.pk, h->programs);
+  wr_key(&w, "digest");
+  wr_str(&w, h->digest);
   return wr_finish(&w, ret_bytes);
 }
 
@@ -147,14 +155,16 @@ int proto_health_decode(const void *data, size_t n_bytes, struct proto_health *r
     return r;
   struct proto_health h = {0};
   struct rd_field f[] = {{"state", true, NULL},  {"model", true, NULL}, {"revision", true, NULL},
-                         {"reason", true, NULL}, {"programs", true, NULL}};
+                         {"reason", true, NULL}, {"programs", true, NULL},
+                         {"digest", true, NULL}};
   uint64_t st = 0;
-  if (!(r = rd_map(&up.data, f, 5, true, "health", diag)) &&
+  if (!(r = rd_map(&up.data, f, 6, true, "health", diag)) &&
       !(r = rd_u64(f[0].val, PROTO_STATE_COUNT - 1, "health.state", &st, diag)) &&
       !(r = rd_str(f[1].val, PROTO_MAX_ID_BYTES, true, "health.model", &h.model_id, diag)) &&
       !(r = rd_str(f[2].val, PROTO_MAX_ID_BYTES, true, "health.revision", &h.revision, diag)) &&
-      !(r = rd_str(f[3].val, PROTO_MAX_TEXT_BYTES, true, "health.reason", &h.reason, diag)))
-    r = rd_u64(f[4].val, UINT64_MAX, "health.programs", &h.programs, diag);
+      !(r = rd_str(f[3].val, PROTO_MAX_TEXT_BYTES, true, "health.reason", &h.reason, diag)) &&
+      !(r = rd_u64(f[4].val, UINT64_MAX, "health.programs", &h.programs, diag)))
+    r = rd_str(f[5].val, PROTO_MAX_ID_BYTES, true, "health.digest", &h.digest, diag);
   msgpack_unpacked_destroy(&up);
   if (r) {
     proto_health_fini(&h);
@@ -171,5 +181,54 @@ void proto_health_fini(struct proto_health *h) {
   free(h->model_id);
   free(h->revision);
   free(h->reason);
+  free(h->digest);
   memset(h, 0, sizeof(*h));
+}
+
+int proto_ack_encode(const struct proto_ack *a, struct proto_bytes *ret_bytes) {
+  if (a->n_cancel > PROTO_MAX_CANCEL || (a->n_cancel && !a->cancel))
+    return -EINVAL;
+  struct wr w;
+  wr_init(&w);
+  wr_begin(&w, a->n_cancel ? 1 : 0, PROTO_KIND_ACK);
+  if (a->n_cancel) {
+    wr_key(&w, "cancel");
+    msgpack_pack_array(&w.pk, a->n_cancel);
+    for (uint32_t i = 0; i < a->n_cancel; i++)
+      msgpack_pack_uint64(&w.pk, a->cancel[i]);
+  }
+  return wr_finish(&w, ret_bytes);
+}
+
+int proto_ack_decode(const void *data, size_t n_bytes, struct proto_ack *ret,
+                     struct cm_diag *diag) {
+  msgpack_unpacked up;
+  int r = rd_message(data, n_bytes, PROTO_KIND_ACK, &up, diag);
+  if (r)
+    return r;
+  struct proto_ack a = {0};
+  struct rd_field f[] = {{"cancel", false, NULL}};
+  const msgpack_object_array *arr = NULL;
+  if (!(r = rd_map(&up.data, f, 1, true, "ack", diag)) && f[0].val &&
+      !(r = rd_array(f[0].val, PROTO_MAX_CANCEL, "ack.cancel", &arr, diag))) {
+    if (!(a.cancel = malloc((arr->size + 1) * sizeof(*a.cancel))))
+      r = -ENOMEM;
+    for (uint32_t i = 0; !r && i < arr->size; i++)
+      r = rd_u64(&arr->ptr[i], UINT64_MAX, "ack.cancel[]", &a.cancel[i], diag);
+    a.n_cancel = arr->size;
+  }
+  msgpack_unpacked_destroy(&up);
+  if (r) {
+    proto_ack_fini(&a);
+    return r;
+  }
+  *ret = a;
+  return 0;
+}
+
+void proto_ack_fini(struct proto_ack *a) {
+  if (!a)
+    return;
+  free(a->cancel);
+  memset(a, 0, sizeof(*a));
 }

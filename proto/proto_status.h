@@ -1,5 +1,6 @@
 /* Health messages: STATUS (preprocessor → frontend: its executors' state and the models it serves,
- * which feed /health and /v1/models) and HEALTH_REPLY (executor → preprocessor).
+ * which feed /health and /v1/models), its answer ACK (frontend → preprocessor: the jobs whose
+ * clients have gone, to cancel) and HEALTH_REPLY (executor → preprocessor).
  * Ownership: decoders return heap copies; free with the matching _fini. */
 #ifndef S1_PROTO_STATUS_H
 #define S1_PROTO_STATUS_H
@@ -23,6 +24,7 @@ struct proto_model {
   char *id;          /* model id (the family's public id) */
   char *revision;    /* model revision (x-model-revision) */
   char *describe;    /* the /v1/models entry as compact JSON text (id, aliases, family, limits) */
+  uint32_t executors_ready; /* ready executors serving this model (0: requests for it get 503) */
 };
 
 /* STATUS: a preprocessor's periodic report. */
@@ -44,6 +46,17 @@ struct proto_health {
   char *revision;         /* model revision */
   char *reason;           /* why not ready, NULL when ready */
   uint64_t programs;      /* programs run since start */
+  char *digest;           /* the model directory's cm_model_dir.manifest_sha256 (64 hex), the key
+                             preprocessors route by; NULL when not ready */
+};
+
+/* ACK to a STATUS: the frontend's job ids of this preprocessor's requests whose clients have gone
+ * (each sent again in every ACK until the job's reply arrives; cancelling is idempotent). An ACK
+ * without ids encodes exactly as proto_simple_encode(PROTO_KIND_ACK). */
+#define PROTO_MAX_CANCEL 4096 /* job ids in one ACK */
+struct proto_ack {
+  uint64_t *cancel;   /* [n_cancel] job ids to cancel */
+  uint32_t n_cancel;  /* ≤ PROTO_MAX_CANCEL */
 };
 
 /* Encoders (input read only; ret_bytes heap) and validating decoders (heap copies, written only on
@@ -53,6 +66,11 @@ int proto_status_encode(const struct proto_status *s, struct proto_bytes *ret_by
 int proto_status_decode(const void *data, size_t n_bytes, struct proto_status *ret,
                         struct cm_diag *diag);
 void proto_status_fini(struct proto_status *s);
+
+int proto_ack_encode(const struct proto_ack *a, struct proto_bytes *ret_bytes);
+int proto_ack_decode(const void *data, size_t n_bytes, struct proto_ack *ret,
+                     struct cm_diag *diag);
+void proto_ack_fini(struct proto_ack *a);
 
 int proto_health_encode(const struct proto_health *h, struct proto_bytes *ret_bytes);
 int proto_health_decode(const void *data, size_t n_bytes, struct proto_health *ret,

@@ -47,6 +47,7 @@ static struct {
   atomic_int state;          /* enum proto_state */
   atomic_ullong programs;    /* programs run */
   char *model_id, *revision; /* for health replies (set once before READY) */
+  char *digest;              /* the model directory's manifest SHA-256: preprocessors route by it */
   char reason[256];          /* why not ready */
   volatile sig_atomic_t stop; /* SIGTERM seen */
   char cancelled[CANCEL_RING][PROTO_MAX_ID_BYTES + 1]; /* recent CANCEL ids (guarded by mu) */
@@ -99,6 +100,7 @@ static void send_health(struct slot *s) {
   if (h.state == PROTO_STATE_READY) {
     h.model_id = g.model_id;
     h.revision = g.revision;
+    h.digest = g.digest;
   } else {
     h.reason = g.reason;
   }
@@ -353,6 +355,7 @@ int main(int argc, char **argv) {
   if (!r) {
     g.model_id = strdup(ex_runner_model_id(runner));
     g.revision = strdup(ex_runner_revision(runner));
+    g.digest = strdup(dir->manifest_sha256);
     snprintf(g.reason, sizeof(g.reason), "warm-up");
     r = warmup(runner, &diag);
   }
@@ -453,5 +456,6 @@ int main(int argc, char **argv) {
   cm_model_dir_free(dir);
   free(g.model_id);
   free(g.revision);
+  free(g.digest);
   return rc;
 }

@@ -89,7 +89,7 @@ static void test_ask(void) {
 }
 
 static void test_status(void) {
-  struct proto_model m[2] = {{"Qwen/Qwen3.5-9B", "r1", "{\"id\":\"x\"}"}, {"b", NULL, "{}"}};
+  struct proto_model m[2] = {{"Qwen/Qwen3.5-9B", "r1", "{\"id\":\"x\"}", 2}, {"b", NULL, "{}", 0}};
   struct proto_status s = {.worker = "w", .state = PROTO_STATE_READY, .executors_total = 2,
                            .executors_ready = 1, .credits = 4, .models = m, .n_models = 2};
   struct proto_bytes b = {0};
@@ -99,19 +99,59 @@ static void test_status(void) {
   CHECK(d.state == PROTO_STATE_READY && d.executors_total == 2 && d.executors_ready == 1);
   CHECK(d.credits == 4 && d.n_models == 2 && strcmp(d.models[0].id, "Qwen/Qwen3.5-9B") == 0);
   CHECK(d.models[1].revision == NULL && strcmp(d.models[1].describe, "{}") == 0);
+  CHECK(d.models[0].executors_ready == 2 && d.models[1].executors_ready == 0);
   proto_status_fini(&d);
   proto_bytes_free(&b);
+  /* a model with more ready executors than the preprocessor has is refused by the encoder */
+  m[1].executors_ready = 3;
+  CHECK(proto_status_encode(&s, &b) == -EINVAL);
+  m[1].executors_ready = 0;
   struct proto_health h = {.state = PROTO_STATE_UNAVAILABLE, .model_id = "m", .revision = "r",
                            .reason = "retired", .programs = 12};
   CHECK(proto_health_encode(&h, &b) == 0);
   struct proto_health hd = {0};
   CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0);
   CHECK(hd.state == PROTO_STATE_UNAVAILABLE && hd.programs == 12 && strcmp(hd.reason, "retired") == 0);
+  CHECK(hd.digest == NULL);
+  proto_health_fini(&hd);
+  proto_bytes_free(&b);
+  char digest[] = "59a752822553da912e8301c7f68058e92b7b2b0692c4d1d6588f763c5cc9a1bb";
+  h = (struct proto_health){.state = PROTO_STATE_READY, .model_id = "m", .revision = "r",
+                            .programs = 1, .digest = digest};
+  CHECK(proto_health_encode(&h, &b) == 0);
+  CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0);
+  CHECK(hd.state == PROTO_STATE_READY && hd.digest && strcmp(hd.digest, digest) == 0);
   proto_health_fini(&hd);
   proto_bytes_free(&b);
   CHECK(proto_simple_encode(PROTO_KIND_ACK, &b) == 0);
   CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_ACK, NULL) == 0);
   CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_HEALTH, NULL) == -CM_EFORMAT);
+  /* the plain ACK is an ACK without cancellations, byte for byte */
+  struct proto_ack ad = {.n_cancel = 7};
+  CHECK(proto_ack_decode(b.data, b.len, &ad, NULL) == 0 && ad.n_cancel == 0);
+  struct proto_bytes b2 = {0};
+  CHECK(proto_ack_encode(&ad, &b2) == 0 && b2.len == b.len && memcmp(b2.data, b.data, b.len) == 0);
+  proto_ack_fini(&ad);
+  proto_bytes_free(&b2);
+  proto_bytes_free(&b);
+  uint64_t ids[3] = {1, 0xffffffffffffffffull, 42};
+  struct proto_ack a = {.cancel = ids, .n_cancel = 3};
+  CHECK(proto_ack_encode(&a, &b) == 0);
+  CHECK(proto_ack_decode(b.data, b.len, &ad, NULL) == 0 && ad.n_cancel == 3);
+  CHECK(ad.cancel[0] == 1 && ad.cancel[1] == ids[1] && ad.cancel[2] == 42);
+  proto_ack_fini(&ad);
+  /* an ACK that cancels something is not a plain ACK */
+  struct cm_diag diag = {0};
+  CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_ACK, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "cancel"));
+  cm_diag_fini(&diag);
+  proto_bytes_free(&b);
+  a.n_cancel = PROTO_MAX_CANCEL + 1;
+  CHECK(proto_ack_encode(&a, &b) == -EINVAL);
+  /* a cancelled id that is not an unsigned integer names the field */
+  CHECK(proto_status_encode(&s, &b) == 0);
+  CHECK(proto_ack_decode(b.data, b.len, &ad, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
   proto_bytes_free(&b);
 }
 
