@@ -92,6 +92,12 @@ int fe_metrics_render(const struct fe_metrics *m, char **ret_text, size_t *ret_l
   put(&o, "# HELP s1_decisions_total Questions answered.\n"
           "# TYPE s1_decisions_total counter\ns1_decisions_total %llu\n",
       (unsigned long long)m->decisions);
+  static const char *const cancel_stage[FE_CANCEL_COUNT] = {"admission", "queue", "in_flight"};
+  put(&o, "# HELP s1_cancelled_total Requests whose clients went away (answered 499), by where "
+          "they were then.\n# TYPE s1_cancelled_total counter\n");
+  for (int c = 0; c < FE_CANCEL_COUNT; c++)
+    put(&o, "s1_cancelled_total{stage=\"%s\"} %llu\n", cancel_stage[c],
+        (unsigned long long)m->cancelled[c]);
   put(&o, "# HELP s1_queue_depth Requests waiting for a preprocessor credit.\n"
           "# TYPE s1_queue_depth gauge\ns1_queue_depth %llu\n",
       (unsigned long long)m->queue_depth);

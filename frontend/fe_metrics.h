@@ -17,11 +17,20 @@ struct fe_hist {
 
 enum fe_stage { FE_STAGE_QUEUE, FE_STAGE_PREPROCESS, FE_STAGE_EXECUTE, FE_STAGE_TOTAL, FE_STAGE_COUNT };
 
+/* Where a request was when its client was seen gone. */
+enum fe_cancel {
+  FE_CANCEL_ADMISSION, /* already gone when it arrived: nothing queued */
+  FE_CANCEL_QUEUE,     /* waiting for a credit: dropped from the queue */
+  FE_CANCEL_IN_FLIGHT, /* at a preprocessor: cancelled there and at its executor */
+  FE_CANCEL_COUNT,
+};
+
 struct fe_metrics {
   uint64_t by_status[6][100];          /* requests answered on /v1/systemone by status [1xx..5xx] */
   struct fe_hist stage[FE_STAGE_COUNT]; /* latency histograms */
   uint64_t tokens;                     /* input tokens of answered requests */
   uint64_t decisions;                  /* questions answered */
+  uint64_t cancelled[FE_CANCEL_COUNT]; /* requests whose clients went away, by where they were */
   uint64_t queue_depth;                /* gauge: requests waiting for a credit */
   uint64_t in_flight;                  /* gauge: requests at a preprocessor */
   uint64_t credits;                    /* gauge: idle credits held */
