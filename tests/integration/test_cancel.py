@@ -1,0 +1,129 @@
+"""Clients that go away (finding F1 of ../shared/findings/2026-12-01-attack, fire_and_forget.py, on
+the tiny Open-Jev trio): (1) 100 fire-and-forget requests (sent, socket closed at once) of a
+request that takes about a second on this CPU, then valid requests: the first is answered within
+its own time plus the dead programs already at the executor (at most one per credit) plus 1 s,
+identical to its answer alone, none of the next ones is a 503, all 100 are counted as 499 in
+/metrics (s1_cancelled_total by stage), and the executor received at most `credits` of them.
+(2) An HTTP/1 client that leaves while its request is at the executor, and an HTTP/2 client (curl
+--http2-prior-knowledge) that leaves the same way, are counted as cancelled in flight, and the
+service answers the next request correctly (under ASan: no use of the freed request)."""
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import trio
+
+CREDITS = 2
+
+
+def slow_request(n_options=60):
+    return json.dumps({"state": "a long enough state " * 20,
+                       "questions": {"q": {"type": "choice", "instructions": "Pick one option.",
+                                           "criteria": {"o%d" % i: "option number %d" % i
+                                                        for i in range(n_options)}}}})
+
+
+def raw_post(port, body):
+    return (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def n_cancelled(t):
+    return sum(t.metric('s1_cancelled_total{stage="%s"}' % s)
+               for s in ("admission", "queue", "in_flight"))
+
+
+def wait_until(fn, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        if fn():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test(t):
+    t.make_model()
+    rec = os.path.join(t.tmp, "rec")
+    t.start_executor(record=rec)
+    t.start_frontend(queue=64, timeout_ms=120000)
+    t.client_timeout = 150
+    t.start_preprocessor(credits=CREDITS)
+    t.wait_health(200)
+    good = json.dumps(trio.VALID)
+    slow = slow_request().encode()
+    t0 = time.time()
+    s, h, b = t.post(good)
+    base = time.time() - t0
+    trio.check_valid_answer(s, h, b)
+    ref = trio.norm_timing(b)
+    t0 = time.time()
+    s, _, b = t.post(slow)
+    slow_s = time.time() - t0
+    assert s == 200, (s, b[:300])
+    n_programs = len(glob.glob(os.path.join(rec, "*.program.msgpack")))
+
+    # (1) F1: 100 fire-and-forget, then valid requests
+    req = raw_post(t.port, slow)
+    for _ in range(100):
+        c = socket.create_connection(("127.0.0.1", t.port))
+        c.sendall(req)
+        c.close()
+    t0 = time.time()
+    s, h, b = t.post(good)
+    lat = time.time() - t0
+    assert s == 200 and trio.norm_timing(b) == ref, (s, b[:300])
+    bound = base + CREDITS * slow_s + 1.0
+    assert lat <= bound, "first request after 100 fire-and-forget took %.2f s (bound %.2f)" % (
+        lat, bound)
+    for _ in range(5):
+        s, _, b = t.post(good)
+        assert s == 200 and trio.norm_timing(b) == ref, (s, b[:300])
+    assert wait_until(lambda: t.metric('s1_requests_total{status="499"}') == 100), \
+        t.http("GET", "/metrics")[2].decode()
+    assert n_cancelled(t) == 100
+    assert t.metric('s1_requests_total{status="503"}') == 0
+    # the dead programs that reached the executor: at most one per credit
+    wait_until(lambda: t.metric("s1_in_flight") == 0)
+    dead = len(glob.glob(os.path.join(rec, "*.program.msgpack"))) - n_programs - 6
+    assert 0 <= dead <= CREDITS, dead
+    print("F1: 100 fire-and-forget (%.2f s each alone): next answer in %.2f s (bound %.2f), "
+          "identical; 0 x 503; 100 x 499 (admission %d, queue %d, in flight %d); %d reached the "
+          "executor" % (slow_s, lat, bound, t.metric('s1_cancelled_total{stage="admission"}'),
+                        t.metric('s1_cancelled_total{stage="queue"}'),
+                        t.metric('s1_cancelled_total{stage="in_flight"}'), dead))
+
+    # (2) leaving mid-request: HTTP/1, then HTTP/2
+    before = t.metric('s1_cancelled_total{stage="in_flight"}')
+    c = socket.create_connection(("127.0.0.1", t.port))
+    c.sendall(req)
+    assert wait_until(lambda: t.metric("s1_in_flight") == 1, 10)
+    c.close()
+    assert wait_until(lambda: t.metric('s1_cancelled_total{stage="in_flight"}') == before + 1, 10)
+    assert wait_until(lambda: t.metric("s1_in_flight") == 0, 10)
+    curl = shutil.which("curl")
+    assert curl, "curl is missing (scripts/install-deps installs it)"
+    if curl:
+        p = subprocess.Popen([curl, "-s", "--http2-prior-knowledge", "-H",
+                              "content-type: application/json", "--data-binary", "@-",
+                              "http://127.0.0.1:%d/v1/systemone" % t.port],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        p.stdin.write(slow)
+        p.stdin.close()
+        assert wait_until(lambda: t.metric("s1_in_flight") >= 1, 10)
+        p.kill()
+        p.wait()
+        assert wait_until(lambda: t.metric('s1_cancelled_total{stage="in_flight"}') ==
+                          before + 2, 10), "the HTTP/2 client's leaving was not seen"
+    s, _, b = t.post(good)
+    assert s == 200 and trio.norm_timing(b) == ref, (s, b[:300])
+    assert t.procs["fe"].poll() is None, "the frontend exited"
+    print("left mid-request: HTTP/1 and HTTP/2 counted as cancelled in flight; service answers")
+
+
+if __name__ == "__main__":
+    trio.main(test)
