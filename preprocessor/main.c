@@ -295,7 +295,17 @@ static uint32_t model_ready(int md) {
   return n;
 }
 
+/* This process's state for the frontend. At start-up it is STARTING while an executor still
+ * starts, until every model has had a ready executor (wire.md: ready once every configured
+ * model has warmed up); after that it is READY while any executor is, so one executor that
+ * restarts later leaves the others serving. */
 static enum proto_state overall_state(uint32_t *ret_ready, const char **ret_reason) {
+  static bool seen[MAX_MODELS], all_seen;
+  if (!all_seen) {
+    all_seen = true;
+    for (int m = 0; m < g.n_models; m++)
+      all_seen &= (seen[m] |= model_ready(m) > 0);
+  }
   uint32_t ready = 0;
   int starting = -1, other = -1;
   for (int i = 0; i < g.n_ex; i++) {
@@ -307,7 +317,7 @@ static enum proto_state overall_state(uint32_t *ret_ready, const char **ret_reas
       other = i;
   }
   *ret_ready = ready;
-  if (starting >= 0) {
+  if (starting >= 0 && !(ready && all_seen)) {
     *ret_reason = g.ex[starting].reason;
     return PROTO_STATE_STARTING;
   }
