@@ -37,6 +37,8 @@ struct executor {
   atomic_int pipes;       /* connected pipes (0: unreachable, a send would wait) */
   atomic_int connected;   /* ever connected: before that an absent executor is still starting */
   char reason[320];       /* why not ready, from the last probe (status thread only) */
+  char instance[PROTO_MAX_ID_BYTES + 1]; /* its id from the last health reply (status thread) */
+  struct proto_exec_stats stats; /* its counters from the last health reply (status thread) */
 };
 
 struct model {
@@ -136,11 +138,14 @@ static void probe_executors(void) {
     int st = atomic_load(&g.ex[i].connected) ? PROTO_STATE_UNAVAILABLE : PROTO_STATE_STARTING;
     snprintf(g.ex[i].reason, sizeof(g.ex[i].reason), "executor %s: %s", g.ex[i].url,
              st == PROTO_STATE_STARTING ? "not connected yet" : "unreachable");
+    g.ex[i].instance[0] = 0; /* reported only while it answers */
     if (atomic_load(&g.ex[i].pipes) > 0 && roundtrip(g.ex[i].sock, &b, PROBE_TIMEOUT_MS, &m) == 0 &&
         proto_health_decode(nng_msg_body(m), nng_msg_len(m), &h, NULL) == 0) {
       st = (int)h.state;
       snprintf(g.ex[i].reason, sizeof(g.ex[i].reason), "executor %s: %s", g.ex[i].url,
                h.reason ? h.reason : "ready");
+      snprintf(g.ex[i].instance, sizeof(g.ex[i].instance), "%s", h.instance ? h.instance : "");
+      g.ex[i].stats = h.stats;
     }
     nng_msg_free(m);
     proto_health_fini(&h);
@@ -206,12 +211,16 @@ static void *status_thread(void *arg) {
   for (int i = 0; i < g.n_models; i++)
     pm[i] = (struct proto_model){(char *)g.models[i].desc.id, (char *)g.models[i].desc.revision,
                                  g.models[i].describe_text};
+  struct proto_exec_report er[MAX_EXECUTORS];
   while (!g.stop) {
     int64_t t0 = mono_us();
     probe_executors();
     struct proto_status s = {.worker = g.worker_id, .executors_total = (uint32_t)g.n_ex,
                              .credits = (uint32_t)g.credits, .models = pm,
-                             .n_models = (uint32_t)g.n_models};
+                             .n_models = (uint32_t)g.n_models, .executors = er};
+    for (int i = 0; i < g.n_ex; i++) /* the counters of every executor that answered a probe */
+      if (g.ex[i].instance[0] && s.n_executors < PROTO_MAX_EXECUTORS)
+        er[s.n_executors++] = (struct proto_exec_report){g.ex[i].instance, g.ex[i].stats};
     const char *reason = NULL;
     s.state = overall_state(&s.executors_ready, &reason);
     s.reason = (char *)reason;
