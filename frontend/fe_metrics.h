@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto_status.h"
+
 #define FE_HIST_BUCKETS 14 /* upper bounds, seconds: 0.001 … 60, then +Inf */
 
 /* One latency histogram. */
@@ -44,8 +46,11 @@ void fe_hist_observe(struct fe_hist *h, int64_t us);
 /* Counts one answered request. */
 void fe_metrics_count_status(struct fe_metrics *m, int status);
 
-/* Renders the Prometheus text. Ownership: *ret_text heap (free()), *ret_len its length.
+/* Renders the Prometheus text: the frontend's series, then the executors' counters (ex [n_ex],
+ * one per executor instance, labelled executor="host:pid"; the preprocessors' STATUS carries
+ * them from the health replies). Ownership: *ret_text heap (free()), *ret_len its length.
  * Returns 0 or -ENOMEM. */
-int fe_metrics_render(const struct fe_metrics *m, char **ret_text, size_t *ret_len);
+int fe_metrics_render(const struct fe_metrics *m, const struct proto_exec_report *ex,
+                      size_t n_ex, char **ret_text, size_t *ret_len);
 
 #endif

@@ -871,7 +871,25 @@ static void handle_models(h2o_req_t *req, char *rid) {
 static void handle_metrics(h2o_req_t *req, char *rid) {
   char *text = NULL;
   size_t n = 0;
-  if (fe_metrics_render(&g.metrics, &text, &n) != 0) {
+  /* each executor once: several preprocessors report the same one; the latest report wins */
+  struct proto_exec_report ex[PROTO_MAX_EXECUTORS];
+  int64_t seen[PROTO_MAX_EXECUTORS];
+  size_t n_ex = 0;
+  for (int i = 0; i < g.n_workers; i++)
+    for (uint32_t k = 0; g.workers[i].has_status && k < g.workers[i].st.n_executors; k++) {
+      const struct proto_exec_report *e = &g.workers[i].st.executors[k];
+      size_t j = 0;
+      while (j < n_ex && strcmp(ex[j].instance, e->instance) != 0)
+        j++;
+      if (j == n_ex && n_ex == PROTO_MAX_EXECUTORS)
+        continue;
+      if (j == n_ex || g.workers[i].seen_us > seen[j]) {
+        ex[j] = *e;
+        seen[j] = g.workers[i].seen_us;
+        n_ex += j == n_ex;
+      }
+    }
+  if (fe_metrics_render(&g.metrics, ex, n_ex, &text, &n) != 0) {
     respond_plain_error(req, 500, "internal", "metrics rendering failed", rid);
     return;
   }

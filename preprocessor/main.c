@@ -48,6 +48,8 @@ struct executor {
   int probe_misses;       /* probes unanswered in a row on the current pipe (status thread) */
   atomic_int connected;   /* ever connected: before that an absent executor is still starting */
   char reason[320];       /* why not ready, from the last probe (status thread only) */
+  char instance[PROTO_MAX_ID_BYTES + 1]; /* its id from the last health reply (status thread) */
+  struct proto_exec_stats stats; /* its counters from the last health reply (status thread) */
 };
 
 struct model {
@@ -207,6 +209,7 @@ static void probe_executors(void) {
     int st = atomic_load(&e->connected) ? PROTO_STATE_UNAVAILABLE : PROTO_STATE_STARTING, md = -1;
     snprintf(e->reason, sizeof(e->reason), "executor %s: %s", e->url,
              st == PROTO_STATE_STARTING ? "not connected yet" : "unreachable");
+    e->instance[0] = 0; /* reported only while it answers */
     if (sent[i]) {
       nng_aio_wait(aio[i]);
       if (nng_aio_result(aio[i]) == 0)
@@ -230,6 +233,8 @@ static void probe_executors(void) {
                  "%.16s), which this preprocessor does not load", e->url,
                  h.model_id ? h.model_id : "?", h.digest ? h.digest : "none");
       }
+      snprintf(e->instance, sizeof(e->instance), "%s", h.instance ? h.instance : "");
+      e->stats = h.stats;
     }
     nng_msg_free(m);
     proto_health_fini(&h);
@@ -386,6 +391,7 @@ static void *status_thread(void *arg) {
   for (int i = 0; i < g.n_models; i++)
     pm[i] = (struct proto_model){(char *)g.models[i].desc.id, (char *)g.models[i].desc.revision,
                                  g.models[i].describe_text, 0};
+  struct proto_exec_report er[MAX_EXECUTORS];
   while (!g.stop) {
     int64_t t0 = mono_us();
     probe_executors();
@@ -393,7 +399,10 @@ static void *status_thread(void *arg) {
       pm[i].executors_ready = model_ready(i);
     struct proto_status s = {.worker = g.worker_id, .executors_total = (uint32_t)g.n_ex,
                              .credits = (uint32_t)g.credits, .models = pm,
-                             .n_models = (uint32_t)g.n_models};
+                             .n_models = (uint32_t)g.n_models, .executors = er};
+    for (int i = 0; i < g.n_ex; i++) /* the counters of every executor that answered a probe */
+      if (g.ex[i].instance[0] && s.n_executors < PROTO_MAX_EXECUTORS)
+        er[s.n_executors++] = (struct proto_exec_report){g.ex[i].instance, g.ex[i].stats};
     const char *reason = NULL;
     s.state = overall_state(&s.executors_ready, &reason);
     s.reason = (char *)reason;

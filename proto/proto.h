@@ -10,7 +10,8 @@
 
 #include "cm_error.h"
 
-/* 2: adds CANCEL (preprocessor → executor). */
+/* 2: adds CANCEL (preprocessor → executor), the executor timings per step kind in RESULT, and
+ * the executor counters in HEALTH_REPLY and STATUS. */
 #define PROTO_VERSION 2
 
 /* Hard limits on what a decoder accepts (documented here, checked before any allocation). */

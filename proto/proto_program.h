@@ -73,14 +73,20 @@ struct proto_program {
   uint32_t cap_images, cap_prefixes, cap_rows, cap_readouts; /* builder capacities */
 };
 
-/* Executor-side timings, µs. */
+/* Executor-side timings of one program, µs: where its time went. A step's launch is shared by
+ * the programs in it in proportion to their tokens; queue + vision + prefix + rows + readout +
+ * heads + wait = total. */
+#define PROTO_EXEC_TIMINGS 9 /* entries of "t" in a RESULT */
 struct proto_exec_timings {
-  int64_t queue_us;   /* waiting for the compute thread */
-  int64_t vision_us;  /* vision tower */
-  int64_t prefix_us;  /* prefix prefill */
-  int64_t rows_us;    /* row continuations */
-  int64_t readout_us; /* logits, log-probs and heads */
-  int64_t total_us;   /* whole program on the executor */
+  int64_t queue_us;   /* arrival to admission (waiting for the loop or for snapshot memory) */
+  int64_t vision_us;  /* its images through the vision tower */
+  int64_t prefix_us;  /* its share of the launches that ran its prefix pieces */
+  int64_t rows_us;    /* its share of the launches that ran its rows */
+  int64_t readout_us; /* its rows' readouts: logits, log-probs, group-head rows */
+  int64_t heads_us;   /* its heads at the end */
+  int64_t wait_us;    /* admitted, while steps ran other programs' work */
+  int64_t total_us;   /* arrival to result */
+  int64_t steps;      /* steps it took part in (a count, not µs) */
 };
 
 /* The result of a program: a status and, on success, one float32 array per readout. */

@@ -1,7 +1,8 @@
 /* The engine the program runner talks to: one Qwen3.5 backbone (and its vision tower) on one
- * device, seen as snapshots, packed row launches and readouts of the last launch. Two
- * implementations: ex_engine_cpu.c (the float32 model code of ex_qwen35.h, one row per launch,
- * values exactly as the runner computed them before the interface existed) and ex_engine_cuda.c
+ * device, seen as snapshots, packed launches (prefix pieces and rows of several programs) and
+ * readouts of the last launch. Two implementations: ex_engine_cpu.c (the float32 model code of
+ * ex_qwen35.h, sequences packed by ex_qwen35_forward_packed, values exactly as one sequence at a
+ * time gives them) and ex_engine_cuda.c
  * (the bf16 engine exc_qwen35.h and exc_vision; ex_engine_nocuda.c in builds without CUDA refuses
  * it). The runner never sees which one it has. Not thread-safe: one caller at a time. */
 #ifndef S1_EX_ENGINE_H
@@ -18,25 +19,34 @@
 /* Options of an engine. Zero values take the documented defaults. */
 struct ex_engine_options {
   bool round_bf16;     /* CPU: round where a bf16 reference rounds (ex_qwen35_model.round_bf16) */
-  size_t max_tokens;   /* CUDA: rows of one launch (default 8192); CPU: launch packing only */
-  size_t max_seqs;     /* CUDA: sequences of one launch (default 64); CPU: default 1 */
+  size_t max_tokens;   /* rows of one launch (CUDA default 8192; CPU: none) */
+  size_t max_seqs;     /* sequences of one launch (CUDA default 64; CPU default 64) */
   size_t max_ctx;      /* CUDA: tokens one snapshot holds (default 8192) */
-  size_t n_snapshots;  /* CUDA: snapshot pool = prefixes of one program (default 8) */
-  size_t max_readouts; /* CUDA: readout rows of one launch (default 256); CPU: as max_tokens */
+  size_t n_snapshots;  /* CUDA: the snapshot pool (default 8 slots) */
+  size_t max_readouts; /* CUDA: readout rows of one launch (default 256); CPU: none */
   int64_t max_patches; /* CUDA: vision patches of one image (default 16384) */
   bool refuse_lora;    /* CUDA: refuse a kept LoRA adapter instead of loading it onto the engine */
+  size_t pool_bytes;   /* CPU: bytes of snapshots held at once (default 2 GiB); CUDA: from slots */
 };
 
-/* What one launch may hold; the runner splits rows into launches within these. SIZE_MAX: none. */
+/* What one launch may hold; the runner splits work into launches within these. SIZE_MAX: none. */
 struct ex_engine_limits {
   size_t max_tokens;   /* rows of all sequences together */
   size_t max_seqs;     /* sequences */
   size_t max_readouts; /* readout rows */
+  size_t max_ctx;      /* tokens one snapshot may hold (a chain of prefixes, plus a row) */
+  size_t pool_bytes;   /* snapshot memory: snapshots held at once take at most this many bytes
+                          (snap_bytes each); the scheduler reserves from it before work starts */
 };
 
-/* One row of a launch: continues `snap` (read only, never advanced) or starts fresh (NULL). */
-struct ex_engine_row {
-  void *snap;         /* a snapshot of this engine, or NULL */
+/* One sequence of a launch: a piece of a prefix appended to its snapshot (advance), or a row
+ * that continues a snapshot (read only, never advanced) or starts fresh (snap NULL). */
+struct ex_engine_seq {
+  void *snap;         /* a snapshot of this engine, or NULL (a fresh row) */
+  bool advance;       /* append the tokens to snap (a prefix piece); snap is then not read by
+                         another sequence of the launch */
+  bool chunked;       /* a prefix piece after the first of a prefix cut on the 64-token grid: the
+                         CPU runs its Gated DeltaNet chunked as the one pass does (ex_qwen35_seq) */
   const int32_t *ids; /* [n] token ids, checked in the vocabulary by the caller */
   const int32_t *pos; /* [3, n] mRoPE ids (rows T, H, W) */
   uint32_t n;         /* tokens, ≥ 1 */
@@ -55,17 +65,22 @@ struct ex_engine_ops {
    * exhausted); -ENOMEM; -CM_ECUDA. */
   int (*snap_new)(struct ex_engine *e, void *parent, void **ret_snap, struct cm_diag *diag);
   void (*snap_free)(struct ex_engine *e, void *snap); /* accepts NULL */
-  /* Appends n tokens to `snap`: ids [n], pos [3, n]; image_rows [n_image_rows, H] host fp32
-   * replace, in order, the embeddings of the image-token rows (NULL when the program has no
-   * images). Returns 0; -CM_ELIMIT (too long for the engine); another negative code. */
-  int (*prefix)(struct ex_engine *e, void *snap, const int32_t *ids, const int32_t *pos, uint32_t n,
-                const float *image_rows, size_t n_image_rows, struct cm_diag *diag);
-  /* One launch of rows (packed in order: row i's token t is packed row start_i + t) within the
-   * engine's limits; ret_hidden [n_read, H] host fp32 final-norm rows at the packed indices
-   * readout [n_read]. The launch's readouts stay readable by the calls below until the next
-   * launch or prefix. Returns 0; -CM_ELIMIT; another negative code (sticky). */
-  int (*rows)(struct ex_engine *e, const struct ex_engine_row *rows, size_t n_rows,
-              const size_t *readout, size_t n_read, float *ret_hidden, struct cm_diag *diag);
+  /* One launch of sequences packed in order (sequence i's token t is packed row start_i + t)
+   * within the engine's limits: prefix pieces advance their snapshots, rows read theirs; no
+   * sequence sees another, and each sequence's values are those it gets in a launch of its own.
+   * image_rows [n_image_rows, H] host fp32 replace, in order, the embeddings of every image-token
+   * row of the launch (their count must match); NULL: the image token is an ordinary token (a
+   * text-only program's literal <|image_pad|>), so such a sequence never shares a launch with
+   * image rows; ret_hidden [n_read, H] host fp32 final-norm rows at the
+   * packed indices readout [n_read]. The launch's readouts stay readable by the calls below until
+   * the next launch. Returns 0; -CM_ELIMIT (over the engine's limits, checked before any work);
+   * another negative code (sticky on CUDA). */
+  int (*forward)(struct ex_engine *e, const struct ex_engine_seq *seqs, size_t n_seqs,
+                 const float *image_rows, size_t n_image_rows, const size_t *readout,
+                 size_t n_read, float *ret_hidden, struct cm_diag *diag);
+  /* Bytes a snapshot of n_tokens takes out of lim.pool_bytes (CPU: its K/V rows, conv windows
+   * and GDN states; CUDA: one pool slot). */
+  size_t (*snap_bytes)(const struct ex_engine *e, size_t n_tokens);
   /* Label logits at readout `read` of the last launch: ret[j] = logit of ids[j] (as the engine
    * rounds: CPU per round_bf16, CUDA bf16). ids [n_ids] in the vocabulary. */
   int (*label_logits)(struct ex_engine *e, size_t read, const int32_t *ids, size_t n_ids,

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <msgpack.h>
+
 #include "proto_job.h"
 #include "proto_program.h"
 #include "proto_status.h"
@@ -107,22 +109,51 @@ static void test_status(void) {
   CHECK(proto_status_encode(&s, &b) == -EINVAL);
   m[1].executors_ready = 0;
   struct proto_health h = {.state = PROTO_STATE_UNAVAILABLE, .model_id = "m", .revision = "r",
-                           .reason = "retired", .programs = 12};
+                           .reason = "retired", .programs = 12, .instance = "host:42"};
+  uint64_t *hv = (uint64_t *)&h.stats;
+  for (int i = 0; i < PROTO_EXEC_STATS; i++)
+    hv[i] = 1000 + (uint64_t)i;
+  h.stats.pool_reserved_bytes = UINT64_MAX; /* the last counter, the largest value */
   CHECK(proto_health_encode(&h, &b) == 0);
   struct proto_health hd = {0};
   CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0);
   CHECK(hd.state == PROTO_STATE_UNAVAILABLE && hd.programs == 12 && strcmp(hd.reason, "retired") == 0);
+  CHECK(hd.instance && strcmp(hd.instance, "host:42") == 0);
+  CHECK(hd.stats.steps == 1000 && hd.stats.cancelled == 1005 && hd.stats.prefix_hits == 1006);
+  CHECK(hd.stats.vision_entries == 1018 && hd.stats.pool_reserved_bytes == UINT64_MAX);
+  CHECK(memcmp(&hd.stats, &h.stats, sizeof(h.stats)) == 0);
   CHECK(hd.digest == NULL);
   proto_health_fini(&hd);
   proto_bytes_free(&b);
   char digest[] = "59a752822553da912e8301c7f68058e92b7b2b0692c4d1d6588f763c5cc9a1bb";
-  h = (struct proto_health){.state = PROTO_STATE_READY, .model_id = "m", .revision = "r",
-                            .programs = 1, .digest = digest};
+  h.digest = digest;
   CHECK(proto_health_encode(&h, &b) == 0);
   CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0);
-  CHECK(hd.state == PROTO_STATE_READY && hd.digest && strcmp(hd.digest, digest) == 0);
+  CHECK(hd.digest && strcmp(hd.digest, digest) == 0 && strcmp(hd.instance, "host:42") == 0);
+  h.digest = NULL;
   proto_health_fini(&hd);
   proto_bytes_free(&b);
+  h.instance = NULL; /* unknown: nil */
+  CHECK(proto_health_encode(&h, &b) == 0);
+  CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0 && hd.instance == NULL);
+  proto_health_fini(&hd);
+  proto_bytes_free(&b);
+  /* a STATUS carrying two executors' counters */
+  struct proto_exec_report er[2] = {{"a:1", h.stats}, {"b:2", {0}}};
+  er[1].stats.deadline_dropped = 7;
+  s.executors = er;
+  s.n_executors = 2;
+  CHECK(proto_status_encode(&s, &b) == 0);
+  CHECK(proto_status_decode(b.data, b.len, &d, NULL) == 0 && d.n_executors == 2);
+  CHECK(strcmp(d.executors[0].instance, "a:1") == 0 && strcmp(d.executors[1].instance, "b:2") == 0);
+  CHECK(memcmp(&d.executors[0].stats, &h.stats, sizeof(h.stats)) == 0);
+  CHECK(d.executors[1].stats.deadline_dropped == 7 && d.executors[1].stats.steps == 0);
+  proto_status_fini(&d);
+  proto_bytes_free(&b);
+  er[1].instance = NULL; /* an executor without an id is refused by the encoder */
+  CHECK(proto_status_encode(&s, &b) == -EINVAL);
+  s.n_executors = PROTO_MAX_EXECUTORS + 1;
+  CHECK(proto_status_encode(&s, &b) == -EINVAL);
   CHECK(proto_simple_encode(PROTO_KIND_ACK, &b) == 0);
   CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_ACK, NULL) == 0);
   CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_HEALTH, NULL) == -CM_EFORMAT);
@@ -148,11 +179,77 @@ static void test_status(void) {
   proto_bytes_free(&b);
   a.n_cancel = PROTO_MAX_CANCEL + 1;
   CHECK(proto_ack_encode(&a, &b) == -EINVAL);
-  /* a cancelled id that is not an unsigned integer names the field */
+  /* another kind is refused; a cancelled id that is not an unsigned integer names the field */
+  s.n_executors = 0;
   CHECK(proto_status_encode(&s, &b) == 0);
   CHECK(proto_ack_decode(b.data, b.len, &ad, &diag) == -CM_EFORMAT);
   cm_diag_fini(&diag);
   proto_bytes_free(&b);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 3);
+  msgpack_pack_str_with_body(&pk, "v", 1);
+  msgpack_pack_uint32(&pk, PROTO_VERSION);
+  msgpack_pack_str_with_body(&pk, "k", 1);
+  msgpack_pack_str_with_body(&pk, "ack", 3);
+  msgpack_pack_str_with_body(&pk, "cancel", 6);
+  msgpack_pack_array(&pk, 2);
+  msgpack_pack_uint64(&pk, 5);
+  msgpack_pack_int64(&pk, -5);
+  CHECK(proto_ack_decode(sb.data, sb.size, &ad, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "ack.cancel[]"));
+  cm_diag_fini(&diag);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+/* A HEALTH_REPLY written with msgpack-c directly, with n_stats counters. */
+static void health_with(int n_stats, struct proto_bytes *ret) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  const char *keys[] = {"v", "k", "state", "model", "revision", "reason", "programs", "instance",
+                        "stats"};
+  msgpack_pack_map(&pk, 9);
+  for (int i = 0; i < 9; i++) {
+    msgpack_pack_str_with_body(&pk, keys[i], strlen(keys[i]));
+    if (i == 0)
+      msgpack_pack_uint32(&pk, PROTO_VERSION);
+    else if (i == 1)
+      msgpack_pack_str_with_body(&pk, "health_reply", 12);
+    else if (i == 2 || i == 6)
+      msgpack_pack_uint32(&pk, 1);
+    else if (i < 8)
+      msgpack_pack_nil(&pk);
+    else {
+      msgpack_pack_array(&pk, (size_t)n_stats);
+      for (int k = 0; k < n_stats; k++)
+        msgpack_pack_uint64(&pk, (uint64_t)k);
+    }
+  }
+  ret->len = sb.size;
+  ret->data = msgpack_sbuffer_release(&sb);
+}
+
+static void test_health_stats(void) {
+  struct proto_bytes b = {0};
+  struct proto_health h = {0};
+  struct cm_diag diag = {0};
+  health_with(PROTO_EXEC_STATS, &b);
+  CHECK(proto_health_decode(b.data, b.len, &h, &diag) == 0 && h.stats.step_programs == 1 &&
+        h.stats.pool_reserved_bytes == PROTO_EXEC_STATS - 1);
+  proto_health_fini(&h);
+  proto_bytes_free(&b);
+  int bad[] = {PROTO_EXEC_STATS - 1, PROTO_EXEC_STATS + 1, 0};
+  for (int i = 0; i < 3; i++) {
+    health_with(bad[i], &b);
+    CHECK(proto_health_decode(b.data, b.len, &h, &diag) == -CM_EFORMAT);
+    CHECK(diag.msg && strstr(diag.msg, "health.stats"));
+    cm_diag_fini(&diag);
+    proto_bytes_free(&b);
+  }
 }
 
 static void test_program(void) {
@@ -373,6 +470,7 @@ int main(void) {
   test_status();
   test_program();
   test_cancel();
+  test_health_stats();
   test_refusals();
   test_http_mapping();
   if (failures)
