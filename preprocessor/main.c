@@ -46,6 +46,7 @@ struct executor {
   atomic_int pipes;       /* connected pipes (0: unreachable, a send would wait) */
   atomic_uint pipe_id;    /* the connected pipe's id (one dialer: one pipe at a time) */
   int probe_misses;       /* probes unanswered in a row on the current pipe (status thread) */
+  int logged_state;       /* the state last logged, -1 before the first (status thread) */
   atomic_int connected;   /* ever connected: before that an absent executor is still starting */
   char reason[320];       /* why not ready, from the last probe (status thread only) */
   char instance[PROTO_MAX_ID_BYTES + 1]; /* its id from the last health reply (status thread) */
@@ -240,6 +241,9 @@ static void probe_executors(void) {
     proto_health_fini(&h);
     if (md >= 0)
       atomic_store(&e->model, md);
+    if (st != e->logged_state && st != PROTO_STATE_STARTING) /* each change, once */
+      fprintf(stderr, "s1-preprocessor: %s\n", e->reason);
+    e->logged_state = st;
     atomic_store(&e->state, st);
     if (aio[i]) {
       nng_aio_free(aio[i]);
@@ -862,6 +866,7 @@ int main(int argc, char **argv) {
     struct executor *e = &g.ex[i];
     atomic_store(&e->state, PROTO_STATE_STARTING);
     atomic_store(&e->model, -1);
+    e->logged_state = -1;
     if ((rv = nng_req0_open(&e->sock)) ||
         (rv = nng_socket_set_ms(e->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) ||
         (rv = nng_socket_set_size(e->sock, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||

@@ -7,7 +7,9 @@ whose recorded programs are all Open-Jev's) and the two Open-Jev executors share
 fields aside) to the same request sent alone first. (3) kill -9 one Open-Jev executor while long
 requests run on both: the ones it held fail over to the other Open-Jev executor (the preprocessor
 logs it), every answer is 200 and identical to the answer alone, each request is answered once,
-none hangs, and the service goes on with the executor that is left."""
+none hangs, and the service goes on with the executor that is left. (4) A preprocessor that does
+not load OmniJev, dialling only the OmniJev executor, sees that executor as unavailable (logged
+with the reason), offers no credit, and the others serve on."""
 import glob
 import json
 import os
@@ -171,6 +173,24 @@ def test(t):
         assert s == 200 and trio.norm_timing(b) == ref[distinct.index(body)], (s, b[:300])
     print("kill -9 of one Open-Jev executor: %d request(s) failed over, 12/12 answers identical, "
           "each answered once; service continues" % n_fo)
+
+    # a preprocessor that does not load OmniJev, dialling only the OmniJev executor: that
+    # executor is unavailable to it (logged with the reason), it offers no credit, nothing changes
+    t.start_pp("ppx", [urls["exo"]], [oj], credits=2)
+    t.wait_metric("s1_preprocessors 3")
+    end = time.time() + 30
+    why = "executor %s serves model tinnel123/OmniJev" % urls["exo"]
+    while time.time() < end and why not in open(t.logs["ppx"], errors="replace").read():
+        time.sleep(0.1)
+    with open(t.logs["ppx"], errors="replace") as f:
+        log = f.read()
+    assert why in log and "which this preprocessor does not load" in log, log
+    assert t.metric("s1_preprocessors_ready") == 2
+    for body in (distinct[1], omni_bodies[1]):
+        s, _, b = t.post(body)
+        assert s == 200 and trio.norm_timing(b) == ref[distinct.index(body)], (s, b[:300])
+    print("a preprocessor without OmniJev: its OmniJev executor is unavailable to it (logged), "
+          "it serves nothing, the others go on")
 
 
 if __name__ == "__main__":
