@@ -802,8 +802,15 @@ static int run_vision(struct ex_sched *s, struct cm_diag *diag) {
     if (!(m->rows = malloc((size_t)(im->n_patches / 4) * s->h * sizeof(float))))
       return cm_diag_set(diag, -ENOMEM, "out of memory for image rows");
     struct cm_diag d = {0};
-    int r = s->eng->ops->vision(s->eng, im->pixels, im->n_patches, im->grid_thw, m->rows, &d);
+    int r = s->eng->ops->vision(s->eng, im->pixels, im->n_patches, im->grid_thw,
+                                j->p->deadline_us, m->rows, &d);
     j->t_vision += mono_us() - t0;
+    if (r == -CM_ETIMEOUT) { /* the deadline passed mid-tower: the rest is not run */
+      s->st.deadline_dropped++;
+      finish(s, j, -CM_ETIMEOUT, "deadline passed in the vision tower (images[%u])", i);
+      cm_diag_fini(&d);
+      continue;
+    }
     if (r && program_fault(r)) {
       finish(s, j, -CM_EPROGRAM, "images[%u]: %s", i, d.msg ? d.msg : cm_strerror(r));
       cm_diag_fini(&d);

@@ -565,6 +565,7 @@ int main(int argc, char **argv) {
       continue;
     }
     intake(sched, ex_sched_held(sched) == 0);
+    publish_stats(sched); /* health replies during a long step show what it holds */
     if (ex_sched_held(sched) && (r = ex_sched_step(sched, &diag))) {
       fprintf(stderr, "s1-executor: sticky error, retiring: %s\n",
               diag.msg ? diag.msg : cm_strerror(r));
