@@ -20,7 +20,11 @@
             CPU vision tower stops between blocks: vision_oracle); valid requests are then served
             at once, no 503.
 
-Stdlib only. usage: test_sched.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER"""
+  cancel    CANCEL at the executor (test_exec_cancel.c, over nng as a preprocessor sends it): a
+            4x255-option program cancelled in flight is answered -CM_ECANCELLED within one step,
+            one cancelled before it arrives at once, a short one then runs; /metrics counts 2.
+
+Stdlib only. usage: test_sched.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [TEST_EXEC_CANCEL]"""
 import base64
 import json
 import os
@@ -441,6 +445,47 @@ def part_deadline(t, model, shared, work, fails):
         j.stop(failed=bool(fails))
 
 
+def part_cancel(t, model, shared, cancel_tool, fails):
+    """Records a 4x255-option program and a short one, then test_exec_cancel sends them to the
+    executor with CANCELs (in flight, and before the program); /metrics counts both."""
+    with open(os.path.join(shared, "findings", "2026-12-01-attack", "omnijev_4x255_options.json")) as f:
+        big = f.read()
+    rec = os.path.join(t.tmp, "rec")
+    t.model = model
+    t.start_frontend(timeout_ms=3000)
+    t.client_timeout = 60
+    t.start_preprocessor(credits=2)
+    start_executor(t, model, [], record=rec)
+    small = {"state": {"images": [states(1)[0][0]]},
+             "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}
+    s, _, _ = t.post(small)
+    if s != 200:
+        fails.append("the short request: HTTP %d" % s)
+    t.post(big)  # 504 after 3 s; the executor drops it at its next step and records it then
+    end = time.time() + 60
+    while time.time() < end and len([f for f in os.listdir(rec) if f.endswith(".result.msgpack")]) < 2:
+        time.sleep(0.2)
+    progs = sorted((os.path.getsize(os.path.join(rec, f)), f) for f in os.listdir(rec)
+                   if f.endswith(".program.msgpack"))
+    if len(progs) != 2:
+        fails.append("records %s" % progs)
+        return
+    before = metrics(t)
+    r = subprocess.run([cancel_tool, t.ex_url, os.path.join(rec, progs[1][1]),
+                        os.path.join(rec, progs[0][1])], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    out = r.stdout.decode()
+    print(out.strip(), flush=True)
+    if r.returncode != 0:
+        fails.append("test_exec_cancel: %s" % out[-1500:])
+    m = wait_metrics(t, lambda m: m.get("s1_executor_cancelled_total", 0) >=
+                     before.get("s1_executor_cancelled_total", 0) + 2)
+    n = m.get("s1_executor_cancelled_total", 0) - before.get("s1_executor_cancelled_total", 0)
+    print("s1_executor_cancelled_total +%d" % n, flush=True)
+    if n != 2:
+        fails.append("s1_executor_cancelled_total counted %d cancellations, want 2" % n)
+
+
 def main():
     part, build, shared, tok35 = sys.argv[1:5]
     fix, _ = e2e.fixture()
@@ -455,6 +500,8 @@ def main():
             part_cache(t, model, fails)
         elif part == "deadline":
             part_deadline(t, model, shared, work, fails)
+        elif part == "cancel":
+            part_cancel(t, model, shared, sys.argv[5], fails)
         else:
             raise SystemExit("unknown part %r" % part)
     finally:
