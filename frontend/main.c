@@ -179,14 +179,20 @@ static void respond(h2o_req_t *req, int status, const char *body, size_t n, cons
   /* Answers are per request and always JSON (open_jev.md 2.3 lists both headers). */
   add_hdr(req, "cache-control", "no-store", 8);
   add_hdr(req, "x-content-type-options", "nosniff", 7);
-  char st[160];
+  char st[400];
   struct proto_timings z = {0};
   if (!t)
     t = &z;
+  /* the executor's part of execute: its queue, vision, prefix, rows, readouts and heads, and the
+   * time it spent on other requests' work while this one was in flight */
   int k = snprintf(st, sizeof(st), "queue;dur=%.3f, preprocess;dur=%.3f, execute;dur=%.3f, "
-                   "finish;dur=%.3f", (double)t->queue_us / 1000.0,
-                   (double)t->preprocess_us / 1000.0, (double)t->execute_us / 1000.0,
-                   (double)t->finish_us / 1000.0);
+                   "finish;dur=%.3f, ex-queue;dur=%.3f, vision;dur=%.3f, prefix;dur=%.3f, "
+                   "rows;dur=%.3f, heads;dur=%.3f, ex-wait;dur=%.3f",
+                   (double)t->queue_us / 1000.0, (double)t->preprocess_us / 1000.0,
+                   (double)t->execute_us / 1000.0, (double)t->finish_us / 1000.0,
+                   (double)t->ex_queue_us / 1000.0, (double)t->vision_us / 1000.0,
+                   (double)t->prefix_us / 1000.0, (double)t->rows_us / 1000.0,
+                   (double)t->heads_us / 1000.0, (double)t->wait_us / 1000.0);
   add_hdr(req, "server-timing", st, (size_t)k);
   if (!revision)
     revision = served_revision();

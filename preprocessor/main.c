@@ -671,6 +671,12 @@ out:
   rp->timings.preprocess_us = t1 - t0;
   rp->timings.execute_us = t2 - t1;
   rp->timings.finish_us = t3 - t2;
+  rp->timings.ex_queue_us = res.timings.queue_us; /* zeros when no executor answered */
+  rp->timings.vision_us = res.timings.vision_us;
+  rp->timings.prefix_us = res.timings.prefix_us;
+  rp->timings.rows_us = res.timings.rows_us;
+  rp->timings.heads_us = res.timings.readout_us + res.timings.heads_us;
+  rp->timings.wait_us = res.timings.wait_us;
   if (md && ctx)
     md->fam->ctx_free(ctx);
   nng_msg_free(m);

@@ -57,10 +57,14 @@ struct ex_engine;
 struct ex_engine_ops {
   const char *name; /* "cpu", "cuda" */
   /* Merged vision rows of one image. Shapes: pixels [n_patches, patch_dim] host fp32;
-   * grid_thw [3]; ret_rows [n_patches/4, H] host fp32. Returns 0; -CM_ELIMIT / -CM_ESHAPE (the
-   * image does not fit: the program's fault); another negative code (sticky on CUDA). */
+   * grid_thw [3]; ret_rows [n_patches/4, H] host fp32. Units: deadline_us on the proto_now_us
+   * clock, 0 for none: the CPU tower stops between its blocks once it has passed; the CUDA tower
+   * (its launches queued at once, milliseconds) runs to the end. Returns 0; -CM_ETIMEOUT (the
+   * deadline passed mid-tower); -CM_ELIMIT / -CM_ESHAPE (the image does not fit: the program's
+   * fault); another negative code (sticky on CUDA). */
   int (*vision)(struct ex_engine *e, const float *pixels, int64_t n_patches,
-                const int32_t *grid_thw, float *ret_rows, struct cm_diag *diag);
+                const int32_t *grid_thw, int64_t deadline_us, float *ret_rows,
+                struct cm_diag *diag);
   /* A new snapshot: empty (parent NULL) or a copy of `parent`. Returns 0; -CM_ELIMIT (pool
    * exhausted); -ENOMEM; -CM_ECUDA. */
   int (*snap_new)(struct ex_engine *e, void *parent, void **ret_snap, struct cm_diag *diag);

@@ -12,6 +12,7 @@
 
 #include "ex_lm_feats.h"
 #include "ex_vision.h"
+#include "proto.h"
 
 struct cpu_engine {
   struct ex_engine base;         /* first: the runner's view */
@@ -45,10 +46,17 @@ static int grow(struct cpu_engine *c, size_t n) {
   return 0;
 }
 
+static bool past(void *user) {
+  return proto_now_us() > *(const int64_t *)user;
+}
+
 static int cpu_vision(struct ex_engine *e, const float *pixels, int64_t n_patches,
-                      const int32_t *grid_thw, float *ret_rows, struct cm_diag *diag) {
+                      const int32_t *grid_thw, int64_t deadline_us, float *ret_rows,
+                      struct cm_diag *diag) {
   struct cpu_engine *c = (struct cpu_engine *)e;
-  return ex_vision_forward(c->vision, pixels, n_patches, grid_thw, 1, ret_rows, diag);
+  struct ex_vision_trace stop = {.user = &deadline_us, .stop = past};
+  return ex_vision_forward_trace(c->vision, pixels, n_patches, grid_thw, 1, ret_rows,
+                                 deadline_us ? &stop : NULL, diag);
 }
 
 static int cpu_snap_new(struct ex_engine *e, void *parent, void **ret_snap, struct cm_diag *diag) {

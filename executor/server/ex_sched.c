@@ -4,7 +4,9 @@
 #include "ex_sched.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,8 @@
 
 #define KEYB EX_LRU_KEY_BYTES
 #define GRID EX_SCHED_GRID
-#define DEF_BATCH_TOKENS 8192
+#define DEF_BATCH_TOKENS 8192    /* tokens of a step (CUDA) */
+#define DEF_BATCH_TOKENS_CPU 512 /* tokens of a step (CPU) */
 #define DEF_PROGRAMS 64
 #define SEEN_KEYS 65536   /* grid points remembered as seen once (hash only) */
 #define CANCEL_RING 256   /* cancelled request ids remembered for programs that come later */
@@ -108,8 +111,16 @@ struct batch {
   bool has_literal;    /* a sequence of a literal-image program */
 };
 
+struct posted {
+  struct posted *next; /* inbox link */
+  char rid[];          /* request id */
+};
+
 struct ex_sched {
   struct ex_runner *x;             /* borrowed */
+  pthread_mutex_t inbox_mu;        /* guards inbox (ex_sched_post_cancel from other threads) */
+  struct posted *inbox;            /* CANCELs posted, not applied yet */
+  atomic_bool has_inbox;           /* inbox is not empty (checked without the lock) */
   struct ex_engine *eng;           /* the runner's */
   size_t h;                        /* hidden size */
   size_t budget;                   /* tokens of one step */
@@ -483,6 +494,37 @@ size_t ex_sched_cancel(struct ex_sched *s, const char *rid) {
   return n;
 }
 
+int ex_sched_post_cancel(struct ex_sched *s, const char *request_id) {
+  size_t n = strlen(request_id);
+  struct posted *q = malloc(sizeof(*q) + n + 1);
+  if (!q)
+    return -ENOMEM;
+  memcpy(q->rid, request_id, n + 1);
+  pthread_mutex_lock(&s->inbox_mu);
+  q->next = s->inbox;
+  s->inbox = q;
+  atomic_store(&s->has_inbox, true);
+  pthread_mutex_unlock(&s->inbox_mu);
+  return 0;
+}
+
+/* Applies the CANCELs posted since the last call (compute thread). */
+static void drain_cancels(struct ex_sched *s) {
+  if (!atomic_load(&s->has_inbox))
+    return;
+  pthread_mutex_lock(&s->inbox_mu);
+  struct posted *q = s->inbox;
+  s->inbox = NULL;
+  atomic_store(&s->has_inbox, false);
+  pthread_mutex_unlock(&s->inbox_mu);
+  while (q) {
+    struct posted *next = q->next;
+    ex_sched_cancel(s, q->rid);
+    free(q);
+    q = next;
+  }
+}
+
 /* ---- admission ------------------------------------------------------------------------------ */
 
 /* The cache lookups of a prefix at admission: the longest cached grid point or end, pinned; the
@@ -802,8 +844,15 @@ static int run_vision(struct ex_sched *s, struct cm_diag *diag) {
     if (!(m->rows = malloc((size_t)(im->n_patches / 4) * s->h * sizeof(float))))
       return cm_diag_set(diag, -ENOMEM, "out of memory for image rows");
     struct cm_diag d = {0};
-    int r = s->eng->ops->vision(s->eng, im->pixels, im->n_patches, im->grid_thw, m->rows, &d);
+    int r = s->eng->ops->vision(s->eng, im->pixels, im->n_patches, im->grid_thw,
+                                j->p->deadline_us, m->rows, &d);
     j->t_vision += mono_us() - t0;
+    if (r == -CM_ETIMEOUT) { /* the deadline passed mid-tower: the rest is not run */
+      s->st.deadline_dropped++;
+      finish(s, j, -CM_ETIMEOUT, "deadline passed in the vision tower (images[%u])", i);
+      cm_diag_fini(&d);
+      continue;
+    }
     if (r && program_fault(r)) {
       finish(s, j, -CM_EPROGRAM, "images[%u]: %s", i, d.msg ? d.msg : cm_strerror(r));
       cm_diag_fini(&d);
@@ -950,6 +999,15 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
     if ((only && j != only) || j->state != J_ACTIVE)
       continue;
     j->t_rows += dt * (int64_t)j->p->rows[ri->row].n_tokens / (int64_t)tokens;
+    drain_cancels(s); /* may finish this program or a later one of the batch */
+    if (j->state != J_ACTIVE)
+      continue;
+    if (j->p->deadline_us && proto_now_us() > j->p->deadline_us) {
+      /* its readouts are work too: a program past its deadline reads no more rows */
+      s->st.deadline_dropped++;
+      finish(s, j, -CM_ETIMEOUT, "deadline passed while in flight");
+      continue;
+    }
     int64_t t1 = mono_us();
     struct cm_diag d2 = {0};
     int rr = ex_job_row_readouts(&j->job, ri->row, ri->rd, s->hid, &d2);
@@ -996,6 +1054,7 @@ static int try_finish(struct ex_sched *s, struct sjob *j, struct cm_diag *diag) 
 }
 
 int ex_sched_step(struct ex_sched *s, struct cm_diag *diag) {
+  drain_cancels(s);
   int64_t now = proto_now_us();
   /* 1. work past its deadline is dropped, nothing more of it runs */
   for (struct sjob *j = s->head, *next; j; j = next) {
@@ -1122,9 +1181,11 @@ int ex_sched_new(struct ex_runner *x, const struct ex_sched_options *opt, struct
   if (!opt)
     opt = &none;
   struct ex_engine *e = ex_runner_engine(x);
+  /* the CPU's steps are shorter: its readouts (a full-vocabulary log-softmax per LM feature)
+   * cost far more than its tokens, and a step is what a deadline or a CANCEL waits for */
+  size_t def = strcmp(e->ops->name, "cpu") == 0 ? DEF_BATCH_TOKENS_CPU : DEF_BATCH_TOKENS;
   size_t budget = opt->max_batch_tokens ? opt->max_batch_tokens
-                                        : (e->lim.max_tokens < DEF_BATCH_TOKENS ? e->lim.max_tokens
-                                                                                : DEF_BATCH_TOKENS);
+                                        : (e->lim.max_tokens < def ? e->lim.max_tokens : def);
   if (budget < GRID || budget > e->lim.max_tokens)
     return cm_diag_set(diag, -EINVAL, "--max-batch-tokens %zu: within %d .. %zu (the engine's "
                        "tokens per launch)", budget, GRID, e->lim.max_tokens);
@@ -1140,6 +1201,7 @@ int ex_sched_new(struct ex_runner *x, const struct ex_sched_options *opt, struct
   s->h = (size_t)e->cfg.hidden_size;
   s->budget = budget;
   s->max_programs = maxp;
+  pthread_mutex_init(&s->inbox_mu, NULL);
   int r = key_root(s);
   if (!r && opt->prefix_cache_bytes &&
       (!(r = ex_lru_new(opt->prefix_cache_bytes, snap_free_cb, e, &s->pcache))))
@@ -1169,6 +1231,11 @@ void ex_sched_free(struct ex_sched *s) {
   ex_lru_free(s->pcache);
   ex_lru_free(s->vcache);
   ex_lru_free(s->seen);
+  for (struct posted *q = s->inbox, *next; q; q = next) {
+    next = q->next;
+    free(q);
+  }
+  pthread_mutex_destroy(&s->inbox_mu);
   free(s->b.pieces), free(s->b.rows), free(s->b.vis);
   free(s->seqs), free(s->pos), free(s->img), free(s->reads), free(s->hid);
   free(s);

@@ -10,7 +10,8 @@
  * engine packs sequences without changing their values, and a prefix cut on its own 64-token
  * grid continues exactly as one pass. A prefix-snapshot cache and a vision-output cache (ex_lru.h,
  * keyed by SHA-256 of what determines the value) let programs reuse each other's work.
- * Not thread-safe: the compute thread only. Policy and limits: executor/server/README.md. */
+ * Not thread-safe (the compute thread only) but for ex_sched_post_cancel. Policy and limits:
+ * executor/server/README.md. */
 #ifndef S1_EX_SCHED_H
 #define S1_EX_SCHED_H
 
@@ -27,8 +28,8 @@
 /* Zero values take the defaults. */
 struct ex_sched_options {
   size_t max_batch_tokens;   /* tokens of one step (vision merged rows, prefix pieces, rows);
-                                default min(engine max_tokens, 8192), at least EX_SCHED_GRID; a
-                                row longer than it runs alone in its step */
+                                default min(engine max_tokens, 8192 on CUDA, 512 on the CPU), at
+                                least EX_SCHED_GRID; a row longer than it runs alone in its step */
   size_t prefix_cache_bytes; /* prefix-snapshot cache budget, from the snapshot pool; 0: none */
   size_t vision_cache_bytes; /* vision-output cache budget, host memory; 0: none */
   size_t max_programs;       /* programs held (waiting + in flight) at most (default 64) */
@@ -72,6 +73,11 @@ int ex_sched_submit(struct ex_sched *s, const struct proto_program *p, void *tag
  * runs) and remembers the id, so a program of it that arrives later is refused the same way.
  * Returns the programs finished now. */
 size_t ex_sched_cancel(struct ex_sched *s, const char *request_id);
+
+/* The one thread-safe call: queues a CANCEL of request_id from any thread (an nng callback); the
+ * compute thread applies it as ex_sched_cancel does at the start of the next step or between the
+ * readouts of the current one. Returns 0 or -ENOMEM (then nothing is queued). */
+int ex_sched_post_cancel(struct ex_sched *s, const char *request_id);
 
 /* One step (see the top). Returns 0 (also with nothing to do); a sticky engine or head error
  * with diag: every held program is then finished with -CM_EUNAVAILABLE. */

@@ -30,7 +30,6 @@
 #define CONTROL_CTX 4   /* contexts beyond --max-programs: health probes and CANCELs get through */
 #define RETIRE_EXIT_S 5 /* a retired executor answers 503 this long, then exits 3 (restart) */
 #define RECV_MAX_BYTES ((size_t)1 << 30)
-#define MAX_CANCELS 4096 /* CANCELs queued for the compute thread at most (more are only ACKed) */
 
 enum slot_phase { SLOT_RECV, SLOT_WAIT, SLOT_SEND };
 
@@ -44,22 +43,16 @@ struct slot {
   struct slot *next;          /* intake queue link */
 };
 
-struct cancel {
-  char *rid;           /* request id, heap */
-  struct cancel *next; /* queue link */
-};
-
 static struct {
   nng_socket sock;           /* REP socket preprocessors dial */
   struct slot *slots;        /* [n_slots] its contexts */
   int n_slots;               /* --max-programs + CONTROL_CTX */
   int max_programs;          /* programs held at most */
   atomic_int held;           /* slots holding a program (SLOT_WAIT) */
-  pthread_mutex_t mu;        /* guards the intake queue and the CANCEL queue */
+  pthread_mutex_t mu;        /* guards the intake queue and stats */
   pthread_cond_t cv;         /* signals work or stop */
   struct slot *head, *tail;  /* programs received, not yet taken by the compute thread */
-  struct cancel *cancels;    /* CANCELs received, not yet applied (LIFO) */
-  int n_cancels;             /* entries in cancels */
+  struct ex_sched *_Atomic sched; /* the scheduler once made (CANCELs are posted to it) */
   atomic_int state;          /* enum proto_state */
   atomic_ullong programs;    /* programs answered */
   char *model_id, *revision; /* for health replies (set once before READY) */
@@ -133,7 +126,8 @@ static void send_health(struct slot *s) {
     recv_next(s);
 }
 
-/* A CANCEL: queued for the compute thread, answered ACK at once. */
+/* A CANCEL: posted to the scheduler (applied at its next step or between the readouts of the
+ * current one), answered ACK at once. Before the scheduler exists no program runs: nothing to do. */
 static void on_cancel(struct slot *s, nng_msg *m) {
   struct proto_cancel c = {0};
   int rc = proto_cancel_decode(nng_msg_body(m), nng_msg_len(m), &c, NULL);
@@ -142,20 +136,11 @@ static void on_cancel(struct slot *s, nng_msg *m) {
     send_error(s, -CM_EVERSION, "unreadable CANCEL");
     return;
   }
-  struct cancel *q = malloc(sizeof(*q));
-  pthread_mutex_lock(&g.mu);
-  if (q && g.n_cancels < MAX_CANCELS) {
-    q->rid = c.request_id;
-    c.request_id = NULL;
-    q->next = g.cancels;
-    g.cancels = q;
-    g.n_cancels++;
-    q = NULL;
-    pthread_cond_signal(&g.cv);
-  }
-  pthread_mutex_unlock(&g.mu);
-  free(q);
+  struct ex_sched *sched = atomic_load(&g.sched);
+  if (sched)
+    ex_sched_post_cancel(sched, c.request_id);
   proto_cancel_fini(&c);
+  pthread_cond_signal(&g.cv);
   struct proto_bytes b = {0};
   if (proto_simple_encode(PROTO_KIND_ACK, &b) == 0)
     send_bytes(s, &b);
@@ -302,7 +287,7 @@ static void usage(void) {
           "  --max-programs  programs held at once, waiting or in flight (default 64, at most %d;\n"
           "                  one more is answered 503 overloaded)\n"
           "  --max-batch-tokens  tokens of one step: vision rows, prefix pieces, rows (default\n"
-          "                  the engine's tokens per launch, at most 8192)\n"
+          "                  8192 on CUDA, 512 on the CPU, at most the engine's per launch)\n"
           "  --prefix-cache-bytes  snapshots kept for later programs, out of the snapshot pool\n"
           "                  (default 1G; 0 off)\n"
           "  --vision-cache-bytes  vision-tower outputs kept, host memory (default 256M; 0 off)\n"
@@ -374,32 +359,23 @@ static void answer_done(struct ex_sched *sched, const char *record, uint64_t *se
   }
 }
 
-/* Takes the CANCELs and programs received since the last call into the scheduler. */
+/* Takes the programs received since the last call into the scheduler. */
 static void intake(struct ex_sched *sched, bool wait) {
   pthread_mutex_lock(&g.mu);
-  if (wait && !g.head && !g.cancels && !g.stop) { /* the loop re-checks retirement every second */
+  if (wait && !g.head && !g.stop) { /* the loop re-checks retirement every second */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += 1;
     pthread_cond_timedwait(&g.cv, &g.mu, &ts);
   }
   struct slot *s = g.head;
-  struct cancel *c = g.cancels;
   g.head = g.tail = NULL;
-  g.cancels = NULL;
-  g.n_cancels = 0;
   pthread_mutex_unlock(&g.mu);
-  for (struct cancel *next; c; c = next) {
-    next = c->next;
-    ex_sched_cancel(sched, c->rid);
-    free(c->rid);
-    free(c);
-  }
   for (struct slot *next; s; s = next) {
     next = s->next;
     struct cm_diag diag = {0};
     int r = proto_program_decode(nng_msg_body(s->req), nng_msg_len(s->req), &s->prog, &diag);
-    if (!r && atomic_load(&g.state) != PROTO_STATE_READY)
+    if (!r && (!sched || atomic_load(&g.state) != PROTO_STATE_READY))
       r = cm_diag_set(&diag, -CM_EUNAVAILABLE, "executor retired");
     if (!r)
       r = ex_sched_submit(sched, &s->prog, s, s->queued_us);
@@ -538,6 +514,7 @@ int main(int argc, char **argv) {
   }
   if (!r)
     r = ex_sched_new(runner, &so, &sched, &diag);
+  atomic_store(&g.sched, sched);
   int64_t retired_us = 0;
   if (r) {
     fprintf(stderr, "s1-executor: %s: %s (%s); retired\n", model,
@@ -568,6 +545,7 @@ int main(int argc, char **argv) {
       continue;
     }
     intake(sched, ex_sched_held(sched) == 0);
+    publish_stats(sched); /* health replies during a long step show what it holds */
     if (ex_sched_held(sched) && (r = ex_sched_step(sched, &diag))) {
       fprintf(stderr, "s1-executor: sticky error, retiring: %s\n",
               diag.msg ? diag.msg : cm_strerror(r));
@@ -598,12 +576,7 @@ int main(int argc, char **argv) {
     nng_aio_free(g.slots[i].aio);
   }
   free(g.slots);
-  while (g.cancels) {
-    struct cancel *q = g.cancels;
-    g.cancels = q->next;
-    free(q->rid);
-    free(q);
-  }
+  atomic_store(&g.sched, NULL);
   ex_sched_free(sched);
   ex_runner_free(runner);
   cm_model_dir_free(dir);
