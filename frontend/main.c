@@ -25,7 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "fe_metrics.h"
+#include "fe_static.h"
 #include "proto_job.h"
 #include "proto_status.h"
 
@@ -909,6 +911,22 @@ static void handle_metrics(h2o_req_t *req, char *rid) {
   free(text);
 }
 
+/* A compiled-in document (fe_static.h): the page or the OpenAPI document. */
+static void handle_static(h2o_req_t *req, char *rid, const struct fe_asset *a) {
+  req->res.status = 200;
+  req->res.reason = "OK";
+  add_hdr(req, "content-type", a->content_type, strlen(a->content_type));
+  add_hdr(req, "x-request-id", rid, strlen(rid));
+  add_hdr(req, "x-content-type-options", "nosniff", 7);
+  add_hdr(req, "cache-control", "no-cache", 8);
+  if (a->csp) {
+    add_hdr(req, "content-security-policy", a->csp, strlen(a->csp));
+    add_hdr(req, "referrer-policy", "no-referrer", 11);
+  }
+  req->res.content_length = a->body->n;
+  h2o_send_inline(req, (const char *)a->body->data, a->body->n);
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   (void)self;
   char *rid = request_id(req);
@@ -917,6 +935,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
   /* HEAD answers as GET does; h2o sends its status and headers (Content-Length too), no body. */
   int is_head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
+  const struct fe_asset *asset;
   if (h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"))) {
     if (is_post)
       handle_post(req, rid);
@@ -937,6 +956,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
       handle_models(req, rid);
     else
       handle_metrics(req, rid);
+  } else if ((asset = fe_static_find(path.base, path.len)) != NULL) {
+    if (is_get || is_head)
+      handle_static(req, rid, asset);
+    else {
+      add_hdr(req, "allow", "GET, HEAD", 9);
+      respond_plain_error(req, 405, "method_not_allowed", "use GET or HEAD", rid);
+    }
   } else {
     respond_plain_error(req, 404, "not_found", "no such route", rid);
   }
@@ -1001,6 +1027,8 @@ static long parse_num(const char *s, long lo, long hi) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-frontend"))
+    return 0;
   static const struct option opts[] = {
       {"listen", required_argument, 0, 'l'},   {"pool", required_argument, 0, 'p'},
       {"queue", required_argument, 0, 'q'},    {"max-body", required_argument, 0, 'b'},

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "ex_head.h"
 #include "ex_program.h"
 #include "ex_record.h"
@@ -61,6 +62,7 @@ static struct {
   char instance[128];        /* "host:pid", for the frontend's per-executor metrics */
   struct proto_exec_stats stats; /* the scheduler's counters after the last step (guarded by mu) */
   volatile sig_atomic_t stop; /* SIGTERM seen */
+  bool log_timings;           /* S1_EXECUTOR_TIMINGS=1: one line of timings per program */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static int64_t mono_us(void) {
@@ -335,6 +337,16 @@ static void answer_done(struct ex_sched *sched, const char *record, uint64_t *se
     struct slot *s = tag;
     struct proto_bytes out = {0};
     struct cm_diag diag = {0};
+    if (g.log_timings) /* S1_EXECUTOR_TIMINGS=1: one line per program, for benchmarks */
+      fprintf(stderr,
+              "s1-executor: timings request=%s queue_us=%lld vision_us=%lld prefix_us=%lld "
+              "rows_us=%lld readout_us=%lld total_us=%lld heads_us=%lld wait_us=%lld "
+              "steps=%lld\n",
+              p && p->request_id ? p->request_id : "?", (long long)res.timings.queue_us,
+              (long long)res.timings.vision_us, (long long)res.timings.prefix_us,
+              (long long)res.timings.rows_us, (long long)res.timings.readout_us,
+              (long long)res.timings.total_us, (long long)res.timings.heads_us,
+              (long long)res.timings.wait_us, (long long)res.timings.steps);
     if (proto_result_encode(&res, &out) != 0) {
       proto_result_fini(&res);
       proto_result_set_error(&res, -CM_EINTERNAL, "result too large to encode");
@@ -392,6 +404,8 @@ static void intake(struct ex_sched *sched, bool wait) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-executor"))
+    return 0;
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
       {"listen", required_argument, 0, 'l'}, {"record", required_argument, 0, 'r'},
@@ -516,6 +530,8 @@ int main(int argc, char **argv) {
     r = ex_sched_new(runner, &so, &sched, &diag);
   atomic_store(&g.sched, sched);
   int64_t retired_us = 0;
+  const char *lt = getenv("S1_EXECUTOR_TIMINGS");
+  g.log_timings = lt && strcmp(lt, "1") == 0;
   if (r) {
     fprintf(stderr, "s1-executor: %s: %s (%s); retired\n", model,
             diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
