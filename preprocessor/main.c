@@ -532,7 +532,7 @@ static void handle_job(struct job_slot *js, const struct proto_job *job, struct 
   void *ctx = NULL;
   nng_msg *m = NULL;
   const struct model *md = NULL;
-  int code = 0, lost = 0, attempts = 0;
+  int code = 0, lost = 0, full = 0, attempts = 0;
   uint64_t tried = 0;
   int64_t t0 = mono_us(), t1 = t0, t2 = t0;
   struct pp_request_info info = {.request_id = job->request_id, .deadline_us = job->deadline_us,
@@ -584,6 +584,11 @@ static void handle_job(struct job_slot *js, const struct proto_job *job, struct 
       goto out;
     }
     int ex = pick_executor(mi, tried);
+    if (ex < 0 && full && !lost) {
+      code = cm_diag_set(&diag, -CM_EOVERLOADED, "model %s: every executor serving it holds "
+                         "its most programs", md->desc.id);
+      goto out;
+    }
     if (ex < 0) {
       code = lost ? cm_diag_set(&diag, -CM_EUNAVAILABLE, "model %s: the executor running the "
                                 "request was lost and no other one serving it is ready",
@@ -631,6 +636,10 @@ static void handle_job(struct job_slot *js, const struct proto_job *job, struct 
     m = NULL;
     if (res.status == -CM_EUNAVAILABLE || res.status == -CM_ENOTREADY) {
       lost = 1; /* retired or not warmed up: nothing of it reached the answer; try another */
+      continue;
+    }
+    if (res.status == -CM_EOVERLOADED) {
+      full = 1; /* refused unrun (--max-programs held): another executor may have room */
       continue;
     }
     break;

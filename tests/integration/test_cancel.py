@@ -11,7 +11,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 
@@ -69,9 +68,7 @@ def test(t):
 
     # (1) F1: 100 fire-and-forget, then valid requests
     for _ in range(100):
-        c = socket.create_connection(("127.0.0.1", t.port))
-        c.sendall(raw_post(t.port, good.encode()))
-        c.close()
+        trio.send_and_leave(t.port, raw_post(t.port, good.encode()))
     t0 = time.time()
     s, h, b = t.post(good)
     lat = time.time() - t0
@@ -98,9 +95,7 @@ def test(t):
 
     # (2) leaving mid-request: HTTP/1, then HTTP/2
     before = t.metric('s1_cancelled_total{stage="in_flight"}')
-    req = raw_post(t.port, slow)
-    c = socket.create_connection(("127.0.0.1", t.port))
-    c.sendall(req)
+    c = trio.send_and_leave(t.port, raw_post(t.port, slow), keep=True)
     assert wait_until(lambda: t.metric("s1_in_flight") == 1, 10)
     c.close()
     assert wait_until(lambda: t.metric('s1_cancelled_total{stage="in_flight"}') == before + 1, 10)

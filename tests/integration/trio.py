@@ -215,6 +215,18 @@ def check_answer(method, path, status, headers, body, request_body=None):
     return openapi_check.check(method, path, status, headers, body, request_body)
 
 
+def send_and_leave(port, data, keep=False):
+    """A client that goes away: sends the raw request bytes on a new connection and never reads
+    the answer; closes the connection at once, or (keep) returns the socket for the caller to
+    close later. Nothing is read, so there is no answer to check."""
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(data)
+    if keep:
+        return c
+    c.close()
+    return None
+
+
 def run(argv):
     r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if r.returncode != 0:
