@@ -3,6 +3,7 @@
 #include "ex_npy.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,4 +135,34 @@ out:
   free(buf);
   fclose(f);
   return r;
+}
+
+int ex_npy_save_f32(const char *path, const float *data, const int64_t *shape, int n_dims,
+                    struct cm_diag *diag) {
+  if (n_dims < 1 || n_dims > EX_NPY_MAX_DIMS)
+    return cm_diag_set(diag, -EINVAL, "%s: %d dims (1..%d)", path, n_dims, EX_NPY_MAX_DIMS);
+  char hdr[256];
+  int len = snprintf(hdr, sizeof(hdr), "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+  size_t n = 1;
+  for (int i = 0; i < n_dims; i++) {
+    if (shape[i] < 0)
+      return cm_diag_set(diag, -EINVAL, "%s: negative dim", path);
+    n *= (size_t)shape[i];
+    len += snprintf(hdr + len, sizeof(hdr) - (size_t)len, "%lld%s", (long long)shape[i],
+                    n_dims == 1 ? "," : i + 1 < n_dims ? ", " : "");
+  }
+  len += snprintf(hdr + len, sizeof(hdr) - (size_t)len, "), }");
+  /* pad with spaces to a multiple of 64 bytes including the 10-byte preamble, then '\n' */
+  int total = (10 + len + 1 + 63) / 64 * 64;
+  while (10 + len + 1 < total)
+    hdr[len++] = ' ';
+  hdr[len++] = '\n';
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len & 0xff),
+                           (unsigned char)(len >> 8)};
+  FILE *f = fopen(path, "wb");
+  bool ok = f && fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len &&
+            (n == 0 || fwrite(data, sizeof(float), n, f) == n);
+  if (f && fclose(f) != 0)
+    ok = false;
+  return ok ? 0 : cm_diag_set(diag, -EIO, "%s: cannot write", path);
 }

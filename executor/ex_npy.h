@@ -1,6 +1,6 @@
 /* Reading a float32 array from a NumPy .npy file (format versions 1-3, little-endian '<f4', C
  * order), the stand-in for image pixel input until the image code lands and the format of test
- * fixtures. Writing and other dtypes are left out. */
+ * fixtures, and writing one (version 1; s1-forward's layer dumps). Other dtypes are left out. */
 #ifndef S1_EX_NPY_H
 #define S1_EX_NPY_H
 
@@ -25,5 +25,11 @@ int ex_npy_load_f32(const char *path, float **ret_data, int64_t ret_shape[EX_NPY
  * Units: `name` only labels messages. Returns as ex_npy_load_f32, without the file errors. */
 int ex_npy_parse_f32(const uint8_t *bytes, size_t n_bytes, const char *name, float **ret_data,
                      int64_t ret_shape[EX_NPY_MAX_DIMS], int *ret_n_dims, struct cm_diag *diag);
+
+/* Writes data [shape[0], ..., shape[n_dims−1]] float32 to `path` as a version-1 .npy ('<f4', C
+ * order; a little-endian host is assumed, as everywhere in s1serve). Returns 0; -EINVAL (n_dims
+ * outside 1..EX_NPY_MAX_DIMS, a negative dim); -EIO (cannot write, named in diag). */
+int ex_npy_save_f32(const char *path, const float *data, const int64_t *shape, int n_dims,
+                    struct cm_diag *diag);
 
 #endif

@@ -352,10 +352,13 @@ int ex_qwen35_embed(const struct ex_qwen35_model *model, const int32_t *tokens, 
                           (size_t)c->hidden_size);
 }
 
-int ex_qwen35_forward_packed(const struct ex_qwen35_model *model,
-                             const struct ex_qwen35_seq *seqs, size_t n_seqs, const float *embeds,
-                             float *ret_hidden, struct cm_diag *diag) {
-  const struct ex_qwen35_model *m = model;
+/* Layers [l0, l1) over several packed sequences, each after its state's tokens, from `in`
+ * (embeddings when l0 = 0, else the residual rows entering layer l0). ret_resid [l1 − l0 + 1, Σn,
+ * H] or NULL: the input, then the residual stream after each layer; ret_hidden [Σn, H] or NULL:
+ * the final-norm rows (l1 = L only). */
+static int forward_packed(const struct ex_qwen35_model *m, const struct ex_qwen35_seq *seqs,
+                          size_t n_seqs, const float *in, int l0, int l1, float *ret_resid,
+                          float *ret_hidden, struct cm_diag *diag) {
   const struct ex_qwen35_config *c = &m->cfg;
   if (n_seqs == 0)
     return cm_diag_set(diag, -EINVAL, "forward: no sequences");
@@ -410,8 +413,10 @@ int ex_qwen35_forward_packed(const struct ex_qwen35_model *model,
   }
   rnd(m, w.cos_t, n * f);
   rnd(m, w.sin_t, n * f);
-  memcpy(w.h, embeds, n * h * sizeof(float));
-  for (int i = 0; i < c->n_layers; i++) {
+  memcpy(w.h, in, n * h * sizeof(float));
+  if (ret_resid)
+    memcpy(ret_resid, w.h, n * h * sizeof(float));
+  for (int i = l0; i < l1; i++) {
     const struct ex_qwen35_layer *l = &m->layers[i];
     m->be->rms_norm(w.h, l->input_norm, c->rms_eps, w.a, n, h);
     rnd(m, w.a, n * h);
@@ -428,9 +433,13 @@ int ex_qwen35_forward_packed(const struct ex_qwen35_model *model,
     for (size_t x = 0; x < n * h; x++)
       w.h[x] += w.mix[x];
     rnd(m, w.h, n * h);
+    if (ret_resid)
+      memcpy(ret_resid + (size_t)(i - l0 + 1) * n * h, w.h, n * h * sizeof(float));
   }
-  m->be->rms_norm(w.h, m->final_norm, c->rms_eps, ret_hidden, n, h);
-  rnd(m, ret_hidden, n * h);
+  if (ret_hidden) {
+    m->be->rms_norm(w.h, m->final_norm, c->rms_eps, ret_hidden, n, h);
+    rnd(m, ret_hidden, n * h);
+  }
   for (size_t i = 0; i < n_seqs; i++)
     sq[i].st->n_tokens = sq[i].n_past + sq[i].n;
 out:
@@ -442,13 +451,55 @@ out:
   return r;
 }
 
-int ex_qwen35_forward(const struct ex_qwen35_model *model, struct ex_qwen35_state *state,
-                      const float *embeds, const int32_t *pos, size_t n, float *ret_hidden,
-                      struct cm_diag *diag) {
+int ex_qwen35_forward_packed(const struct ex_qwen35_model *model,
+                             const struct ex_qwen35_seq *seqs, size_t n_seqs, const float *embeds,
+                             float *ret_hidden, struct cm_diag *diag) {
+  return forward_packed(model, seqs, n_seqs, embeds, 0, model->cfg.n_layers, NULL, ret_hidden,
+                        diag);
+}
+
+/* Layers [l0, l1) of one sequence advancing `state` (forward_packed's one-sequence case). */
+static int forward_layers(const struct ex_qwen35_model *m, struct ex_qwen35_state *state,
+                          const float *in, const int32_t *pos, size_t n, int l0, int l1,
+                          float *ret_resid, float *ret_hidden, struct cm_diag *diag) {
   if (n == 0)
     return cm_diag_set(diag, -EINVAL, "forward: no rows");
   struct ex_qwen35_seq seq = {.state = state, .advance = true, .n = n, .pos = pos};
-  return ex_qwen35_forward_packed(model, &seq, 1, embeds, ret_hidden, diag);
+  return forward_packed(m, &seq, 1, in, l0, l1, ret_resid, ret_hidden, diag);
+}
+
+int ex_qwen35_forward(const struct ex_qwen35_model *model, struct ex_qwen35_state *state,
+                      const float *embeds, const int32_t *pos, size_t n, float *ret_hidden,
+                      struct cm_diag *diag) {
+  return forward_layers(model, state, embeds, pos, n, 0, model->cfg.n_layers, NULL, ret_hidden,
+                        diag);
+}
+
+int ex_qwen35_forward_residual(const struct ex_qwen35_model *model, struct ex_qwen35_state *state,
+                               const float *embeds, const int32_t *pos, size_t n,
+                               float *ret_hidden, float *ret_residual, struct cm_diag *diag) {
+  return forward_layers(model, state, embeds, pos, n, 0, model->cfg.n_layers, ret_residual,
+                        ret_hidden, diag);
+}
+
+int ex_qwen35_layer_forward(const struct ex_qwen35_model *model, int layer, const float *in,
+                            const int32_t *pos, size_t n, float *ret_out, struct cm_diag *diag) {
+  if (layer < 0 || layer >= model->cfg.n_layers)
+    return cm_diag_set(diag, -EINVAL, "layer %d outside the model's %d layers", layer,
+                       model->cfg.n_layers);
+  size_t nh = n * (size_t)model->cfg.hidden_size;
+  struct ex_qwen35_state *st = NULL;
+  float *resid = malloc((2 * nh + 1) * sizeof(float));
+  int r = resid ? ex_qwen35_state_new(model, &st) : -ENOMEM;
+  if (!r)
+    r = forward_layers(model, st, in, pos, n, layer, layer + 1, resid, NULL, diag);
+  if (!r)
+    memcpy(ret_out, resid + nh, nh * sizeof(float));
+  else if (!resid || !st)
+    cm_diag_set(diag, r, "layer forward: out of memory for %zu rows", n);
+  ex_qwen35_state_free(st);
+  free(resid);
+  return r;
 }
 
 void ex_qwen35_logits(const struct ex_qwen35_model *model, const float *hidden, size_t n,

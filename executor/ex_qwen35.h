@@ -196,6 +196,22 @@ struct ex_qwen35_seq {
 int ex_qwen35_forward_packed(const struct ex_qwen35_model *model,
                              const struct ex_qwen35_seq *seqs, size_t n_seqs, const float *embeds,
                              float *ret_hidden, struct cm_diag *diag);
+/* ex_qwen35_forward that also returns the residual stream: ret_residual [n_layers + 1, n, H]
+ * holds the input of layer 0 (embeds), then the output of each decoder layer (the residual rows
+ * before the final norm; bf16 values when the model rounds). ret_hidden as ex_qwen35_forward.
+ * Returns as ex_qwen35_forward. Source: transformers' decoder layer outputs (hidden_states). */
+int ex_qwen35_forward_residual(const struct ex_qwen35_model *model, struct ex_qwen35_state *state,
+                               const float *embeds, const int32_t *pos, size_t n,
+                               float *ret_hidden, float *ret_residual, struct cm_diag *diag);
+
+/* Decoder layer `layer` alone on given input rows, from a fresh sequence state (the layer's
+ * mixer sees only these n rows, as in a one-pass forward): ret_out = layer(in). Feeding it the
+ * residual rows another implementation computed isolates one layer's error.
+ * Shapes: in, ret_out [n, H]; pos [3, n] mRoPE ids or NULL (0 .. n−1).
+ * Returns 0; -EINVAL (n == 0, layer outside [0, n_layers)), -ENOMEM. Twin of
+ * exc_qwen35_layer_forward; source: transformers' Qwen3_5DecoderLayer.forward. */
+int ex_qwen35_layer_forward(const struct ex_qwen35_model *model, int layer, const float *in,
+                            const int32_t *pos, size_t n, float *ret_out, struct cm_diag *diag);
 
 /* LM-head logits of final-norm hidden rows: logits = hidden · W_lmᵀ (rounded to bf16 when the
  * model rounds). Shapes: hidden [n, H]; logits [n, vocab]. */

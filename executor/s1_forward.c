@@ -2,7 +2,8 @@
  * final-norm hidden rows and top-20 logits at chosen positions (the tool the oracle tests and
  * humans use to check the reference). Input and output are JSON files; see the README. Token ids
  * come in ready (no tokenizer); images come as files (prepared by preprocessor/image), pixel rows
- * or merged embeddings (.npy). */
+ * or merged embeddings (.npy). For parity layer by layer it also dumps the residual stream, runs
+ * given decoder layers alone on given input rows, and dumps the vision tower's merged rows. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cm_version.h"
 #include "cm_model_dir.h"
 #include "cpu_act.h"
 #include "ex_npy.h"
@@ -21,6 +23,7 @@
 #define TOP_K 20
 #define MAX_TOKENS (1 << 20) /* tokens after image expansion */
 #define MAX_IMAGES 256
+#define MAX_JOBS 256 /* --input/--output pairs of one run */
 
 struct image_in {
   float *pixels;    /* [n_patches, patch_dim] or NULL */
@@ -38,11 +41,19 @@ struct input {
   long prefix_len;         /* 0 = one pass */
   long *readout;           /* [n_readout] positions, negative from the end */
   size_t n_readout;        /* count */
+  char *residual_out;      /* .npy path for the residual stream [L + 1, n, H], or NULL */
+  char *layer_in;          /* .npy path of given layer inputs [K, n, H] (layer mode), or NULL */
+  char *layer_out;         /* .npy path for the K layer outputs (with layer_in) */
+  int *layers;             /* [n_layers_sel] decoder layers of layer_in's rows (default 0..K−1) */
+  size_t n_layers_sel;     /* count; 0 = default */
+  char *vision_out;        /* .npy path for the merged vision rows [n_merged, H], or NULL */
+  bool vision_only;        /* run the vision tower only (no text forward, no text weights) */
 };
 
 static void usage(void) {
   fprintf(stderr, "usage: s1-forward --model DIR [--device cpu|cuda:N] --input IN.json --output "
-                  "OUT.json [--bf16-rounding] [--gdn auto|chunked|recurrent] [--repeat K]\n"
+                  "OUT.json [--input IN2.json --output OUT2.json ...]\n"
+                  "       [--bf16-rounding] [--gdn auto|chunked|recurrent] [--repeat K]\n"
                   "       [--numerics ref-bf16|fp32-residual]   (cuda: default ref-bf16)\n");
 }
 
@@ -63,6 +74,11 @@ static char *dir_of(const char *path) {
 
 static void input_fini(struct input *in) {
   free(in->tokens);
+  free(in->residual_out);
+  free(in->layer_in);
+  free(in->layer_out);
+  free(in->layers);
+  free(in->vision_out);
   for (int i = 0; i < in->n_images; i++) {
     free(in->images[i].pixels);
     free(in->images[i].embeds);
@@ -152,6 +168,58 @@ static int read_input(const char *path, struct input *in, struct cm_diag *diag) 
     }
     in->prefix_len = (long)json_object_get_int64(v);
   }
+  /* layer tools: output paths are relative to IN.json too */
+  static const char *const paths[] = {"residual_out", "layer_in", "layer_out", "vision_out"};
+  char **dst[] = {&in->residual_out, &in->layer_in, &in->layer_out, &in->vision_out};
+  for (int i = 0; i < 4; i++) {
+    if (!json_object_object_get_ex(root, paths[i], &v))
+      continue;
+    if (!json_object_is_type(v, json_type_string) || !json_object_get_string_len(v)) {
+      r = cm_diag_set(diag, -CM_EFORMAT, "%s: %s must be a file path", path, paths[i]);
+      goto out;
+    }
+    if (!(*dst[i] = join(base, json_object_get_string(v)))) {
+      r = -ENOMEM;
+      goto out;
+    }
+  }
+  if (!in->layer_in != !in->layer_out) {
+    r = cm_diag_set(diag, -CM_EFORMAT, "%s: layer_in and layer_out go together", path);
+    goto out;
+  }
+  if (json_object_object_get_ex(root, "layers", &v)) {
+    if (!in->layer_in || !json_object_is_type(v, json_type_array) ||
+        json_object_array_length(v) == 0 || json_object_array_length(v) > EX_QWEN35_MAX_LAYERS) {
+      r = cm_diag_set(diag, -CM_EFORMAT,
+                      "%s: layers must be a non-empty array of at most %d layer indices (with "
+                      "layer_in)",
+                      path, EX_QWEN35_MAX_LAYERS);
+      goto out;
+    }
+    in->n_layers_sel = json_object_array_length(v);
+    if (!(in->layers = malloc(in->n_layers_sel * sizeof(int)))) {
+      r = -ENOMEM;
+      goto out;
+    }
+    for (size_t i = 0; i < in->n_layers_sel; i++) {
+      json_object *t = json_object_array_get_idx(v, i);
+      if (!json_object_is_type(t, json_type_int) || json_object_get_int64(t) < 0 ||
+          json_object_get_int64(t) >= EX_QWEN35_MAX_LAYERS) {
+        r = cm_diag_set(diag, -CM_EFORMAT, "%s: layers[%zu] is not a layer index", path, i);
+        goto out;
+      }
+      in->layers[i] = (int)json_object_get_int64(t);
+    }
+  }
+  if (json_object_object_get_ex(root, "vision_only", &v))
+    in->vision_only = json_object_get_boolean(v);
+  if ((in->layer_in != NULL) + (in->residual_out != NULL) + in->vision_only > 1 ||
+      ((in->layer_in || in->residual_out || in->vision_only) && in->prefix_len)) {
+    r = cm_diag_set(diag, -CM_EFORMAT,
+                    "%s: layer_in, residual_out, vision_only and prefix_len exclude each other",
+                    path);
+    goto out;
+  }
   if (json_object_object_get_ex(root, "readout", &v)) {
     if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) > MAX_TOKENS) {
       r = cm_diag_set(diag, -CM_EFORMAT, "%s: readout must be an array of positions", path);
@@ -218,6 +286,8 @@ static int read_input(const char *path, struct input *in, struct cm_diag *diag) 
       }
       x->n_merged = (int64_t)x->grid[1] * x->grid[2] / 4;
       bool px = json_object_object_get_ex(im, "pixels", &f);
+      if (!px && !json_object_object_get_ex(im, "embeds", &f) && in->layer_in)
+        continue; /* layer mode: the rows come in layer_in, only the grid is needed (positions) */
       if (!px && !json_object_object_get_ex(im, "embeds", &f)) {
         r = cm_diag_set(diag, -CM_EFORMAT, "%s: images[%d] needs \"pixels\" or \"embeds\"", path,
                         i);
@@ -281,6 +351,8 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
   int32_t *tok = NULL, *pos = NULL;
   float *emb = NULL, *hid = NULL, *logits = NULL, *pix = NULL, *vis = NULL;
   float *ro_hid = NULL, *ro_logits = NULL; /* device path: readout rows and their logits */
+  float *lay_in = NULL, *lay_out = NULL, *resid = NULL; /* layer tools' buffers */
+  int *lay_idx = NULL;
   size_t *ro_pos = NULL;                   /* resolved readout positions */
   json_object *out = NULL;
   bool have_in = false;
@@ -299,15 +371,15 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     }
     scale = (float)json_object_get_double(sc);
   }
-  if (device < 0) {
+  if ((r = read_input(in_path, &in, diag)))
+    goto done;
+  have_in = true;
+  if (device < 0 && !in.vision_only) {
     if ((r = ex_qwen35_model_load(&cfg, dir->weights, dir->adapter, scale, &m, diag)))
       goto done;
     m->round_bf16 = bf16;
     m->gdn_mode = gdn;
   }
-  if ((r = read_input(in_path, &in, diag)))
-    goto done;
-  have_in = true;
 
   /* expand each <|image_pad|> to its merged-row count */
   size_t n = 0, n_pads = 0;
@@ -346,7 +418,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     } else
       tok[k++] = in.tokens[i];
   }
-  if (device < 0 && (r = ex_qwen35_embed(m, tok, n, emb, diag)))
+  if (m && !in.layer_in && (r = ex_qwen35_embed(m, tok, n, emb, diag)))
     goto done;
 
   /* image rows: pixels through the tower (all images in one call), or given embeddings */
@@ -359,7 +431,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
       n_pix++;
     }
   }
-  if (in.n_images) {
+  if (in.n_images && !in.layer_in) { /* layer mode: the image rows are inside layer_in */
     vis = malloc((size_t)n_merged * h * sizeof(float));
     pix = malloc(((size_t)n_patches * 1536 + 1) * sizeof(float));
     int32_t *grid = malloc(((size_t)n_pix + 1) * 3 * sizeof(int32_t));
@@ -397,7 +469,12 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
       vo += rows;
     }
     free(pout);
-    for (size_t i = 0, j = 0; device < 0 && i < n; i++)
+    if (in.vision_out) {
+      int64_t shape[2] = {n_merged, (int64_t)h};
+      if ((r = ex_npy_save_f32(in.vision_out, vis, shape, 2, diag)))
+        goto done;
+    }
+    for (size_t i = 0, j = 0; m && i < n; i++)
       if (tok[i] == cfg.image_token_id) {
         memcpy(emb + i * h, vis + (j++) * h, h * sizeof(float));
         if (bf16) /* the bf16 reference's vision output is bf16 (as the engine's ref-bf16) */
@@ -429,6 +506,66 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     }
     ro_pos[i] = (size_t)q;
   }
+  out = json_object_new_object();
+  json_object_object_add(out, "n_tokens", json_object_new_int64((int64_t)n));
+  json_object_object_add(out, "rope_delta", json_object_new_int64(rope_delta));
+  if (in.vision_only) {
+    json_object_object_add(out, "vision_rows", json_object_new_int64(n_merged));
+    goto write;
+  }
+  if (in.layer_in) { /* layer mode: each given layer alone on its given input rows */
+    int64_t shape[EX_NPY_MAX_DIMS];
+    int nd = 0;
+    if ((r = ex_npy_load_f32(in.layer_in, &lay_in, shape, &nd, diag)))
+      goto done;
+    size_t kk = nd == 3 ? (size_t)shape[0] : 0;
+    if (nd != 3 || (size_t)shape[1] != n || (size_t)shape[2] != h || kk == 0 ||
+        (in.n_layers_sel && in.n_layers_sel != kk)) {
+      r = cm_diag_set(diag, -CM_ESHAPE,
+                      "%s: layer_in must be [K, %zu, %zu] with K the number of layers given",
+                      in.layer_in, n, h);
+      goto done;
+    }
+    lay_idx = malloc(kk * sizeof(int));
+    lay_out = malloc(kk * n * h * sizeof(float));
+    if (!lay_idx || !lay_out) {
+      r = -ENOMEM;
+      goto done;
+    }
+    json_object *la = json_object_new_array();
+    json_object_object_add(out, "layers", la);
+    for (size_t k = 0; k < kk; k++) {
+      lay_idx[k] = in.n_layers_sel ? in.layers[k] : (int)k;
+      if (lay_idx[k] >= cfg.n_layers) {
+        r = cm_diag_set(diag, -EINVAL, "%s: layer %d outside the model's %d layers", in_path,
+                        lay_idx[k], cfg.n_layers);
+        goto done;
+      }
+      json_object_array_add(la, json_object_new_int(lay_idx[k]));
+    }
+    if (device >= 0) {
+      struct s1_forward_job job = {.tokens = tok, .pos = pos, .n = n, .layer_in = lay_in,
+                                   .layers = lay_idx, .n_layers = kk, .ret_layer_out = lay_out,
+                                   .fp32_residual = fp32_residual, .t0_ms = t0_ms};
+      if ((r = s1_forward_cuda(dir, &cfg, device, &job, NULL, NULL, diag)))
+        goto done;
+    } else {
+      for (size_t k = 0; k < kk && !r; k++)
+        r = ex_qwen35_layer_forward(m, lay_idx[k], lay_in + k * n * h, pos, n,
+                                    lay_out + k * n * h, diag);
+      if (r)
+        goto done;
+    }
+    int64_t oshape[3] = {(int64_t)kk, (int64_t)n, (int64_t)h};
+    if ((r = ex_npy_save_f32(in.layer_out, lay_out, oshape, 3, diag)))
+      goto done;
+    goto write;
+  }
+  if (in.residual_out &&
+      !(resid = malloc(((size_t)cfg.n_layers + 1) * n * h * sizeof(float)))) {
+    r = -ENOMEM;
+    goto done;
+  }
   /* the forward: one pass, or a prefix snapshot and a continuation from a clone of it */
   size_t p = in.prefix_len > 0 && (size_t)in.prefix_len < n ? (size_t)in.prefix_len : 0;
   if (device >= 0) {
@@ -448,6 +585,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
                                  .n_read = in.n_readout,
                                  .repeat = repeat,
                                  .fp32_residual = fp32_residual,
+                                 .ret_residual = resid,
                                  .t0_ms = t0_ms};
     if ((r = s1_forward_cuda(dir, &cfg, device, &job, ro_hid, ro_logits, diag)))
       goto done;
@@ -455,7 +593,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     if ((r = ex_qwen35_state_new(m, &st)))
       goto done;
     if (!p) {
-      r = ex_qwen35_forward(m, st, emb, pos, n, hid, diag);
+      r = ex_qwen35_forward_residual(m, st, emb, pos, n, hid, resid, diag);
     } else {
       int32_t *pp = malloc(3 * p * sizeof(int32_t)), *pc = malloc(3 * (n - p) * sizeof(int32_t));
       if (!pp || !pc) {
@@ -478,11 +616,13 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
       goto done;
   }
 
-  out = json_object_new_object();
+  if (resid) {
+    int64_t shape[3] = {(int64_t)cfg.n_layers + 1, (int64_t)n, (int64_t)h};
+    if ((r = ex_npy_save_f32(in.residual_out, resid, shape, 3, diag)))
+      goto done;
+  }
   json_object *ro = json_object_new_array(), *hs = json_object_new_array();
   json_object *tops = json_object_new_array();
-  json_object_object_add(out, "n_tokens", json_object_new_int64((int64_t)n));
-  json_object_object_add(out, "rope_delta", json_object_new_int64(rope_delta));
   json_object_object_add(out, "readout", ro);
   json_object_object_add(out, "hidden", hs);
   json_object_object_add(out, "logits_top", tops);
@@ -507,6 +647,7 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
     json_object_object_add(t, "logits", float_array(vals, kk));
     json_object_array_add(tops, t);
   }
+write:
   if (json_object_to_file_ext(out_path, out, JSON_C_TO_STRING_PLAIN) != 0)
     r = cm_diag_set(diag, -EIO, "%s: cannot write", out_path);
 done:
@@ -515,6 +656,7 @@ done:
     input_fini(&in);
   free(tok), free(pos), free(emb), free(hid), free(logits), free(pix), free(vis);
   free(ro_pos), free(ro_hid), free(ro_logits);
+  free(lay_in), free(lay_out), free(resid), free(lay_idx);
   ex_qwen35_state_free(st);
   ex_qwen35_state_free(cont);
   ex_qwen35_model_free(m);
@@ -523,6 +665,8 @@ done:
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-forward"))
+    return 0;
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},   {"device", required_argument, 0, 'd'},
       {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},
@@ -532,7 +676,8 @@ int main(int argc, char **argv) {
   struct timespec ts0;
   clock_gettime(CLOCK_MONOTONIC, &ts0);
   double t0_ms = (double)ts0.tv_sec * 1e3 + (double)ts0.tv_nsec / 1e6;
-  const char *model = NULL, *input = NULL, *output = NULL, *device = "cpu";
+  const char *model = NULL, *inputs[MAX_JOBS], *outputs[MAX_JOBS], *device = "cpu";
+  int n_in = 0, n_out = 0;
   long repeat = 0;
   bool bf16 = false, fp32_residual = false, numerics_set = false;
   enum ex_gdn_mode gdn = EX_GDN_AUTO;
@@ -546,10 +691,18 @@ int main(int argc, char **argv) {
       device = optarg;
       break;
     case 'i':
-      input = optarg;
+      if (n_in == MAX_JOBS) {
+        fprintf(stderr, "s1-forward: at most %d --input files\n", MAX_JOBS);
+        return 2;
+      }
+      inputs[n_in++] = optarg;
       break;
     case 'o':
-      output = optarg;
+      if (n_out == MAX_JOBS) {
+        fprintf(stderr, "s1-forward: at most %d --output files\n", MAX_JOBS);
+        return 2;
+      }
+      outputs[n_out++] = optarg;
       break;
     case 'b':
       bf16 = true;
@@ -590,7 +743,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!model || !input || !output || optind != argc) {
+  if (!model || !n_in || n_in != n_out || optind != argc) {
     usage();
     return 2;
   }
@@ -608,12 +761,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "s1-forward: --repeat times the cuda device only\n");
     return 2;
   }
-  struct cm_diag diag = {0};
-  int r = run(model, input, output, bf16, gdn, dev, (int)repeat, fp32_residual, t0_ms, &diag);
-  if (r) {
-    fprintf(stderr, "s1-forward: %s (%s)\n", diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
+  /* each pair in order; the CUDA engine is kept between pairs that fit its reservation */
+  int r = 0;
+  for (int j = 0; j < n_in && !r; j++) {
+    struct cm_diag diag = {0};
+    r = run(model, inputs[j], outputs[j], bf16, gdn, dev, (int)repeat, fp32_residual, t0_ms, &diag);
+    if (r)
+      fprintf(stderr, "s1-forward: %s (%s)\n", diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));
     cm_diag_fini(&diag);
-    return 1;
   }
-  return 0;
+  s1_forward_cuda_release();
+  return r ? 1 : 0;
 }

@@ -52,6 +52,47 @@ static int time_prefill(struct exc_qwen35 *e, struct exc_qwen35_state *st,
   return 0;
 }
 
+/* The engine kept between the jobs of one s1-forward run (one model directory, one device). */
+static struct {
+  struct exc_qwen35 *e;          /* NULL when none */
+  char *path;                    /* its model directory */
+  int device;                    /* its device */
+  struct exc_qwen35_limits lim;  /* its reservation */
+} kept;
+
+void s1_forward_cuda_release(void) {
+  exc_qwen35_free(kept.e);
+  free(kept.path);
+  memset(&kept, 0, sizeof(kept));
+}
+
+/* The engine for a job needing `lim`: the kept one when it is of this directory and device and
+ * its reservation covers lim, else a new one (replacing it). */
+static int engine_for(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg,
+                      int device, const struct exc_qwen35_limits *lim, struct exc_qwen35 **ret,
+                      struct cm_diag *diag) {
+  if (kept.e && kept.device == device && strcmp(kept.path, dir->path) == 0 &&
+      kept.lim.max_tokens >= lim->max_tokens && kept.lim.max_ctx >= lim->max_ctx &&
+      kept.lim.max_readouts >= lim->max_readouts && exc_qwen35_healthy(kept.e)) {
+    *ret = kept.e;
+    return exc_qwen35_set_numerics(kept.e, lim->numerics);
+  }
+  s1_forward_cuda_release();
+  struct exc_qwen35 *e = NULL;
+  int r = exc_qwen35_new(cfg, dir->weights, device, lim, &e, diag);
+  if (r)
+    return r;
+  if (!(kept.path = strdup(dir->path))) {
+    exc_qwen35_free(e);
+    return -ENOMEM;
+  }
+  kept.e = e;
+  kept.device = device;
+  kept.lim = *lim;
+  *ret = e;
+  return 0;
+}
+
 int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg, int device,
                     const struct s1_forward_job *job, float *ret_hidden, float *ret_logits,
                     struct cm_diag *diag) {
@@ -74,17 +115,24 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
     setenv("S1_GEMM_SELECT", "0", 0);
   struct exc_qwen35 *e = NULL;
   struct exc_qwen35_state *st = NULL, *cont = NULL;
-  int r = exc_qwen35_new(cfg, dir->weights, device, &lim, &e, diag);
+  int r = engine_for(dir, cfg, device, &lim, &e, diag);
   if (r)
     return r;
   double ready_ms = now_ms() - job->t0_ms;
+  size_t p = job->prefix_len, h = (size_t)cfg->hidden_size, v = (size_t)cfg->vocab_size;
+  if (job->layer_in) { /* layer mode */
+    for (size_t k = 0; k < job->n_layers && !r; k++)
+      r = exc_qwen35_layer_forward(e, job->layers[k], job->layer_in + k * job->n * h, job->pos,
+                                   job->n, job->ret_layer_out + k * job->n * h, diag);
+    return r;
+  }
   if ((r = exc_qwen35_state_acquire(e, &st)) || (r = exc_qwen35_state_acquire(e, &cont)))
     goto out;
-  size_t p = job->prefix_len, h = (size_t)cfg->hidden_size, v = (size_t)cfg->vocab_size;
   if (!p) {
     struct exc_qwen35_seq seq = {.state = st, .advance = true, .n = job->n, .pos = job->pos};
-    r = exc_qwen35_forward(e, &seq, 1, job->tokens, job->image_rows, job->n_image_rows,
-                           job->readout, job->n_read, ret_hidden, ret_logits, diag);
+    r = exc_qwen35_forward_residual(e, &seq, 1, job->tokens, job->image_rows, job->n_image_rows,
+                                    job->readout, job->n_read, ret_hidden, ret_logits,
+                                    job->ret_residual, diag);
   } else {
     /* prefix into st, clone into cont, continue cont with the rest; readouts of prefix rows come
      * from the first launch, the others from the continuation */
@@ -140,7 +188,6 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
 out:
   exc_qwen35_state_release(e, st);
   exc_qwen35_state_release(e, cont);
-  exc_qwen35_free(e);
   return r;
 }
 

@@ -26,18 +26,28 @@ struct s1_forward_job {
   bool fp32_residual;      /* engine numerics: false = ref-bf16 (default), true = fp32-residual
                               (exc_qwen35.h, enum exc_qwen35_numerics) */
   double t0_ms;            /* process start, CLOCK_MONOTONIC ms (for process-to-ready) */
+  float *ret_residual;     /* [n_layers + 1, n, H] host: the residual stream (one pass), or NULL */
+  const float *layer_in;   /* layer mode: [n_layers, n, H] host inputs of the given layers, or NULL */
+  const int *layers;       /* layer mode: [n_layers] decoder layer of each input */
+  size_t n_layers;         /* layer mode: count */
+  float *ret_layer_out;    /* layer mode: [n_layers, n, H] host outputs */
 };
 
 /* Parses "cuda:N" (or "cuda", device 0). Returns the ordinal, or -1 for anything else. */
 int s1_forward_cuda_device(const char *device);
 
-/* Runs the job on CUDA device `device`: loads the engine, runs it, fills ret_hidden [n_read, H]
- * and ret_logits [n_read, vocab] (host buffers of the caller); with job->repeat > 0 prints one
- * JSON timing line on stdout (README, "s1-forward --device cuda"). Returns 0 or a negative code
- * with diag set. */
+/* Runs the job on CUDA device `device`: loads the engine (or keeps the one of the previous job of
+ * the same directory when its reservation fits), runs it, fills ret_hidden [n_read, H] and
+ * ret_logits [n_read, vocab] (host buffers of the caller); in layer mode (job->layer_in) runs each
+ * given layer alone (exc_qwen35_layer_forward) into job->ret_layer_out instead; with
+ * job->ret_residual also copies the residual stream; with job->repeat > 0 prints one JSON timing
+ * line on stdout (README, "s1-forward --device cuda"). Returns 0 or a negative code with diag set. */
 int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_config *cfg, int device,
                     const struct s1_forward_job *job, float *ret_hidden, float *ret_logits,
                     struct cm_diag *diag);
+
+/* Frees the engine kept between jobs (no-op when none). */
+void s1_forward_cuda_release(void);
 
 /* The vision tower of the model directory on CUDA device `device` (exc_vision, bf16 weights):
  * loads the float32 tower, uploads it as bf16, runs the packed images in one call (round_bf16: the

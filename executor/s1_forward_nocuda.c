@@ -15,6 +15,8 @@ int s1_forward_cuda(const struct cm_model_dir *dir, const struct ex_qwen35_confi
                      "device cuda:%d: this s1-forward was built without CUDA", device);
 }
 
+void s1_forward_cuda_release(void) {}
+
 int s1_forward_vision_cuda(const struct cm_model_dir *dir, int device, const float *pixels,
                            int64_t n_patches, const int32_t *grid_thw, int n_images,
                            bool round_bf16, float *ret_embeds, struct cm_diag *diag) {

@@ -20,7 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "fe_metrics.h"
+#include "fe_static.h"
 #include "proto_job.h"
 #include "proto_status.h"
 
@@ -171,8 +173,8 @@ static void respond(h2o_req_t *req, int status, const char *body, size_t n, cons
   /* the executor's part of execute: its queue, vision, prefix, rows, readouts and heads, and the
    * time it spent on other requests' work while this one was in flight */
   int k = snprintf(st, sizeof(st), "queue;dur=%.3f, preprocess;dur=%.3f, execute;dur=%.3f, "
-                   "finish;dur=%.3f, ex-queue;dur=%.3f, vision;dur=%.3f, prefix;dur=%.3f, "
-                   "rows;dur=%.3f, heads;dur=%.3f, ex-wait;dur=%.3f",
+                   "finish;dur=%.3f, ex-queue;dur=%.3f, ex-vision;dur=%.3f, ex-prefix;dur=%.3f, "
+                   "ex-rows;dur=%.3f, ex-heads;dur=%.3f, ex-wait;dur=%.3f",
                    (double)t->queue_us / 1000.0, (double)t->preprocess_us / 1000.0,
                    (double)t->execute_us / 1000.0, (double)t->finish_us / 1000.0,
                    (double)t->ex_queue_us / 1000.0, (double)t->vision_us / 1000.0,
@@ -252,8 +254,11 @@ static void on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t *
     req->res.content_length = sizeof(too_large_body) - 1;
     char *rid = request_id(req);
     add_hdr(req, "x-request-id", rid, strlen(rid));
-    add_hdr(req, "server-timing", H2O_STRLIT("queue;dur=0.000, preprocess;dur=0.000, "
-                                             "execute;dur=0.000, finish;dur=0.000"));
+    add_hdr(req, "server-timing",
+            H2O_STRLIT("queue;dur=0.000, preprocess;dur=0.000, execute;dur=0.000, "
+                       "finish;dur=0.000, ex-queue;dur=0.000, ex-vision;dur=0.000, "
+                       "ex-prefix;dur=0.000, ex-rows;dur=0.000, ex-heads;dur=0.000, "
+                       "ex-wait;dur=0.000"));
     fe_metrics_count_status(&g.metrics, 413);
     h2o_ostream_t *o = h2o_add_ostream(req, sizeof(*o), slot);
     o->do_send = too_large_send;
@@ -771,6 +776,22 @@ static void handle_metrics(h2o_req_t *req, char *rid) {
   free(text);
 }
 
+/* A compiled-in document (fe_static.h): the page or the OpenAPI document. */
+static void handle_static(h2o_req_t *req, char *rid, const struct fe_asset *a) {
+  req->res.status = 200;
+  req->res.reason = "OK";
+  add_hdr(req, "content-type", a->content_type, strlen(a->content_type));
+  add_hdr(req, "x-request-id", rid, strlen(rid));
+  add_hdr(req, "x-content-type-options", "nosniff", 7);
+  add_hdr(req, "cache-control", "no-cache", 8);
+  if (a->csp) {
+    add_hdr(req, "content-security-policy", a->csp, strlen(a->csp));
+    add_hdr(req, "referrer-policy", "no-referrer", 11);
+  }
+  req->res.content_length = a->body->n;
+  h2o_send_inline(req, (const char *)a->body->data, a->body->n);
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   (void)self;
   char *rid = request_id(req);
@@ -779,6 +800,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
   /* HEAD answers as GET does; h2o sends its status and headers (Content-Length too), no body. */
   int is_head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
+  const struct fe_asset *asset;
   if (h2o_memis(path.base, path.len, H2O_STRLIT("/v1/systemone"))) {
     if (is_post)
       handle_post(req, rid);
@@ -799,6 +821,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
       handle_models(req, rid);
     else
       handle_metrics(req, rid);
+  } else if ((asset = fe_static_find(path.base, path.len)) != NULL) {
+    if (is_get || is_head)
+      handle_static(req, rid, asset);
+    else {
+      add_hdr(req, "allow", "GET, HEAD", 9);
+      respond_plain_error(req, 405, "method_not_allowed", "use GET or HEAD", rid);
+    }
   } else {
     respond_plain_error(req, 404, "not_found", "no such route", rid);
   }
@@ -863,6 +892,8 @@ static long parse_num(const char *s, long lo, long hi) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-frontend"))
+    return 0;
   static const struct option opts[] = {
       {"listen", required_argument, 0, 'l'},   {"pool", required_argument, 0, 'p'},
       {"queue", required_argument, 0, 'q'},    {"max-body", required_argument, 0, 'b'},

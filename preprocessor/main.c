@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "pp_family.h"
 #include "pp_json.h"
 #include "proto_job.h"
@@ -480,6 +481,8 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-preprocessor"))
+    return 0;
   static const struct option opts[] = {
       {"frontend", required_argument, 0, 'f'}, {"executor", required_argument, 0, 'e'},
       {"model", required_argument, 0, 'm'},    {"credits", required_argument, 0, 'k'},

@@ -965,10 +965,77 @@ static int pack(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int ns,
   return 0;
 }
 
+/* One decoder layer on the residual stream hres of t packed rows (input norm, mixer, MLP; the
+ * mixers add their outputs into hres). *what names the step for an error message. */
+static int decoder_layer(struct exc_qwen35 *e, int li, const struct exc_qwen35_seq *seqs, int ns,
+                         size_t t, const char **what) {
+  const struct dlayer *l = &e->layers[li];
+  *what = l->full_attn ? "attention layer" : "Gated DeltaNet layer";
+  int r = exc_rms_norm(e->stream, e->hres, NULL, l->in_norm, e->cfg.rms_eps, NULL, e->a, e->h, t,
+                       e->h);
+  if (r)
+    return r;
+  prof(e, EXC_OP_NORM);
+  r = l->full_attn ? attn_layer(e, li, seqs, ns, t) : gdn_layer(e, li, seqs, ns, t);
+  if (r)
+    return r;
+  *what = "MLP";
+  return mlp(e, l, t);
+}
+
 int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, int n_seqs,
                        const int32_t *tokens, const float *image_rows, size_t n_image_rows,
                        const size_t *readout, size_t n_read, float *ret_hidden, float *ret_logits,
                        struct cm_diag *diag) {
+  return exc_qwen35_forward_residual(e, seqs, n_seqs, tokens, image_rows, n_image_rows, readout,
+                                     n_read, ret_hidden, ret_logits, NULL, diag);
+}
+
+int exc_qwen35_layer_forward(struct exc_qwen35 *e, int layer, const float *in, const int32_t *pos,
+                             size_t n, float *ret_out, struct cm_diag *diag) {
+  if (e->sticky)
+    return cm_diag_set(diag, -CM_ECUDA, "cuda engine: retired after a sticky device error");
+  if (layer < 0 || layer >= e->cfg.n_layers)
+    return cm_diag_set(diag, -EINVAL, "cuda engine: layer %d outside the model's %d layers", layer,
+                       e->cfg.n_layers);
+  e->last_t = 0;
+  struct exc_qwen35_seq seq = {.state = NULL, .advance = false, .n = n, .pos = pos};
+  int32_t *ids = calloc(n ? n : 1, sizeof(int32_t)); /* token 0: pack checks ids, none is read */
+  size_t t = 0;
+  int r = ids ? pack(e, &seq, 1, ids, NULL, 0, &t, diag) : -ENOMEM;
+  free(ids);
+  if (r)
+    return r == -ENOMEM ? cm_diag_set(diag, r, "cuda engine: out of host memory") : r;
+  const char *what = "upload";
+  cudaStream_t s = e->stream;
+  e->prof_n = 0;
+  if ((r = EXC_CUDA(
+           cudaMemcpyAsync(e->pos, e->h_pos, 3 * t * sizeof(int32_t), cudaMemcpyHostToDevice, s))) ||
+      (r = EXC_CUDA(cudaMemcpyAsync(e->hres, in, t * e->h * sizeof(float), cudaMemcpyHostToDevice,
+                                    s))))
+    goto fail;
+  what = "rotary tables";
+  if ((r = exc_mrope_tables(s, e->pos, t, e->inv_freq, (int)e->f, e->cfg.mrope_section, e->cos_t,
+                            e->sin_t)) ||
+      (r = round_rows(e, e->cos_t, e->f, t, e->f)) || (r = round_rows(e, e->sin_t, e->f, t, e->f)))
+    goto fail;
+  if ((r = decoder_layer(e, layer, &seq, 1, t, &what)))
+    goto fail;
+  what = "download";
+  if ((r = EXC_CUDA(cudaMemcpyAsync(ret_out, e->hres, t * e->h * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s))) ||
+      (r = EXC_CUDA(cudaStreamSynchronize(s))))
+    goto fail;
+  return 0;
+fail:
+  return cuda_fail(e, r, diag, what);
+}
+
+int exc_qwen35_forward_residual(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs,
+                                int n_seqs, const int32_t *tokens, const float *image_rows,
+                                size_t n_image_rows, const size_t *readout, size_t n_read,
+                                float *ret_hidden, float *ret_logits, float *ret_residual,
+                                struct cm_diag *diag) {
   if (e->sticky)
     return cm_diag_set(diag, -CM_ECUDA, "cuda engine: retired after a sticky device error");
   e->last_t = 0;
@@ -1020,17 +1087,17 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
       (r = round_rows(e, e->cos_t, e->f, t, e->f)) || (r = round_rows(e, e->sin_t, e->f, t, e->f)))
     goto fail;
   prof(e, EXC_OP_INPUT);
+  if (ret_residual &&
+      (r = EXC_CUDA(cudaMemcpyAsync(ret_residual, e->hres, t * e->h * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s))))
+    goto fail;
   for (int li = 0; li < e->cfg.n_layers; li++) {
-    const struct dlayer *l = &e->layers[li];
-    what = l->full_attn ? "attention layer" : "Gated DeltaNet layer";
-    if ((r = exc_rms_norm(s, e->hres, NULL, l->in_norm, e->cfg.rms_eps, NULL, e->a, e->h, t, e->h)))
+    if ((r = decoder_layer(e, li, seqs, n_seqs, t, &what)))
       goto fail;
-    prof(e, EXC_OP_NORM);
-    r = l->full_attn ? attn_layer(e, li, seqs, n_seqs, t) : gdn_layer(e, li, seqs, n_seqs, t);
-    if (r)
-      goto fail;
-    what = "MLP";
-    if ((r = mlp(e, l, t)))
+    what = "residual copy";
+    if (ret_residual &&
+        (r = EXC_CUDA(cudaMemcpyAsync(ret_residual + (size_t)(li + 1) * t * e->h, e->hres,
+                                      t * e->h * sizeof(float), cudaMemcpyDeviceToHost, s))))
       goto fail;
   }
   what = "final norm";

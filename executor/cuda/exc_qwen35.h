@@ -130,6 +130,27 @@ int exc_qwen35_forward(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs, 
                        const size_t *readout, size_t n_read, float *ret_hidden, float *ret_logits,
                        struct cm_diag *diag);
 
+/* exc_qwen35_forward that also copies the residual stream to the host: ret_residual
+ * [n_layers + 1, total, H] host float32 holds the packed rows entering layer 0 (embeddings with
+ * the image rows), then each decoder layer's output (before the final norm; bf16 values in
+ * ref-bf16). NULL: exc_qwen35_forward. Returns as exc_qwen35_forward. Twin:
+ * ex_qwen35_forward_residual. */
+int exc_qwen35_forward_residual(struct exc_qwen35 *e, const struct exc_qwen35_seq *seqs,
+                                int n_seqs, const int32_t *tokens, const float *image_rows,
+                                size_t n_image_rows, const size_t *readout, size_t n_read,
+                                float *ret_hidden, float *ret_logits, float *ret_residual,
+                                struct cm_diag *diag);
+
+/* Decoder layer `layer` alone on n given input rows of one fresh sequence (no snapshot read or
+ * written): ret_out = layer(in), in the engine's numerics. For parity checks layer by layer:
+ * feeding the reference's own input rows of layer i isolates layer i's error.
+ * Shapes: pos [3, n] host mRoPE ids or NULL (0 .. n−1); in, ret_out [n, H] host float32.
+ * Ownership: host buffers of the caller; synchronises the stream. Invalidates the last forward's
+ * readouts. Returns 0; -EINVAL (layer out of range, n == 0); -CM_ELIMIT (n > max_tokens);
+ * -ENOMEM; -CM_ECUDA. Twin: ex_qwen35_layer_forward. */
+int exc_qwen35_layer_forward(struct exc_qwen35 *e, int layer, const float *in, const int32_t *pos,
+                             size_t n, float *ret_out, struct cm_diag *diag);
+
 /* Timing of repeated one-pass prefills (milliseconds, CUDA events on the engine's stream). */
 struct exc_qwen35_timing {
   float first_ms;           /* the first (excluded) run */

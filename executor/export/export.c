@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cm_version.h"
 #include "export_util.h"
 #include "cm_model_dir.h"
 #include "cm_qwen35.h"
@@ -352,6 +353,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-export"))
+    return 0;
   const char *family = NULL, *base = NULL, *adapter_dir = NULL, *lora_mode = NULL, *out = NULL;
   const char *chat_path = NULL; /* jemm: --chat */
   static const struct option lo[] = {{"family", required_argument, 0, 'f'},

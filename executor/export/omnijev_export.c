@@ -184,7 +184,7 @@ static json_object *added_token(int64_t id, const char *content) {
 /* Makes `path` hold the option tokens as special added tokens (records.add_option_tokens: the
  * next two ids), verifies them with the project's tokenizer and returns the vocabulary length
  * and the ids. */
-static int option_tokens(const char *path, size_t *ret_vocab, int32_t ret_ids[2]) {
+int ex_omnijev_option_tokens(const char *path, size_t *ret_vocab, int32_t ret_ids[2]) {
   struct cm_diag d = {0};
   struct pp_tok *tok = NULL;
   int rc = pp_tok_load_file(path, &tok, &d);
@@ -415,7 +415,7 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
     goto out;
   size_t vocab = 0;
   int32_t ids[2] = {-1, -1};
-  if ((rc = option_tokens(o_tok, &vocab, ids)))
+  if ((rc = ex_omnijev_option_tokens(o_tok, &vocab, ids)))
     goto out;
   /* manifest and config */
   json_object *config = NULL, *tc = NULL, *hs = NULL, *files = NULL, *up = NULL, *src = NULL;

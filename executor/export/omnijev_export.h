@@ -4,6 +4,8 @@
 #define S1_OMNIJEV_EXPORT_H
 
 #include <json-c/json.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "cm_error.h"
 
@@ -18,5 +20,11 @@ int ex_export_omnijev_main(int argc, char **argv, int (*qwen_main)(int, char **)
  * manifest's "omnijev" calibration fields (new object, caller owns).
  * Returns 0; -CM_EFORMAT with diag naming the field. Source: mso/infer.py MSO1.__init__. */
 int ex_omnijev_check_meta(json_object *meta, json_object **ret_calib, struct cm_diag *diag);
+
+/* Makes the tokenizer.json at `path` hold <|opt|> and <|/opt|> as special added tokens with the
+ * next two ids (records.add_option_tokens), unless it has them already, and checks them with the
+ * project's tokenizer: they must be the last two ids. Shapes: ret_ids [2]. Units: *ret_vocab is
+ * the tokenizer's length (ids). Returns 0, or -1 / a negative code after printing the reason. */
+int ex_omnijev_option_tokens(const char *path, size_t *ret_vocab, int32_t ret_ids[2]);
 
 #endif

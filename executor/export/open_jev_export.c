@@ -374,6 +374,62 @@ static void usage(FILE *f) {
              "                 --out DIR [--lora keep|merge] [--max-length N] [--alias NAME]...\n");
 }
 
+int ex_open_jev_manifest_add(json_object *m, const char *model_id, const char *base_revision,
+                             const char *package_hex, double temperature, int64_t max_length,
+                             bool has_adapter, const char *const *aliases, int n_aliases) {
+  json_object *chat, *lim;
+  json_object_object_add(m, "family", json_object_new_string("open_jev"));
+  json_object_object_add(m, "model_id", json_object_new_string(model_id));
+  json_object_object_add(m, "revision", json_object_new_string(package_hex)); /* the package hash */
+  chat = json_object_new_object();
+  json_object_object_add(chat, "prefix", json_object_new_string(chat_prefix));
+  json_object_object_add(chat, "suffix", json_object_new_string(chat_suffix));
+  json_object_object_add(m, "chat", chat);
+  char trepr[40];
+  snprintf(trepr, sizeof trepr, "%.17g", temperature);
+  json_object *cal = json_object_new_object();
+  json_object_object_add(cal, "temperature", json_object_new_double_s(temperature, trepr));
+  json_object_object_add(m, "calibration", cal);
+  json_object *oj = json_object_new_object(), *al = json_object_new_array(),
+              *meta = json_object_new_object(), *dt = json_object_new_array(),
+              *head = json_object_new_object();
+  json_object_object_add(oj, "model_id", json_object_new_string(model_id));
+  json_object_array_add(al, json_object_new_string("open-jev"));
+  json_object_array_add(al, json_object_new_string("jev-latest"));
+  for (size_t i = 0; i < sizeof pins / sizeof *pins; i++)
+    if (strcmp(model_id, pins[i].model_id) == 0)
+      json_object_array_add(al, json_object_new_string(pins[i].alias));
+  for (int i = 0; i < n_aliases; i++)
+    json_object_array_add(al, json_object_new_string(aliases[i]));
+  json_object_object_add(oj, "aliases", al);
+  json_object_object_add(oj, "temperature", json_object_new_double_s(temperature, trepr));
+  json_object_object_add(oj, "max_length", json_object_new_int64(max_length));
+  json_object_object_add(oj, "method", json_object_new_string("lora_decision_head"));
+  json_object_object_add(head, "file", json_object_new_string("heads.safetensors"));
+  json_object_object_add(head, "weight", json_object_new_string("open_jev.head.weight"));
+  json_object_object_add(head, "bias", json_object_new_string("open_jev.head.bias"));
+  json_object_object_add(oj, "head", head);
+  json_object_object_add(meta, "checkpoint_sha256", json_object_new_string(package_hex));
+  json_object_object_add(meta, "base_revision", json_object_new_string(base_revision));
+  json_object_object_add(meta, "max_length", json_object_new_int64(max_length));
+  json_object_array_add(dt, json_object_new_string("torch.bfloat16"));
+  if (has_adapter)
+    json_object_array_add(dt, json_object_new_string("torch.float32"));
+  json_object_object_add(meta, "backbone_parameter_dtypes", dt);
+  json_object_object_add(meta, "code_commit", NULL);
+  json_object_object_add(oj, "metadata", meta);
+  json_object_object_add(m, "open_jev", oj);
+  if (json_object_object_get_ex(m, "limits", &lim)) {
+    json_object_object_add(lim, "max_body_bytes", json_object_new_int(4 << 20));
+    json_object_object_add(lim, "max_questions", json_object_new_int(4096));
+    json_object_object_add(lim, "max_candidate_sequences", json_object_new_int(65536));
+    json_object_object_add(lim, "max_choice_options", json_object_new_int(255));
+    json_object_object_add(lim, "max_score_levels", json_object_new_int(10));
+    json_object_object_add(lim, "max_prompt_tokens", json_object_new_int64(max_length));
+  }
+  return 0;
+}
+
 int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **)) {
   const char *pkg = NULL, *base = NULL, *out = NULL, *lora = "keep";
   const char *aliases[16];
@@ -492,56 +548,11 @@ int ex_export_open_jev_main(int argc, char **argv, int (*qwen_main)(int, char **
   if (rc)
     goto out;
   /* manifest */
-  json_object *m = manifest, *files, *chat, *lim, *up, *src;
-  json_object_object_add(m, "family", json_object_new_string("open_jev"));
-  json_object_object_add(m, "model_id", json_object_new_string(p.model_id));
-  json_object_object_add(m, "revision", json_object_new_string(hex)); /* the package hash */
-  chat = json_object_new_object();
-  json_object_object_add(chat, "prefix", json_object_new_string(chat_prefix));
-  json_object_object_add(chat, "suffix", json_object_new_string(chat_suffix));
-  json_object_object_add(m, "chat", chat);
+  json_object *m = manifest, *files, *up, *src;
   char trepr[40];
   snprintf(trepr, sizeof trepr, "%.17g", p.temperature);
-  json_object *cal = json_object_new_object();
-  json_object_object_add(cal, "temperature", json_object_new_double_s(p.temperature, trepr));
-  json_object_object_add(m, "calibration", cal);
-  json_object *oj = json_object_new_object(), *al = json_object_new_array(),
-              *meta = json_object_new_object(), *dt = json_object_new_array(),
-              *head = json_object_new_object();
-  json_object_object_add(oj, "model_id", json_object_new_string(p.model_id));
-  json_object_array_add(al, json_object_new_string("open-jev"));
-  json_object_array_add(al, json_object_new_string("jev-latest"));
-  for (size_t i = 0; i < sizeof pins / sizeof *pins; i++)
-    if (strcmp(p.model_id, pins[i].model_id) == 0)
-      json_object_array_add(al, json_object_new_string(pins[i].alias));
-  for (int i = 0; i < n_aliases; i++)
-    json_object_array_add(al, json_object_new_string(aliases[i]));
-  json_object_object_add(oj, "aliases", al);
-  json_object_object_add(oj, "temperature", json_object_new_double_s(p.temperature, trepr));
-  json_object_object_add(oj, "max_length", json_object_new_int64(p.max_length));
-  json_object_object_add(oj, "method", json_object_new_string("lora_decision_head"));
-  json_object_object_add(head, "file", json_object_new_string("heads.safetensors"));
-  json_object_object_add(head, "weight", json_object_new_string("open_jev.head.weight"));
-  json_object_object_add(head, "bias", json_object_new_string("open_jev.head.bias"));
-  json_object_object_add(oj, "head", head);
-  json_object_object_add(meta, "checkpoint_sha256", json_object_new_string(hex));
-  json_object_object_add(meta, "base_revision", json_object_new_string(p.revision));
-  json_object_object_add(meta, "max_length", json_object_new_int64(p.max_length));
-  json_object_array_add(dt, json_object_new_string("torch.bfloat16"));
-  if (has_adapter)
-    json_object_array_add(dt, json_object_new_string("torch.float32"));
-  json_object_object_add(meta, "backbone_parameter_dtypes", dt);
-  json_object_object_add(meta, "code_commit", NULL);
-  json_object_object_add(oj, "metadata", meta);
-  json_object_object_add(m, "open_jev", oj);
-  if (json_object_object_get_ex(m, "limits", &lim)) {
-    json_object_object_add(lim, "max_body_bytes", json_object_new_int(4 << 20));
-    json_object_object_add(lim, "max_questions", json_object_new_int(4096));
-    json_object_object_add(lim, "max_candidate_sequences", json_object_new_int(65536));
-    json_object_object_add(lim, "max_choice_options", json_object_new_int(255));
-    json_object_object_add(lim, "max_score_levels", json_object_new_int(10));
-    json_object_object_add(lim, "max_prompt_tokens", json_object_new_int64(p.max_length));
-  }
+  ex_open_jev_manifest_add(m, p.model_id, p.revision, hex, p.temperature, p.max_length,
+                           has_adapter, (const char *const *)aliases, n_aliases);
   if (json_object_object_get_ex(m, "upstream", &up) &&
       json_object_object_get_ex(up, "sources", &src)) {
     const char *names[] = {"model.json", "temperature.json", "head.pt"};

@@ -6,7 +6,9 @@
  * the arguments: each block of 2^18 elements of a tensor draws from its own splitmix64 stream seeded
  * by (seed, tensor name, block), so the weights depend on neither write order, layout nor thread
  * count. It leaves out training-quality init. The oracle fixtures pin the output by SHA-256: a
- * change to any drawn value means regenerating them. */
+ * change to any drawn value means regenerating them. --s1-out --family omnijev|open_jev|jemm
+ * writes a family's whole directory in the same pass (kept adapter, random heads, option-token
+ * rows, the family's manifest blocks as s1-export writes them), for real-shape benchmarks. */
 #include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
@@ -18,10 +20,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "cm_model_dir.h"
 #include "cm_qwen35.h"
 #include "cm_safetensors.h"
 #include "cm_sha256.h"
+#include "export_jemm.h"
+#include "omnijev_export.h"
+#include "open_jev_export.h"
 
 #define SHARD_MAX_BYTES 4000000000ull /* default: above this the weights are split into shards */
 
@@ -85,6 +91,11 @@ struct opts {
   const char *adapter_targets; /* comma-separated module names */
   bool adapter_bf16;         /* factors stored as BF16 instead of F32 */
   uint64_t shard_bytes;      /* largest shard, bytes (--max-shard-bytes; tests use small ones) */
+  const char *family;        /* --s1-out: qwen3_5 (default), omnijev, open_jev, jemm */
+  bool kept_adapter;         /* --s1-out with --adapter-rank: adapter.safetensors kept unmerged */
+  int head_width, ord_width; /* omnijev: OptionScorer and ordinal widths (1024, 512) */
+  const char *tokenizer_config; /* jemm: tokenizer_config.json with the base's chat template */
+  int64_t vocab_rows;        /* > 0: the embedding rows (omnijev: the tokenizer's length) */
 };
 
 struct special_ids {
@@ -250,6 +261,8 @@ static int make_config(const struct opts *o, const struct special_ids *ids, json
   /* Vocabulary: the spec's 248320 rows when they cover every tokenizer id, else the id count
    * rounded up to a multiple of 128. */
   int64_t vocab = ids->n_ids <= 248320 ? 248320 : (ids->n_ids + 127) / 128 * 128;
+  if (o->vocab_rows > 0) /* omnijev: resized to the tokenizer with its option tokens (§11.3) */
+    vocab = o->vocab_rows;
   bool tied = o->tied || s->tied;
   bool tiny = strcmp(s->name, "tiny") == 0;
 
@@ -671,6 +684,248 @@ static int write_adapter(const struct opts *o, const struct cm_qwen35_tensor *li
   return rc;
 }
 
+/* ---- family directories (--s1-out --family) ------------------------------------------------ */
+
+/* Counts of what the kept adapter adapts (s1-export's attach_lora counts, for the JEMM checks). */
+struct adapter_counts {
+  size_t n_lang;  /* language-model projections */
+  size_t n_other; /* anything else (vision, lm_head) */
+};
+
+/* A kept LoRA factor: F32 N(0, 0.02) drawn from its own stream (s1 key as the name). */
+static int fill_kept(void *ctx, const char *name, void *buf, size_t n_bytes) {
+  struct rng r = rng_for(*(const uint64_t *)ctx, name, "kept-lora");
+  float *v = buf;
+  fill_normal(&r, 0.0, 0.02, v, n_bytes / 4);
+  return 0;
+}
+
+/* adapter.safetensors as s1-export --lora keep writes it: for every targeted 2-D weight (not the
+ * embedding) <canonical name without .weight>.lora_A [r, in] and .lora_B [out, r], F32. Values
+ * N(0, 0.02), so that the adapted projections stay at the base's scale. */
+static int write_kept_adapter(const struct opts *o, const struct cm_qwen35_tensor *list, size_t n,
+                              struct adapter_counts *ret) {
+  struct cm_safetensors_writer *w = NULL;
+  int rc = cm_safetensors_writer_new(&w);
+  int64_t r = o->adapter_rank;
+  char (*keys)[200] = calloc(2 * n + 1, sizeof *keys);
+  size_t used = 0;
+  memset(ret, 0, sizeof *ret);
+  if (!keys)
+    rc = -ENOMEM;
+  for (size_t i = 0; i < n && !rc; i++) {
+    const struct cm_qwen35_tensor *t = &list[i];
+    if (t->n_dims != 2 || !has_suffix(t->name, ".weight") || strstr(t->name, "embed"))
+      continue;
+    char module[160];
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(t->name) - 7), t->name);
+    if (!targeted(module, o->adapter_targets))
+      continue;
+    bool lang = strncmp(module, "model.language_model.", 21) == 0;
+    ret->n_lang += lang;
+    ret->n_other += !lang;
+    for (int ab = 0; ab < 2 && !rc; ab++) {
+      int64_t shape[2] = {ab == 0 ? r : t->shape[0], ab == 0 ? t->shape[1] : r};
+      snprintf(keys[used], sizeof keys[used], "%s.lora_%c", module, ab ? 'B' : 'A');
+      rc = cm_safetensors_writer_add_fill(w, keys[used++], CM_DTYPE_F32, 2, shape, fill_kept,
+                                          (void *)&o->seed);
+    }
+  }
+  if (!rc && used == 0) {
+    fprintf(stderr, "s1-mkmodel: --adapter-targets \"%s\" matches no linear weight\n",
+            o->adapter_targets);
+    rc = -EINVAL;
+  }
+  char *p = path_join(o->s1_out, "adapter.safetensors");
+  struct cm_diag d = {0};
+  if (!rc)
+    rc = cm_safetensors_writer_finish(w, p, &d);
+  if (rc && d.msg)
+    fprintf(stderr, "s1-mkmodel: %s\n", d.msg);
+  cm_diag_fini(&d);
+  free(p);
+  free(keys);
+  cm_safetensors_writer_free(w);
+  return rc;
+}
+
+/* One random F32 head tensor to write. */
+struct head_t {
+  char name[48];    /* key in heads.safetensors */
+  int64_t shape[2]; /* [out, in] or [out] */
+  int n_dims;       /* 1 or 2 */
+  double std;       /* N(0, std) */
+  float *v;         /* values, heap */
+};
+
+static int add_head(struct head_t *h, size_t *n, const char *name, int64_t a, int64_t b,
+                    double std) {
+  struct head_t *t = &h[(*n)++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->shape[0] = a;
+  t->shape[1] = b;
+  t->n_dims = b > 0 ? 2 : 1;
+  t->std = std;
+  return 0;
+}
+
+/* Linear `name`: weight [out, in] N(0, gain / sqrt(in)), bias [out] N(0, 0.3) (the scheme of
+ * recipe/omnijev/make_demo_checkpoint.py). */
+static void add_linear(struct head_t *h, size_t *n, const char *prefix, const char *name,
+                       int64_t out, int64_t in, double gain) {
+  char k[48];
+  snprintf(k, sizeof k, "%s%s.weight", prefix, name);
+  add_head(h, n, k, out, in, gain / sqrt((double)in));
+  snprintf(k, sizeof k, "%s%s.bias", prefix, name);
+  add_head(h, n, k, out, 0, 0.3);
+}
+
+/* heads.safetensors of the family (F32): omnijev head.* (OptionScorer, 17 tensors) and ord.*
+ * (OrdinalScoreHead, 8) at widths D / O as s1-export names them; open_jev open_jev.head.weight
+ * [1, H] and .bias [1]. */
+static int write_heads(const struct opts *o, int64_t hidden) {
+  struct head_t h[32];
+  size_t n = 0;
+  if (strcmp(o->family, "omnijev") == 0) {
+    int64_t d = o->head_width, w = o->ord_width;
+    add_linear(h, &n, "head.", "opt.0", d, hidden, 2.0);
+    add_linear(h, &n, "head.", "opt.2", d, d, 2.0);
+    add_linear(h, &n, "head.", "que.0", d, hidden, 2.0);
+    add_linear(h, &n, "head.", "que.2", d, d, 2.0);
+    add_linear(h, &n, "head.", "score", 1, d, 0.5);
+    add_linear(h, &n, "head.", "abstain", 1, d, 0.5);
+    add_linear(h, &n, "head.", "feat", d, 6, 0.02);
+    add_linear(h, &n, "head.", "feat_lin", 1, 6, 0.02);
+    add_head(h, &n, "head.log_tau", 3, 0, 0.0);
+    add_linear(h, &n, "ord.", "z.0", w, hidden, 2.0);
+    add_linear(h, &n, "ord.", "z.2", 1, w, 3.0);
+    add_linear(h, &n, "ord.", "cut.0", w, hidden, 2.0);
+    add_linear(h, &n, "ord.", "cut.2", 1, w, 3.0);
+  } else {
+    add_head(h, &n, "open_jev.head.weight", 1, hidden, 1.0 / sqrt((double)hidden));
+    add_head(h, &n, "open_jev.head.bias", 1, 0, 0.1);
+  }
+  struct cm_safetensors_writer *w = NULL;
+  int rc = cm_safetensors_writer_new(&w);
+  for (size_t i = 0; i < n && !rc; i++) {
+    size_t cnt = (size_t)h[i].shape[0] * (size_t)(h[i].n_dims == 2 ? h[i].shape[1] : 1);
+    if (!(h[i].v = calloc(cnt + 1, sizeof(float)))) {
+      rc = -ENOMEM;
+      break;
+    }
+    struct rng r = rng_for(o->seed, h[i].name, "head");
+    if (h[i].std > 0)
+      fill_normal(&r, 0.0, h[i].std, h[i].v, cnt);
+    rc = cm_safetensors_writer_add(w, h[i].name, CM_DTYPE_F32, h[i].n_dims, h[i].shape, h[i].v);
+  }
+  char *p = path_join(o->s1_out, "heads.safetensors");
+  struct cm_diag d = {0};
+  if (!rc)
+    rc = cm_safetensors_writer_finish(w, p, &d);
+  if (rc)
+    fprintf(stderr, "s1-mkmodel: %s\n", d.msg ? d.msg : "cannot write heads.safetensors");
+  cm_diag_fini(&d);
+  free(p);
+  cm_safetensors_writer_free(w);
+  for (size_t i = 0; i < n; i++)
+    free(h[i].v);
+  return rc;
+}
+
+/* The family's manifest blocks (what s1-export --family F writes for such a checkpoint), with
+ * the small inputs the exporters read (JEMM's decision_config.json and the base's chat template)
+ * written under DIR/generator/ and listed in upstream.sources. */
+static int family_manifest(const struct opts *o, json_object *m, json_object *src,
+                           const struct cm_qwen35_dims *dims, const struct adapter_counts *ac,
+                           int64_t image_token_id, const int32_t opt_ids[2], int64_t vocab) {
+  int rc = 0;
+  if (strcmp(o->family, "omnijev") == 0) {
+    /* the 4B release's published calibration (recipe/omnijev/make_demo_checkpoint.py) */
+    json_object *meta = json_tokener_parse(
+        "{\"norm\": \"softmax\", \"lm_feats\": true, \"ordinal\": true, \"branch\": true, "
+        "\"temperatures\": {\"noul\": 1.1991, \"choice\": 1.1199, \"score\": 1.1909}, "
+        "\"biases\": {\"noul\": 0.05310856608843584}}");
+    json_object *calib = NULL;
+    struct cm_diag d = {0};
+    rc = meta ? ex_omnijev_check_meta(meta, &calib, &d) : -ENOMEM;
+    json_object_put(meta);
+    if (rc) {
+      fprintf(stderr, "s1-mkmodel: %s\n", d.msg ? d.msg : "head_meta");
+      cm_diag_fini(&d);
+      return rc;
+    }
+    ADD(m, "family", STR("omnijev"));
+    ADD(m, "model_id", STR("tinnel123/OmniJev"));
+    json_object *lr = json_object_new_object(), *oi = json_object_new_array();
+    json_object *proc = json_object_new_object(), *kinds = json_object_new_array();
+    ADD(lr, "rank", I64(o->adapter_rank));
+    ADD(lr, "alpha", json_object_new_double(o->adapter_alpha));
+    ADD(lr, "mode", STR("keep"));
+    ADD(calib, "lora", lr);
+    json_object_array_add(oi, json_object_new_int(opt_ids[0]));
+    json_object_array_add(oi, json_object_new_int(opt_ids[1]));
+    ADD(calib, "option_token_ids", oi);
+    ADD(calib, "vocab_size", I64(vocab));
+    ADD(proc, "min_pixels", json_object_new_int(65536));
+    ADD(proc, "max_pixels", json_object_new_int(602112)); /* the MSO1 override */
+    ADD(calib, "processor", proc);
+    ADD(calib, "heads", STR("heads.safetensors"));
+    ADD(m, "omnijev", calib);
+    json_object_array_add(kinds, STR("omnijev"));
+    ADD(m, "head_kinds", kinds);
+    return 0;
+  }
+  if (strcmp(o->family, "open_jev") == 0) {
+    /* the pinned base of the shape (spec/open_jev.md §9.1); the package hash stands for the
+     * generator's arguments */
+    bool b27 = strcmp(o->shape, "27b") == 0, b9 = strcmp(o->shape, "9b") == 0;
+    const char *model_id = b27 ? "Qwen/Qwen3.8-27B" : b9 ? "Qwen/Qwen3.5-9B"
+                                                        : "s1serve/open-jev-tiny-random";
+    const char *rev = b27 ? "1d4bf0f2ff6012fd82039f2fa52739d0dd7c60c0"
+                      : b9 ? "c202236235762e1c871ad0ccb60c8ee5ba337b9a"
+                           : "s1-mkmodel --shape tiny";
+    char args[160], hex[CM_SHA256_HEX];
+    uint8_t dg[CM_SHA256_BYTES];
+    snprintf(args, sizeof args, "s1-mkmodel --shape %s --seed %llu --family open_jev", o->shape,
+             (unsigned long long)o->seed);
+    struct cm_sha256 h = {0};
+    if ((rc = cm_sha256_init(&h)) || (rc = cm_sha256_update(&h, args, strlen(args))) ||
+        (rc = cm_sha256_final(&h, dg))) {
+      cm_sha256_fini(&h);
+      return rc;
+    }
+    cm_sha256_fini(&h);
+    cm_sha256_hex(dg, hex);
+    return ex_open_jev_manifest_add(m, model_id, rev, hex, 1.3862943611198906, 16384,
+                                    o->kept_adapter, NULL, 0);
+  }
+  /* jemm: export_jemm's checks and blocks over the generator's two small inputs */
+  char *gdir = path_join(o->s1_out, "generator");
+  char *dc = gdir ? path_join(gdir, "decision_config.json") : NULL;
+  char *tcp = gdir ? path_join(gdir, "tokenizer_config.json") : NULL;
+  if (!gdir || !dc || !tcp)
+    rc = -ENOMEM;
+  if (!rc && mkdir(gdir, 0755) != 0 && errno != EEXIST)
+    rc = -errno;
+  if (!rc) { /* the released decision_config.json values (recipe/jemm/make-demo-model) */
+    json_object *j = json_tokener_parse("{\"temperature\": 1.3480874159655591, \"mm_temperature\":"
+                                        " 1.3954832341582943, \"threshold\": 0.9872681877423998}");
+    rc = write_json(gdir, "decision_config.json", j);
+    json_object_put(j);
+  }
+  if (!rc)
+    rc = copy_file(o->tokenizer_config, tcp);
+  struct export_jemm_in ji = {.base = gdir, .adapter_dir = gdir, .out = o->s1_out,
+                              .merged = false, .rank = o->adapter_rank,
+                              .alpha = o->adapter_alpha, .n_pairs = ac->n_lang,
+                              .n_other_pairs = ac->n_other, .dims = dims,
+                              .image_token_id = image_token_id};
+  if (!rc && export_jemm(&ji, m, src) != 0)
+    rc = -EINVAL;
+  free(gdir), free(dc), free(tcp);
+  return rc;
+}
+
 /* ---- s1serve model directory (--s1-out) ------------------------------------------------------ */
 
 /* `obj` as s1-export gets it from the file write_json makes: serialized with the same flags and
@@ -683,7 +938,9 @@ static json_object *as_read_back(json_object *obj) {
 /* Writes s1_out/s1-model.json after the weights and tokenizer.json are in place: s1-export's
  * manifest for the checkpoint --out would have written, except "upstream", which names this tool,
  * the arguments the weights are a function of, and the tokenizer read. */
-static int write_s1_manifest(const struct opts *o, json_object *config) {
+static int write_s1_manifest(const struct opts *o, json_object *config,
+                             const struct cm_qwen35_dims *dims, const struct adapter_counts *ac,
+                             int64_t image_token_id, const int32_t opt_ids[2]) {
   json_object *pp = make_preprocessor();
   json_object *cfg = as_read_back(config), *pre = pp ? as_read_back(pp) : NULL;
   json_object *m = cfg && pre ? cm_model_dir_manifest_new("qwen3_5", cfg, o->vision,
@@ -708,6 +965,16 @@ static int write_s1_manifest(const struct opts *o, json_object *config) {
     ADD(gen, "tied", BOOL(o->tied));
     ADD(gen, "ratio3", BOOL(o->ratio3));
     ADD(gen, "causal", BOOL(o->causal));
+    ADD(gen, "family", STR(o->family));
+    if (o->kept_adapter) {
+      ADD(gen, "adapter_rank", I64(o->adapter_rank));
+      ADD(gen, "adapter_alpha", json_object_new_double(o->adapter_alpha));
+      ADD(gen, "adapter_targets", STR(o->adapter_targets));
+    }
+    if (strcmp(o->family, "omnijev") == 0) {
+      ADD(gen, "head_width", I64(o->head_width));
+      ADD(gen, "ord_width", I64(o->ord_width));
+    }
     ADD(up, "generator", gen);
     ADD(e, "path", STR(abs ? abs : o->tokenizer));
     ADD(e, "sha256", STR(hex));
@@ -715,11 +982,35 @@ static int write_s1_manifest(const struct opts *o, json_object *config) {
     ADD(up, "sources", src);
     ADD(m, "upstream", up);
     free(abs);
+    if (o->kept_adapter) { /* s1-export --lora keep's block */
+      json_object *a = json_object_new_object();
+      ADD(a, "rank", I64(o->adapter_rank));
+      ADD(a, "alpha", json_object_new_double(o->adapter_alpha));
+      ADD(a, "scale", json_object_new_double(o->adapter_alpha / (double)o->adapter_rank));
+      ADD(a, "file", STR("adapter.safetensors"));
+      ADD(m, "adapter", a);
+    }
     json_object *files = json_object_new_object();
     ADD(m, "files", files);
-    rc = cm_model_dir_add_file(files, o->s1_out, "weights.safetensors", &d);
+    if (strcmp(o->family, "qwen3_5") != 0) { /* after "files", in the exporters' key order */
+      json_object *cfg_m = NULL, *tc_m = NULL, *jv;
+      int64_t vocab = 0;
+      if (json_object_object_get_ex(m, "config", &cfg_m)) {
+        if (!json_object_object_get_ex(cfg_m, "text_config", &tc_m))
+          tc_m = cfg_m;
+        if (json_object_object_get_ex(tc_m, "vocab_size", &jv))
+          vocab = json_object_get_int64(jv);
+      }
+      rc = family_manifest(o, m, src, dims, ac, image_token_id, opt_ids, vocab);
+    }
+    if (!rc)
+      rc = cm_model_dir_add_file(files, o->s1_out, "weights.safetensors", &d);
     if (!rc)
       rc = cm_model_dir_add_file(files, o->s1_out, "tokenizer.json", &d);
+    if (!rc && o->kept_adapter)
+      rc = cm_model_dir_add_file(files, o->s1_out, "adapter.safetensors", &d);
+    if (!rc && (strcmp(o->family, "omnijev") == 0 || strcmp(o->family, "open_jev") == 0))
+      rc = cm_model_dir_add_file(files, o->s1_out, "heads.safetensors", &d);
     if (!rc)
       rc = cm_model_dir_write_manifest(o->s1_out, m, &d);
   }
@@ -741,14 +1032,21 @@ static void usage(FILE *f) {
           "                  [--seed N] [--max-shard-bytes N] [--threads N]\n"
           "                  --tokenizer FILE (--out HF_DIR | --s1-out DIR)\n"
           "                  [--adapter-out DIR --adapter-rank R --adapter-alpha A\n"
-          "                   --adapter-targets q_proj,v_proj,... [--adapter-bf16]]\n");
+          "                   --adapter-targets q_proj,v_proj,... [--adapter-bf16]]\n"
+          "       --s1-out DIR [--family qwen3_5|omnijev|open_jev|jemm] [--adapter-rank R\n"
+          "                   --adapter-alpha A --adapter-targets ...]  (kept adapter)\n"
+          "                  [--head-width D --ord-width O]  (omnijev: 1024, 512)\n"
+          "                  [--tokenizer-config FILE]  (jemm: the base's chat template)\n");
 }
 
 int main(int argc, char **argv) {
-  struct opts o = {.shard_bytes = SHARD_MAX_BYTES};
+  if (cm_version_requested(argc, argv, "s1-mkmodel"))
+    return 0;
+  struct opts o = {.shard_bytes = SHARD_MAX_BYTES, .family = "qwen3_5", .head_width = 1024,
+                   .ord_width = 512};
   enum {
     O_VISION = 256, O_TIED, O_RATIO3, O_CAUSAL, O_AOUT, O_ARANK, O_AALPHA, O_ATGT, O_ABF16, O_SHARD,
-    O_THREADS, O_S1OUT
+    O_THREADS, O_S1OUT, O_FAMILY, O_HEADW, O_ORDW, O_TOKCFG
   };
   static const struct option lo[] = {
       {"shape", required_argument, 0, 's'},       {"seed", required_argument, 0, 'S'},
@@ -763,6 +1061,10 @@ int main(int argc, char **argv) {
       {"max-shard-bytes", required_argument, 0, O_SHARD},
       {"threads", required_argument, 0, O_THREADS},
       {"s1-out", required_argument, 0, O_S1OUT},
+      {"family", required_argument, 0, O_FAMILY},
+      {"head-width", required_argument, 0, O_HEADW},
+      {"ord-width", required_argument, 0, O_ORDW},
+      {"tokenizer-config", required_argument, 0, O_TOKCFG},
       {0, 0, 0, 0}};
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   n_threads = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
@@ -782,6 +1084,18 @@ int main(int argc, char **argv) {
     case 't': o.tokenizer = optarg; break;
     case 'o': o.out = optarg; break;
     case O_S1OUT: o.s1_out = optarg; break;
+    case O_FAMILY: o.family = optarg; break;
+    case O_TOKCFG: o.tokenizer_config = optarg; break;
+    case O_HEADW:
+    case O_ORDW: {
+      long v = strtol(optarg, &end, 10);
+      if (*end || v < 1 || v > 65536) {
+        fprintf(stderr, "s1-mkmodel: --head-width / --ord-width must be 1..65536\n");
+        return 2;
+      }
+      *(c == O_HEADW ? &o.head_width : &o.ord_width) = (int)v;
+      break;
+    }
     case O_VISION: o.vision = true; break;
     case O_TIED: o.tied = true; break;
     case O_RATIO3: o.ratio3 = true; break;
@@ -827,7 +1141,34 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (o.s1_out && o.adapter_out) {
-    fprintf(stderr, "s1-mkmodel: --adapter-out needs --out (s1-export applies the adapter)\n");
+    fprintf(stderr, "s1-mkmodel: --adapter-out needs --out (s1-export applies the adapter); with "
+                    "--s1-out, --adapter-rank/--adapter-alpha/--adapter-targets keep one\n");
+    return 2;
+  }
+  bool fam_known = false;
+  static const char *const families[] = {"qwen3_5", "omnijev", "open_jev", "jemm"};
+  for (int i = 0; i < 4; i++)
+    fam_known |= strcmp(o.family, families[i]) == 0;
+  if (!fam_known || (strcmp(o.family, "qwen3_5") != 0 && !o.s1_out)) {
+    fprintf(stderr, "s1-mkmodel: --family must be qwen3_5, omnijev, open_jev or jemm, with "
+                    "--s1-out\n");
+    return 2;
+  }
+  o.kept_adapter = o.s1_out && o.adapter_rank > 0;
+  if (o.kept_adapter && (!(o.adapter_alpha > 0) || !o.adapter_targets || !*o.adapter_targets)) {
+    fprintf(stderr, "s1-mkmodel: a kept adapter needs --adapter-rank > 0, --adapter-alpha > 0 "
+                    "and --adapter-targets\n");
+    return 2;
+  }
+  bool omni = strcmp(o.family, "omnijev") == 0, jemm = strcmp(o.family, "jemm") == 0;
+  if ((omni || jemm) && (!o.kept_adapter || !o.vision || o.causal)) {
+    fprintf(stderr, "s1-mkmodel: --family %s needs --vision and a kept adapter (--adapter-rank, "
+                    "--adapter-alpha, --adapter-targets)\n", o.family);
+    return 2;
+  }
+  if (jemm && !o.tokenizer_config) {
+    fprintf(stderr, "s1-mkmodel: --family jemm needs --tokenizer-config (the base's chat "
+                    "template, which s1-export checks the wrapper against)\n");
     return 2;
   }
   if (o.causal && o.vision) {
@@ -840,14 +1181,24 @@ int main(int argc, char **argv) {
   struct cm_qwen35_tensor *list = NULL;
   size_t n = 0;
   struct cm_diag d = {0};
+  int32_t opt_ids[2] = {-1, -1};
+  struct adapter_counts ac = {0};
   int rc = read_tokenizer(o.tokenizer, &ids);
-  if (!rc)
-    rc = make_config(&o, &ids, &config);
   const char *dir = o.out ? o.out : o.s1_out;
   if (!rc && mkdir(dir, 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "s1-mkmodel: %s: %s\n", dir, strerror(errno));
     rc = -errno;
   }
+  if (!rc) {
+    char *tp = path_join(dir, "tokenizer.json");
+    rc = copy_file(o.tokenizer, tp);
+    size_t vocab = 0;
+    if (!rc && omni && (rc = ex_omnijev_option_tokens(tp, &vocab, opt_ids)) == 0)
+      o.vocab_rows = (int64_t)vocab; /* the tied embedding resized to the tokenizer (§11.3) */
+    free(tp);
+  }
+  if (!rc)
+    rc = make_config(&o, &ids, &config);
   if (!rc)
     rc = cm_qwen35_dims_read(config, "config.json", &dims, &d);
   if (!rc)
@@ -870,17 +1221,23 @@ int main(int argc, char **argv) {
     rc = write_json(o.out, "preprocessor_config.json", pp);
     json_object_put(pp);
   }
-  if (!rc) {
-    char *tp = path_join(dir, "tokenizer.json");
-    rc = copy_file(o.tokenizer, tp);
-    free(tp);
+  if (!rc && omni && !dims.tied) {
+    fprintf(stderr, "s1-mkmodel: --family omnijev needs the tied embedding (--tied or --shape 4b)\n");
+    rc = -EINVAL;
   }
   if (!rc)
     rc = write_weights(&o, &dims, list, n, ir);
   if (!rc && o.adapter_out)
     rc = write_adapter(&o, list, n);
+  if (!rc && o.kept_adapter)
+    rc = write_kept_adapter(&o, list, n, &ac);
+  if (!rc && (omni || strcmp(o.family, "open_jev") == 0)) {
+    json_object *jh;
+    rc = json_object_object_get_ex(tc, "hidden_size", &jh) ? write_heads(&o, json_object_get_int64(jh))
+                                                           : -CM_EMISSING;
+  }
   if (!rc && o.s1_out)
-    rc = write_s1_manifest(&o, config);
+    rc = write_s1_manifest(&o, config, &dims, &ac, ids.image, opt_ids);
   cm_diag_fini(&d);
   free(list);
   cm_qwen35_dims_fini(&dims);

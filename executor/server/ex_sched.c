@@ -20,6 +20,7 @@
 #define GRID EX_SCHED_GRID
 #define DEF_BATCH_TOKENS 8192    /* tokens of a step (CUDA) */
 #define DEF_BATCH_TOKENS_CPU 512 /* tokens of a step (CPU) */
+#define DEF_BATCH_READS_CPU 64   /* readout rows of a step (CPU; CUDA: the engine's per launch) */
 #define DEF_PROGRAMS 64
 #define SEEN_KEYS 65536   /* grid points remembered as seen once (hash only) */
 #define CANCEL_RING 256   /* cancelled request ids remembered for programs that come later */
@@ -124,6 +125,7 @@ struct ex_sched {
   struct ex_engine *eng;           /* the runner's */
   size_t h;                        /* hidden size */
   size_t budget;                   /* tokens of one step */
+  size_t read_budget;              /* readout rows of one step */
   size_t max_programs;             /* held at most */
   struct sjob *head, *tail;        /* held programs in arrival order */
   struct sjob *done_head, *done_tail; /* finished, not popped */
@@ -664,11 +666,11 @@ static uint32_t piece_end(const struct sjob *j, uint32_t i, uint32_t a, size_t l
 
 /* Adds j's ready work to the batch, at most `limit` tokens of it (this step's share or what is
  * left); an empty batch takes one item whatever its size. */
-static int take(struct ex_sched *s, struct sjob *j, size_t limit) {
+static int take(struct ex_sched *s, struct sjob *j, size_t limit, size_t read_limit) {
   struct batch *b = &s->b;
   const struct proto_program *p = j->p;
   const struct ex_engine_limits *lim = &s->eng->lim;
-  size_t used = 0;
+  size_t used = 0, used_reads = 0;
   int r;
 #define EMPTY (b->n_pieces + b->n_rows + b->n_vis == 0)
 #define LEFT (limit > used ? limit - used : 0)
@@ -742,14 +744,17 @@ static int take(struct ex_sched *s, struct sjob *j, size_t limit) {
     }
     if (w->prefix >= 0 && j->pf[w->prefix].at != p->prefixes[w->prefix].n_tokens)
       break;
-    if (b->n_pieces + b->n_rows >= lim->max_seqs || b->reads + j->job.n_reads[i] > lim->max_readouts ||
-        (!EMPTY && (w->n_tokens > LEFT || b->tokens + b->vis_tokens + w->n_tokens > s->budget)) ||
+    size_t nr = j->job.n_reads[i];
+    if (b->n_pieces + b->n_rows >= lim->max_seqs || b->reads + nr > lim->max_readouts ||
+        (!EMPTY && (w->n_tokens > LEFT || b->tokens + b->vis_tokens + w->n_tokens > s->budget ||
+                    used_reads + nr > read_limit || b->reads + nr > s->read_budget)) ||
         b->tokens + w->n_tokens > lim->max_tokens)
       break;
     if ((r = grow((void **)&b->rows, &b->cap_rows, b->n_rows + 1, sizeof(*b->rows))))
       return r;
     b->rows[b->n_rows++] = (struct rowitem){j, i, b->reads};
-    b->reads += j->job.n_reads[i];
+    b->reads += nr;
+    used_reads += nr;
     b->tokens += w->n_tokens;
     j->step_tokens += w->n_tokens;
     used += w->n_tokens;
@@ -1092,14 +1097,16 @@ int ex_sched_step(struct ex_sched *s, struct cm_diag *diag) {
       goto sticky;
     return 0;
   }
-  size_t share = s->budget / n_ready;
+  size_t share = s->budget / n_ready, read_share = s->read_budget / n_ready;
   share = share < GRID ? GRID : share;
+  read_share = read_share < 1 ? 1 : read_share;
   for (int pass = 0; pass < 2 && !r; pass++)
     for (struct sjob *j = s->head; j && !r; j = j->next) {
       size_t left = s->budget > b->tokens + b->vis_tokens ? s->budget - b->tokens - b->vis_tokens
                                                           : 0;
+      size_t left_reads = s->read_budget > b->reads ? s->read_budget - b->reads : 0;
       if (j->state == J_ACTIVE)
-        r = take(s, j, pass == 0 ? share : left);
+        r = take(s, j, pass == 0 ? share : left, pass == 0 ? read_share : left_reads);
     }
   if (r)
     return cm_diag_set(diag, r, "out of memory forming a batch");
@@ -1182,13 +1189,19 @@ int ex_sched_new(struct ex_runner *x, const struct ex_sched_options *opt, struct
     opt = &none;
   struct ex_engine *e = ex_runner_engine(x);
   /* the CPU's steps are shorter: its readouts (a full-vocabulary log-softmax per LM feature)
-   * cost far more than its tokens, and a step is what a deadline or a CANCEL waits for */
+   * cost far more than its tokens, and a step is what a new program, a deadline or a CANCEL
+   * waits for */
   size_t def = strcmp(e->ops->name, "cpu") == 0 ? DEF_BATCH_TOKENS_CPU : DEF_BATCH_TOKENS;
   size_t budget = opt->max_batch_tokens ? opt->max_batch_tokens
                                         : (e->lim.max_tokens < def ? e->lim.max_tokens : def);
   if (budget < GRID || budget > e->lim.max_tokens)
     return cm_diag_set(diag, -EINVAL, "--max-batch-tokens %zu: within %d .. %zu (the engine's "
                        "tokens per launch)", budget, GRID, e->lim.max_tokens);
+  size_t defr = strcmp(e->ops->name, "cpu") == 0 ? DEF_BATCH_READS_CPU : e->lim.max_readouts;
+  size_t reads = opt->max_batch_readouts ? opt->max_batch_readouts : defr;
+  if (reads > e->lim.max_readouts)
+    return cm_diag_set(diag, -EINVAL, "--max-batch-readouts %zu: at most %zu (the engine's "
+                       "readout rows per launch)", reads, e->lim.max_readouts);
   size_t maxp = opt->max_programs ? opt->max_programs : DEF_PROGRAMS;
   if (maxp > EX_SCHED_MAX_PROGRAMS)
     return cm_diag_set(diag, -EINVAL, "--max-programs %zu: at most %d", maxp,
@@ -1200,6 +1213,7 @@ int ex_sched_new(struct ex_runner *x, const struct ex_sched_options *opt, struct
   s->eng = e;
   s->h = (size_t)e->cfg.hidden_size;
   s->budget = budget;
+  s->read_budget = reads;
   s->max_programs = maxp;
   pthread_mutex_init(&s->inbox_mu, NULL);
   int r = key_root(s);

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_version.h"
 #include "ex_head.h"
 #include "ex_program.h"
 #include "ex_record.h"
@@ -59,6 +60,7 @@ static struct {
   char reason[256];          /* why not ready */
   char instance[128];        /* "host:pid", for the frontend's per-executor metrics */
   struct proto_exec_stats stats; /* the scheduler's counters after the last step (guarded by mu) */
+  bool log_timings;          /* S1_EXECUTOR_TIMINGS=1: one stderr line per program */
   volatile sig_atomic_t stop; /* SIGTERM seen */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -275,6 +277,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: s1-executor --model DIR [--device cpu|cuda:N] [--listen URL] [--record DIR]\n"
           "                   [--bf16-rounding] [--max-programs N] [--max-batch-tokens N]\n"
+          "                   [--max-batch-readouts N]\n"
           "                   [--prefix-cache-bytes B] [--vision-cache-bytes B]\n"
           "                   [--snapshot-pool-bytes B] [--max-tokens N] [--max-seqs N]\n"
           "                   [--max-ctx N] [--snapshots N] [--max-readouts N] [--max-patches N]\n"
@@ -286,6 +289,8 @@ static void usage(void) {
           "                  one more is answered 503 overloaded)\n"
           "  --max-batch-tokens  tokens of one step: vision rows, prefix pieces, rows (default\n"
           "                  8192 on CUDA, 512 on the CPU, at most the engine's per launch)\n"
+          "  --max-batch-readouts  readout rows of one step (default 64 on the CPU, the engine's\n"
+          "                  per launch on CUDA)\n"
           "  --prefix-cache-bytes  snapshots kept for later programs, out of the snapshot pool\n"
           "                  (default 1G; 0 off)\n"
           "  --vision-cache-bytes  vision-tower outputs kept, host memory (default 256M; 0 off)\n"
@@ -333,6 +338,15 @@ static void answer_done(struct ex_sched *sched, const char *record, uint64_t *se
     struct slot *s = tag;
     struct proto_bytes out = {0};
     struct cm_diag diag = {0};
+    const struct proto_exec_timings *t = &res.timings;
+    if (g.log_timings) /* S1_EXECUTOR_TIMINGS=1: one line per program, for benchmarks */
+      fprintf(stderr,
+              "s1-executor: timings request=%s queue_us=%lld vision_us=%lld prefix_us=%lld "
+              "rows_us=%lld readout_us=%lld heads_us=%lld wait_us=%lld total_us=%lld steps=%lld\n",
+              p->request_id ? p->request_id : "?", (long long)t->queue_us,
+              (long long)t->vision_us, (long long)t->prefix_us, (long long)t->rows_us,
+              (long long)t->readout_us, (long long)t->heads_us, (long long)t->wait_us,
+              (long long)t->total_us, (long long)t->steps);
     if (proto_result_encode(&res, &out) != 0) {
       proto_result_fini(&res);
       proto_result_set_error(&res, -CM_EINTERNAL, "result too large to encode");
@@ -390,6 +404,8 @@ static void intake(struct ex_sched *sched, bool wait) {
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-executor"))
+    return 0;
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
       {"listen", required_argument, 0, 'l'}, {"record", required_argument, 0, 'r'},
@@ -399,6 +415,7 @@ int main(int argc, char **argv) {
       {"max-readouts", required_argument, 0, 'R'}, {"max-patches", required_argument, 0, 'P'},
       {"cuda-lora", required_argument, 0, 'L'},  {"max-programs", required_argument, 0, 'p'},
       {"max-batch-tokens", required_argument, 0, 'B'},
+      {"max-batch-readouts", required_argument, 0, 'D'},
       {"prefix-cache-bytes", required_argument, 0, 'c'},
       {"vision-cache-bytes", required_argument, 0, 'v'},
       {"snapshot-pool-bytes", required_argument, 0, 'o'},
@@ -425,6 +442,7 @@ int main(int argc, char **argv) {
     case 'R': ok = ok && size_arg(optarg, &ro.engine.max_readouts); break;
     case 'p': ok = ok && size_arg(optarg, &so.max_programs); break;
     case 'B': ok = ok && size_arg(optarg, &so.max_batch_tokens); break;
+    case 'D': ok = ok && size_arg(optarg, &so.max_batch_readouts); break;
     case 'c': ok = ok && bytes_arg(optarg, &so.prefix_cache_bytes); break;
     case 'v': ok = ok && bytes_arg(optarg, &so.vision_cache_bytes); break;
     case 'o':
@@ -513,6 +531,8 @@ int main(int argc, char **argv) {
     r = ex_sched_new(runner, &so, &sched, &diag);
   atomic_store(&g.sched, sched);
   int64_t retired_us = 0;
+  const char *lt = getenv("S1_EXECUTOR_TIMINGS");
+  g.log_timings = lt && strcmp(lt, "1") == 0;
   if (r) {
     fprintf(stderr, "s1-executor: %s: %s (%s); retired\n", model,
             diag.msg ? diag.msg : cm_strerror(r), cm_strerror(r));

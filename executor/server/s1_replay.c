@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cm_version.h"
 #include "ex_program.h"
 #include "ex_record.h"
 #include "ex_sched.h"
@@ -73,6 +74,8 @@ static bool same(const struct record *x, const struct proto_result *got, int rou
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-replay"))
+    return 0;
   static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                        {"bf16-rounding", no_argument, 0, 'b'},
                                        {"batch", no_argument, 0, 'B'},

@@ -3,6 +3,7 @@
  *   s1-pixels [--min-pixels N] [--max-pixels N] IMAGE_OR_DATA_URL_FILE... --out DIR [--rgb]
  * Per input i: DIR/<i>.json (sizes, grid_thw, tokens), DIR/<i>.f32 (pixel_values, little-endian
  * fp32 [n_patches, 1536]), with --rgb DIR/<i>.rgb (resized 8-bit RGB); or one error line. */
+#include "cm_version.h"
 #include "pp_image.h"
 
 #include <errno.h>
@@ -67,10 +68,18 @@ static int parse_u64(const char *s, uint64_t *ret) {
   return 0;
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: s1-pixels [--min-pixels N] [--max-pixels N] IMAGE_OR_DATA_URL_FILE... "
-                  "--out DIR [--rgb]\n");
-  return 2;
+static int usage(FILE *f) {
+  fprintf(f,
+          "usage: s1-pixels [--min-pixels N] [--max-pixels N] IMAGE_OR_DATA_URL_FILE... --out DIR"
+          " [--rgb]\n"
+          "  Prepares images exactly as transformers' Qwen2VLImageProcessor (after Pillow's\n"
+          "  convert(\"RGB\")) and writes, per input i: DIR/<i>.json (grid, sizes, token count),\n"
+          "  DIR/<i>.f32 (float32 patches [n_patches, 1536]) and with --rgb DIR/<i>.rgb (resized\n"
+          "  uint8 RGB). An input is an image file (PNG, JPEG, WebP) or a file holding a data URL.\n"
+          "  --min-pixels N  smart_resize lower bound (default 65536)\n"
+          "  --max-pixels N  smart_resize upper bound (default 16777216)\n"
+          "  --help, --version\n");
+  return f == stdout ? 0 : 2;
 }
 
 static int one(const char *path, unsigned i, const struct pp_image_limits *lim, const char *out,
@@ -130,6 +139,11 @@ int main(int argc, char **argv) {
   pp_image_limits_default(&lim);
   const char *out = NULL;
   int want_rgb = 0, n_in = 0, rc = 2;
+  if (cm_version_requested(argc, argv, "s1-pixels"))
+    return 0;
+  for (int a = 1; a < argc; a++)
+    if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h"))
+      return usage(stdout);
   const char **in = calloc((size_t)argc, sizeof(*in));
   if (!in)
     return 1;
@@ -167,7 +181,7 @@ int main(int argc, char **argv) {
   rc = failed ? 1 : 0;
   goto done;
 usage:
-  rc = usage();
+  rc = usage(stderr);
 done:
   free(in);
   return rc;

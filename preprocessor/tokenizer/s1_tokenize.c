@@ -2,6 +2,7 @@
  * Encoding reads one JSON string per line and writes one JSON array of ids; --decode reads one
  * JSON array of ids per line and writes one JSON string. It exists for tests, the benchmark and
  * debugging; the service links the library directly. A bad line stops the tool with exit 1. */
+#include "cm_version.h"
 #include "pp_tok.h"
 
 #include <errno.h>
@@ -65,11 +66,20 @@ static long lone_surrogate(const char *s, size_t n) {
   return -1;
 }
 
-static void usage(void) {
-  fprintf(stderr, "usage: s1-tokenize --tokenizer FILE [--decode] [--skip-special] < lines\n");
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: s1-tokenize --tokenizer FILE [--decode] [--skip-special] < lines\n"
+          "  Encodes like tokenizers' Tokenizer.encode(text, add_special_tokens=False).\n"
+          "  --tokenizer FILE  a Hugging Face tokenizer.json (byte-level BPE)\n"
+          "  (default)         stdin: one JSON string per line; stdout: one JSON array of ids each\n"
+          "  --decode          stdin: one JSON array of ids per line; stdout: the decoded JSON strings\n"
+          "  --skip-special    with --decode: leave special tokens out\n"
+          "  --help, --version\n");
 }
 
 int main(int argc, char **argv) {
+  if (cm_version_requested(argc, argv, "s1-tokenize"))
+    return 0;
   const char *path = NULL;
   bool decode = false, skip_special = false;
   for (int i = 1; i < argc; i++) {
@@ -79,13 +89,16 @@ int main(int argc, char **argv) {
       decode = true;
     else if (strcmp(argv[i], "--skip-special") == 0)
       skip_special = true;
-    else {
-      usage();
+    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else {
+      usage(stderr);
       return 2;
     }
   }
   if (!path) {
-    usage();
+    usage(stderr);
     return 2;
   }
   struct cm_diag diag = {0};

@@ -12,7 +12,10 @@
  * In the ref-bf16 numerics (the default), against the CPU forward with round_bf16 (its twin: the
  * same rounding points): one pass of 1, 65 and 200 tokens within REF_TOL, closer to it than to the
  * float32 forward, every hidden value and logit a bf16 value, the same top-1 id; continuation at
- * 64 bit-identical; packed rows bit-identical to single rows. Models:
+ * 64 bit-identical; packed rows bit-identical to single rows. In both numerics, layer by layer
+ * (s1-forward's layer tools): the residual stream of a 130-token forward against its CPU twin's,
+ * each layer run alone on the dumped input rows bit-identical to the dumped output, and within the
+ * twin tolerance of the CPU layer run alone on the same input. Models:
  * ratio 2 untied vocab 1000, ratio 3 tied vocab 1001 (padded LM head, padded [z|b|a] projection).
  */
 #include <errno.h>
@@ -270,6 +273,52 @@ static void ref_checks(struct exc_qwen35 *e, struct ex_qwen35_model *m, const in
   cm_diag_fini(&d);
 }
 
+/* Layer tools in both numerics: the residual stream dump against the twin's, each layer alone on
+ * the dump's input rows (bit-identical to the dump; within tol of the CPU layer on the same
+ * rows). Leaves the engine in ref-bf16. */
+static void layer_checks(struct exc_qwen35 *e, struct ex_qwen35_model *m, const int32_t *tok) {
+  enum { N = 130 };
+  struct cm_diag d = {0};
+  size_t h = (size_t)m->cfg.hidden_size, L = (size_t)m->cfg.n_layers, sl = (size_t)N * h;
+  float *gr = nan_buf((L + 1) * sl), *cr = nan_buf((L + 1) * sl), *emb = nan_buf(sl);
+  float *hid = nan_buf(sl), *one = nan_buf(sl), *cone = nan_buf(sl);
+  char what[96];
+  for (int mode = 0; mode < 2; mode++) {
+    bool ref = mode == 1;
+    double tol = ref ? REF_TOL : HID_TOL;
+    XT_OK(exc_qwen35_set_numerics(e, ref ? EXC_NUMERICS_REF_BF16 : EXC_NUMERICS_FP32_RESIDUAL));
+    m->round_bf16 = ref;
+    const char *name = exc_qwen35_numerics_name(ref ? EXC_NUMERICS_REF_BF16
+                                                    : EXC_NUMERICS_FP32_RESIDUAL);
+    XT_OK(exc_qwen35_forward_residual(e, &(struct exc_qwen35_seq){.n = N}, 1, tok, NULL, 0, NULL,
+                                      0, NULL, NULL, gr, &d));
+    struct ex_qwen35_state *cs = NULL;
+    XT_OK(ex_qwen35_state_new(m, &cs));
+    XT_OK(ex_qwen35_embed(m, tok, N, emb, &d));
+    XT_OK(ex_qwen35_forward_residual(m, cs, emb, NULL, N, hid, cr, &d));
+    ex_qwen35_state_free(cs);
+    if (memcmp(gr, cr, sl * sizeof(float)))
+      xt_fail("%s: the residual dump's layer-0 input differs from the embeddings", name);
+    for (size_t i = 0; i < L; i++) {
+      snprintf(what, sizeof(what), "%s residual after layer %zu vs CPU", name, i);
+      check_rel(what, gr + (i + 1) * sl, cr + (i + 1) * sl, sl, tol);
+      XT_OK(exc_qwen35_layer_forward(e, (int)i, gr + i * sl, NULL, N, one, &d));
+      if (memcmp(one, gr + (i + 1) * sl, sl * sizeof(float)))
+        xt_fail("%s layer %zu alone on the dumped input differs from the dump (rel L2 %.3e)", name,
+                i, xt_rel_l2(one, gr + (i + 1) * sl, sl));
+      XT_OK(ex_qwen35_layer_forward(m, (int)i, gr + i * sl, NULL, N, cone, &d));
+      snprintf(what, sizeof(what), "%s layer %zu alone vs CPU layer alone", name, i);
+      check_rel(what, one, cone, sl, tol);
+    }
+    printf("  %s: every layer alone on the dumped input is bit-identical to the dump\n", name);
+  }
+  if (exc_qwen35_layer_forward(e, (int)L, gr, NULL, N, one, &d) != -EINVAL)
+    xt_fail("layer %zu of %zu layers was accepted", L, L);
+  m->round_bf16 = false;
+  free(gr), free(cr), free(emb), free(hid), free(one), free(cone);
+  cm_diag_fini(&d);
+}
+
 static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
   struct ex_qwen35_config cfg;
   test_qwen35_tiny_config(&cfg, vocab, hv, tied);
@@ -444,6 +493,7 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
   exc_qwen35_state_release(e, s1);
   exc_qwen35_state_release(e, s2);
   ref_checks(e, m, tok, rt, tot);
+  layer_checks(e, m, tok);
   cm_diag_fini(&d);
   free(many);
   free(rt);

@@ -110,6 +110,7 @@ def post_oversize(t):
     head, body = data.split(b"\r\n\r\n", 1)
     status = int(head.split(b" ")[1])
     headers = dict(line.decode().lower().split(": ", 1) for line in head.split(b"\r\n")[1:])
+    trio.check_answer("POST", "/v1/systemone", status, headers, body)
     return status, headers, body
 
 
@@ -131,7 +132,9 @@ def head_then_get(t, path):
     head, rest = data.split(b"\r\n\r\n", 1)
     status = int(head.split(b" ")[1])
     fields = (line.decode().split(": ", 1) for line in head.split(b"\r\n")[1:])
-    return status, {k.lower(): v for k, v in fields}, rest
+    headers = {k.lower(): v for k, v in fields}
+    trio.check_answer("HEAD", path, status, headers, b"")  # no body: `rest` is the next answer
+    return status, headers, rest
 
 
 def test(t):
@@ -176,8 +179,10 @@ def test(t):
     except OSError:
         pass
     r = c.getresponse()
+    data = r.read()
+    trio.check_answer("POST", "/v1/systemone", r.status, dict(r.getheaders()), data)
     assert r.status == 413, r.status
-    assert json.loads(r.read())["error"]["type"] == "too_large"
+    assert json.loads(data)["error"]["type"] == "too_large"
     c.close()
     # a body of exactly the limit passes both ways (chunked and Content-Length); one byte more is
     # refused both ways with the error shape
@@ -206,6 +211,7 @@ def test(t):
                 pass
             r = c.getresponse()
             data = r.read()
+            trio.check_answer("POST", "/v1/systemone", r.status, dict(r.getheaders()), data, body)
             assert r.status == want, (chunked, len(body), r.status, data[:300])
             if want == 200:
                 trio.check_mini_answer(r.status, {k.lower(): v for k, v in r.getheaders()}, data)

@@ -33,8 +33,8 @@ def test(t):
     assert h1["cache-control"] == "no-store" and h1["x-content-type-options"] == "nosniff", h1
     timing = h1["server-timing"]
     m = re.fullmatch(r"queue;dur=[0-9.]+, preprocess;dur=[0-9.]+, execute;dur=([0-9.]+), "
-                     r"finish;dur=[0-9.]+, ex-queue;dur=([0-9.]+), vision;dur=([0-9.]+), "
-                     r"prefix;dur=([0-9.]+), rows;dur=([0-9.]+), heads;dur=([0-9.]+), "
+                     r"finish;dur=[0-9.]+, ex-queue;dur=([0-9.]+), ex-vision;dur=([0-9.]+), "
+                     r"ex-prefix;dur=([0-9.]+), ex-rows;dur=([0-9.]+), ex-heads;dur=([0-9.]+), "
                      r"ex-wait;dur=([0-9.]+)", timing)
     assert m, timing
     # the executor's parts fit in its round trip; this request ran rows and a head

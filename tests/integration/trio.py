@@ -2,7 +2,9 @@
 GPU oracle (s1-mkmodel --seed 4242 + the committed upstream package in
 tests/fixtures/open_jev/e2e/package, exported by s1-export --family open_jev), then s1-executor, s1-preprocessor and s1-frontend started as
 separate processes (fork + exec) talking over ipc:// in a temporary directory, and HTTP helpers.
-Stdlib only. Every test calls Trio.stop() (also on failure) and prints the process logs then."""
+Every answer the helpers receive is checked against the OpenAPI document (openapi_check.py, with
+Debian's python3-jsonschema); code that reads answers off its own socket calls check_answer().
+Every test calls Trio.stop() (also on failure) and prints the process logs then."""
 import http.client
 import json
 import os
@@ -13,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import openapi_check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "fixtures", "open_jev", "e2e")
@@ -112,9 +116,11 @@ class Trio:
             c.request(method, path, body=body, headers=h)
             r = c.getresponse()
             data = r.read()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+            headers = {k.lower(): v for k, v in r.getheaders()}
         finally:
             c.close()
+        check_answer(method, path, r.status, headers, data, body)
+        return r.status, headers, data
 
     def post(self, body, headers=None, timeout=None):
         timeout = timeout or max(120, getattr(self, "client_timeout", 0))
@@ -143,11 +149,19 @@ class Trio:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        print(openapi_check.contract().summary())
         if failed:
             for name, path in self.logs.items():
                 with open(path, errors="replace") as f:
                     sys.stderr.write("---- %s log ----\n%s\n" % (name, f.read()[-6000:]))
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def check_answer(method, path, status, headers, body, request_body=None):
+    """Checks one answer against frontend/openapi.json (openapi_check.Contract.check): the status
+    documented for the route, the documented headers, the content type and the body's schema; for
+    a 200 of POST /v1/systemone also the request against its family's request schema."""
+    return openapi_check.check(method, path, status, headers, body, request_body)
 
 
 def run(argv):

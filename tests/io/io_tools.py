@@ -1,7 +1,7 @@
 """Integration tests of s1-mkmodel, s1-export and the model-directory open (issue 3, I/O half).
 
 usage: io_tools.py CASE MKMODEL EXPORT OPEN_DIR TOKENIZER
-CASE is one of: mkmodel, baddir, lora, refuse, s1out, cache. Checkpoints are regenerated in a temporary folder
+CASE is one of: mkmodel, baddir, lora, refuse, s1out, cache, s1family. Checkpoints are regenerated in a temporary folder
 (the tiny shape with the real 248320-row vocabulary, ~64 MB each) and removed afterwards. The
 LoRA merge is recomputed here independently with numpy in float64 and rounded to bfloat16 with
 numpy's round-half-even, then compared bit for bit with s1-export's output.
@@ -606,10 +606,122 @@ def case_cache(tmp):
           "no temporary file left behind")
 
 
+def case_s1family(tmp):
+    """s1-mkmodel --s1-out --family F writes the directory s1-export --family F makes of the same
+    checkpoint (recipe/*/make-demo-model's route): the same files, tensor names, shapes and dtypes;
+    weights byte-identical where the export copies them (all but OmniJev's two option rows, which
+    come from new_tok_emb.pt there); the same tokenizer bytes; the family's manifest blocks equal
+    where they do not name the generator's own inputs; both directories open."""
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    tokdir = os.path.dirname(TOKENIZER)
+    tcfg = os.path.join(tokdir, "tokenizer_config.json")
+    omni_t = "q_proj,k_proj,v_proj,o_proj,in_proj_qkv,in_proj_z,out_proj,gate_proj,up_proj,down_proj"
+    jemm_t = ("in_proj_qkv,in_proj_z,in_proj_a,in_proj_b,out_proj,q_proj,k_proj,v_proj,o_proj,"
+              "gate_proj,up_proj,down_proj")
+
+    def layout(d, f):
+        return {k: (v[0], v[1].shape) for k, v in st_read(os.path.join(d, f)).items()}
+
+    # OmniJev: tiny with vision, tied, rank-4 adapter kept, heads 32/16
+    hf, ck, ex, s1 = (os.path.join(tmp, "omni-" + x) for x in ("hf", "ck", "ex", "s1"))
+    run(MKMODEL, "--shape", "tiny", "--vision", "--tied", "--seed", "3", "--tokenizer", TOKENIZER,
+        "--out", hf, "--adapter-out", ck, "--adapter-rank", "4", "--adapter-alpha", "8",
+        "--adapter-targets", omni_t)
+    run(sys.executable, os.path.join(root, "recipe", "omnijev", "make_demo_checkpoint.py"),
+        "--hidden", "64", "--width", "32", "--ord-width", "16", "--seed", "3", ck)
+    run(EXPORT, "--family", "omnijev", "--base", hf, "--checkpoint", ck, "--out", ex)
+    run(MKMODEL, "--shape", "tiny", "--vision", "--tied", "--seed", "3", "--tokenizer", TOKENIZER,
+        "--s1-out", s1, "--family", "omnijev", "--adapter-rank", "4", "--adapter-alpha", "8",
+        "--adapter-targets", omni_t, "--head-width", "32", "--ord-width", "16")
+    m_ex, m_s1 = (json.load(open(d + "/s1-model.json")) for d in (ex, s1))
+    check(sorted(os.listdir(s1)) == sorted(os.listdir(ex)), f"omnijev: the same files "
+          f"({sorted(os.listdir(s1))} / {sorted(os.listdir(ex))})")
+    for f in ("weights.safetensors", "heads.safetensors", "adapter.safetensors"):
+        check(layout(ex, f) == layout(s1, f), f"omnijev: {f} names, dtypes and shapes equal")
+    check(sha(ex + "/tokenizer.json") == sha(s1 + "/tokenizer.json"),
+          "omnijev: tokenizer.json (with <|opt|> <|/opt|>) byte-identical")
+    we, ws = st_read(ex + "/weights.safetensors"), st_read(s1 + "/weights.safetensors")
+    emb = "model.language_model.embed_tokens.weight"
+    ids = m_s1["omnijev"]["option_token_ids"]
+    same = all(np.array_equal(we[k][1], ws[k][1]) for k in we if k != emb)
+    rows = np.ones(we[emb][1].shape[0], bool)
+    rows[ids] = False
+    check(same and np.array_equal(we[emb][1][rows], ws[emb][1][rows]),
+          "omnijev: weights byte-identical but the two option rows")
+    for k in ("omnijev", "adapter", "head_kinds", "family", "model_id", "config", "vision", "chat",
+              "limits", "calibration", "tokenizer", "image_processor"):
+        check(m_ex.get(k) == m_s1.get(k), f"omnijev: manifest {k} equal")
+    check(list(m_ex) == list(m_s1), f"omnijev: manifest key order {list(m_s1)}")
+    # Open-Jev: tiny, merged (no adapter), the e2e package's temperature
+    hf, ex, s1 = (os.path.join(tmp, "oj-" + x) for x in ("hf", "ex", "s1"))
+    run(MKMODEL, "--shape", "tiny", "--seed", "4242", "--tokenizer", TOKENIZER, "--out", hf)
+    shutil.copy(tcfg, hf)
+    pkg = os.path.join(tmp, "oj-pkg")
+    shutil.copytree(os.path.join(root, "tests", "fixtures", "open_jev", "e2e", "package"), pkg,
+                    ignore=shutil.ignore_patterns("adapter"))
+    run(EXPORT, "--family", "open_jev", "--package", pkg, "--base", hf, "--out", ex)
+    run(MKMODEL, "--shape", "tiny", "--seed", "4242", "--tokenizer", TOKENIZER, "--s1-out", s1,
+        "--family", "open_jev")
+    m_ex, m_s1 = (json.load(open(d + "/s1-model.json")) for d in (ex, s1))
+    check(sorted(os.listdir(s1)) == sorted(os.listdir(ex)), "open_jev: the same files")
+    for f in ("weights.safetensors", "tokenizer.json"):
+        check(sha(ex + "/" + f) == sha(s1 + "/" + f), f"open_jev: {f} byte-identical")
+    check(layout(ex, "heads.safetensors") == layout(s1, "heads.safetensors"),
+          "open_jev: heads.safetensors names, dtypes and shapes equal")
+    oj_e, oj_s = dict(m_ex["open_jev"]), dict(m_s1["open_jev"])
+    for k in ("model_id", "metadata", "aliases", "max_length"):  # the package's own inputs
+        oj_e.pop(k), oj_s.pop(k)
+    check(oj_e == oj_s, f"open_jev: manifest open_jev block equal but the package's names")
+    check(m_ex["open_jev"]["metadata"].keys() == m_s1["open_jev"]["metadata"].keys(),
+          "open_jev: metadata keys equal")
+    lim_e, lim_s = dict(m_ex["limits"]), dict(m_s1["limits"])
+    lim_e.pop("max_prompt_tokens"), lim_s.pop("max_prompt_tokens")
+    for k in ("chat", "config", "vision", "family", "tokenizer"):
+        check(m_ex.get(k) == m_s1.get(k), f"open_jev: manifest {k} equal")
+    check(lim_e == lim_s and list(m_ex) == list(m_s1), "open_jev: limits and key order equal")
+    # JEMM: tiny with vision, rank-16 alpha-32 adapter kept on every language projection
+    hf, ad, ex, s1 = (os.path.join(tmp, "jemm-" + x) for x in ("hf", "ad", "ex", "s1"))
+    run(MKMODEL, "--shape", "tiny", "--vision", "--seed", "4242", "--tokenizer", TOKENIZER,
+        "--out", hf, "--adapter-out", ad, "--adapter-rank", "16", "--adapter-alpha", "32",
+        "--adapter-targets", jemm_t)
+    shutil.copy(tcfg, hf)
+    with open(ad + "/decision_config.json", "w") as f:
+        f.write('{"temperature": 1.3480874159655591, "mm_temperature": 1.3954832341582943, '
+                '"threshold": 0.9872681877423998}')
+    run(EXPORT, "--family", "jemm", "--base", hf, "--adapter", ad, "--lora", "keep", "--out", ex)
+    run(MKMODEL, "--shape", "tiny", "--vision", "--seed", "4242", "--tokenizer", TOKENIZER,
+        "--s1-out", s1, "--family", "jemm", "--adapter-rank", "16", "--adapter-alpha", "32",
+        "--adapter-targets", jemm_t, "--tokenizer-config", tcfg)
+    m_ex, m_s1 = (json.load(open(d + "/s1-model.json")) for d in (ex, s1))
+    check(sorted(os.listdir(s1)) == sorted(os.listdir(ex) + ["generator"]),
+          f"jemm: the same files, plus generator/ ({sorted(os.listdir(s1))})")
+    for f in ("weights.safetensors", "tokenizer.json"):
+        check(sha(ex + "/" + f) == sha(s1 + "/" + f), f"jemm: {f} byte-identical")
+    check(layout(ex, "adapter.safetensors") == layout(s1, "adapter.safetensors"),
+          "jemm: adapter.safetensors names, dtypes and shapes equal")
+    for k in ("jemm", "chat", "adapter", "config", "vision", "family", "limits", "calibration"):
+        check(m_ex.get(k) == m_s1.get(k), f"jemm: manifest {k} equal")
+    check(list(m_ex) == list(m_s1), f"jemm: manifest key order {list(m_s1)}")
+    for name, d in (("omnijev", "omni-s1"), ("open_jev", "oj-s1"), ("jemm", "jemm-s1")):
+        r = run(OPEN_DIR, os.path.join(tmp, d))
+        r2 = run(OPEN_DIR, os.path.join(tmp, d.replace("-s1", "-ex")))
+        check(r.stdout.startswith("ok " + name) and r.stdout == r2.stdout,
+              f"{name}: opens as the export does: {r.stdout.strip()!r} / {r2.stdout.strip()!r}")
+    # refusals
+    for args, msg in ((("--family", "omnijev"), "needs --vision and a kept adapter"),
+                      (("--family", "jemm", "--vision", "--adapter-rank", "16", "--adapter-alpha",
+                        "32", "--adapter-targets", "q_proj"), "needs --tokenizer-config"),
+                      (("--family", "nope"), "--family must be"),
+                      (("--adapter-rank", "4", "--adapter-alpha", "8"), "needs --adapter-rank > 0")):
+        r = run(MKMODEL, "--shape", "tiny", "--tokenizer", TOKENIZER, "--s1-out", tmp + "/bad",
+                *args, ok=False)
+        check(r.returncode == 2 and msg in r.stderr, f"refused {args}: {r.stderr.strip()!r}")
+
+
 tmp = tempfile.mkdtemp(prefix="s1-io-")
 try:
     {"mkmodel": case_mkmodel, "baddir": case_baddir, "lora": case_lora, "refuse": case_refuse,
-     "s1out": case_s1out, "cache": case_cache}[CASE](tmp)
+     "s1out": case_s1out, "cache": case_cache, "s1family": case_s1family}[CASE](tmp)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 print(f"{CASE}: {len(failures)} failures")

@@ -20,9 +20,12 @@
             CPU vision tower stops between blocks: vision_oracle); valid requests are then served
             at once, no 503.
 
-  cancel    CANCEL at the executor (test_exec_cancel.c, over nng as a preprocessor sends it): a
-            4x255-option program cancelled in flight is answered -CM_ECANCELLED within one step,
-            one cancelled before it arrives at once, a short one then runs; /metrics counts 2.
+  cancel    a 1-question request sent while a 4x255-option one is in flight is answered within
+            10 s (0.3 s on an idle machine, 5.5 s at load 12 on 2 cores), before it (no head-of-line blocking; the old FIFO executor answered it after the
+            big one's minute); then CANCEL at the executor (test_exec_cancel.c, over nng as a
+            preprocessor sends it): the 4x255-option program cancelled in flight is answered
+            -CM_ECANCELLED within one step, one cancelled before it arrives at once, a short one
+            then runs; /metrics counts 2.
 
 Stdlib only. usage: test_sched.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [TEST_EXEC_CANCEL]"""
 import base64
@@ -446,30 +449,43 @@ def part_deadline(t, model, shared, work, fails):
 
 
 def part_cancel(t, model, shared, cancel_tool, fails):
-    """Records a 4x255-option program and a short one, then test_exec_cancel sends them to the
+    """A 1-question request is not held behind a 4x255-option one; then test_exec_cancel sends
+    both programs (recorded by an executor whose 1 KiB snapshot pool refuses each at once) to the
     executor with CANCELs (in flight, and before the program); /metrics counts both."""
     with open(os.path.join(shared, "findings", "2026-12-01-attack", "omnijev_4x255_options.json")) as f:
         big = f.read()
-    rec = os.path.join(t.tmp, "rec")
-    t.model = model
-    t.start_frontend(timeout_ms=3000)
-    t.client_timeout = 60
-    t.start_preprocessor(credits=2)
-    start_executor(t, model, [], record=rec)
     small = {"state": {"images": [states(1)[0][0]]},
              "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}
-    s, _, _ = t.post(small)
-    if s != 200:
-        fails.append("the short request: HTTP %d" % s)
-    t.post(big)  # 504 after 3 s; the executor drops it at its next step and records it then
-    end = time.time() + 60
-    while time.time() < end and len([f for f in os.listdir(rec) if f.endswith(".result.msgpack")]) < 2:
-        time.sleep(0.2)
+    rec = os.path.join(t.tmp, "rec")
+    t.model = model
+    t.start_frontend(timeout_ms=20000)
+    t.client_timeout = 60
+    t.start_preprocessor(credits=2)
+    start_executor(t, model, ["--snapshot-pool-bytes", "1K"], record=rec)
+    for body in (small, big):
+        t.post(body)  # refused: the prefix needs more than the pool; recorded with the program
     progs = sorted((os.path.getsize(os.path.join(rec, f)), f) for f in os.listdir(rec)
                    if f.endswith(".program.msgpack"))
     if len(progs) != 2:
         fails.append("records %s" % progs)
         return
+    start_executor(t, model, [])
+    # no head-of-line blocking: a one-question request sent while the 4x255-option one (about a
+    # minute of work here) is in flight is answered within a few steps, long before the big one
+    done = {}
+    th = threading.Thread(target=lambda: done.update(big=t.post(big)[0], t=time.time()))
+    t0 = time.time()
+    th.start()
+    time.sleep(0.5)
+    t1 = time.time()
+    s, h, _ = t.post(small)
+    dt = time.time() - t1
+    big_running = "big" not in done
+    print("a 1-question request behind the 4x255-option one: HTTP %d in %.2f s, the big one "
+          "still in flight: %s (%s)" % (s, dt, big_running, h.get("server-timing")), flush=True)
+    if s != 200 or dt > 10.0 or not big_running:
+        fails.append("a 1-question request behind the 4x255-option one: HTTP %d in %.2f s, the "
+                     "big one still in flight: %s" % (s, dt, big_running))
     before = metrics(t)
     r = subprocess.run([cancel_tool, t.ex_url, os.path.join(rec, progs[1][1]),
                         os.path.join(rec, progs[0][1])], stdout=subprocess.PIPE,
@@ -484,6 +500,8 @@ def part_cancel(t, model, shared, cancel_tool, fails):
     print("s1_executor_cancelled_total +%d" % n, flush=True)
     if n != 2:
         fails.append("s1_executor_cancelled_total counted %d cancellations, want 2" % n)
+    th.join()
+    print("the 4x255-option request: HTTP %s after %.1f s" % (done.get("big"), done["t"] - t0))
 
 
 def main():
