@@ -20,7 +20,7 @@
 #define GRID EX_SCHED_GRID
 #define DEF_BATCH_TOKENS 8192    /* tokens of a step (CUDA) */
 #define DEF_BATCH_TOKENS_CPU 512 /* tokens of a step (CPU) */
-#define DEF_BATCH_READS_CPU 64   /* readout rows of a step (CPU; CUDA: the engine's per launch) */
+#define DEF_BATCH_READS_CPU 128  /* readout rows of a step (CPU; CUDA: the engine's per launch) */
 #define DEF_PROGRAMS 64
 #define SEEN_KEYS 65536   /* grid points remembered as seen once (hash only) */
 #define CANCEL_RING 256   /* cancelled request ids remembered for programs that come later */
@@ -49,6 +49,8 @@ struct sprefix {
   uint64_t chain;            /* tokens of the parent chain before this prefix */
   size_t reserve;            /* pool bytes reserved for snap (0 when shared) */
   int32_t piece;             /* index of its piece in this step's batch, or -1 */
+  bool follow;               /* another program in flight computes this very prefix: wait for
+                                its snapshot in the cache instead of computing it again */
 };
 
 /* One image of a program in flight. */
@@ -566,6 +568,21 @@ static void lookup_prefix(struct ex_sched *s, struct sjob *j, uint32_t i) {
     f->store[f->n_store++] = b;
 }
 
+/* Another program in flight computing prefix key `key` (not complete yet). */
+static bool computing(const struct ex_sched *s, const struct sjob *self, const uint8_t *key) {
+  for (const struct sjob *j = s->head; j; j = j->next) {
+    if (j == self || j->state != J_ACTIVE)
+      continue;
+    for (uint32_t i = 0; i < j->p->n_prefixes; i++) {
+      const struct sprefix *f = &j->pf[i];
+      if (!f->follow && !f->shared && f->at < j->p->prefixes[i].n_tokens &&
+          memcmp(f->keys[f->n_grid], key, KEYB) == 0)
+        return true;
+    }
+  }
+  return false;
+}
+
 /* Admits a waiting program when the pool has room for its snapshots (after cache hits). */
 static bool admit(struct ex_sched *s, struct sjob *j) {
   const struct proto_program *p = j->p;
@@ -587,10 +604,13 @@ static bool admit(struct ex_sched *s, struct sjob *j) {
     }
     return false;
   }
-  /* admitted: count the lookups, remember its grid points as seen */
+  /* admitted: count the lookups (a prefix another program is computing follows it and counts
+   * when it is resolved), remember its grid points as seen */
   for (uint32_t i = 0; s->pcache && i < p->n_prefixes; i++) {
     struct sprefix *f = &j->pf[i];
-    if (f->hit) {
+    if (!f->shared && computing(s, j, f->keys[f->n_grid])) {
+      f->follow = true;
+    } else if (f->hit) {
       s->st.prefix.hits++;
       s->st.prefix_tokens_reused += f->at;
     } else {
@@ -628,7 +648,7 @@ static bool admit(struct ex_sched *s, struct sjob *j) {
 static bool prefix_ready(const struct sjob *j, uint32_t i) {
   const struct proto_prefix *x = &j->p->prefixes[i];
   const struct sprefix *f = &j->pf[i];
-  if (f->at == x->n_tokens)
+  if (f->at == x->n_tokens || f->follow)
     return false;
   if (x->parent >= 0 && j->pf[x->parent].at != j->p->prefixes[x->parent].n_tokens)
     return false;
@@ -825,6 +845,50 @@ static void store_point(struct ex_sched *s, struct sjob *j, uint32_t i) {
   cm_diag_fini(&d);
 }
 
+/* A prefix just completed moves its snapshot into the cache at once, pinned by its program (which
+ * only reads it from now on: children copy it, rows read it), so programs in flight that wait for
+ * the same prefix (follow) take it now rather than computing it again. Its pool reservation
+ * becomes the cache's. */
+static void publish(struct ex_sched *s, struct sjob *j, uint32_t i) {
+  struct sprefix *f = &j->pf[i];
+  if (!s->pcache || f->shared || !f->snap)
+    return;
+  size_t bytes = s->eng->ops->snap_bytes(s->eng, f->chain + f->at);
+  if (!ex_lru_try_put(s->pcache, f->keys[f->n_grid], f->snap, bytes))
+    return; /* kept by the program; released at its end as before */
+  f->hit = ex_lru_get(s->pcache, f->keys[f->n_grid], true, false);
+  f->shared = true;
+  s->reserved -= f->reserve;
+  j->reserve -= f->reserve;
+  f->reserve = 0;
+}
+
+/* A following prefix: takes the published snapshot when it is there (a hit), stops following
+ * when nobody computes it any more (then computes it itself: a miss). */
+static void resolve_follow(struct ex_sched *s, struct sjob *j, uint32_t i) {
+  struct sprefix *f = &j->pf[i];
+  if (!f->follow)
+    return;
+  struct ex_lru_entry *e = ex_lru_get(s->pcache, f->keys[f->n_grid], true, false);
+  if (e) {
+    if (f->hit)
+      ex_lru_unpin(s->pcache, f->hit); /* a partial hit it no longer needs */
+    f->hit = e;
+    f->snap = ex_lru_value(e);
+    f->shared = f->started = true;
+    f->at = j->p->prefixes[i].n_tokens;
+    f->follow = false;
+    s->reserved -= f->reserve;
+    j->reserve -= f->reserve;
+    f->reserve = 0;
+    s->st.prefix.hits++;
+    s->st.prefix_tokens_reused += f->at;
+  } else if (!computing(s, j, f->keys[f->n_grid])) {
+    f->follow = false;
+    s->st.prefix.misses++;
+  }
+}
+
 static int run_vision(struct ex_sched *s, struct cm_diag *diag) {
   struct batch *b = &s->b;
   for (size_t v = 0; v < b->n_vis; v++) {
@@ -997,6 +1061,8 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
     struct sprefix *f = &pc->j->pf[pc->prefix];
     f->at = pc->b;
     store_point(s, pc->j, pc->prefix);
+    if (f->at == pc->j->p->prefixes[pc->prefix].n_tokens)
+      publish(s, pc->j, pc->prefix);
   }
   for (size_t k = 0; k < b->n_rows; k++) {
     struct rowitem *ri = &b->rows[k];
@@ -1081,6 +1147,8 @@ int ex_sched_step(struct ex_sched *s, struct cm_diag *diag) {
   b->has_image_rows = b->has_literal = false;
   size_t n_ready = 0;
   for (struct sjob *j = s->head; j; j = j->next) {
+    for (uint32_t i = 0; j->state == J_ACTIVE && j->pf && i < j->p->n_prefixes; i++)
+      resolve_follow(s, j, i);
     j->touched = false;
     j->step_tokens = 0;
     for (uint32_t i = 0; j->pf && i < j->p->n_prefixes; i++)

@@ -289,7 +289,7 @@ static void usage(void) {
           "                  one more is answered 503 overloaded)\n"
           "  --max-batch-tokens  tokens of one step: vision rows, prefix pieces, rows (default\n"
           "                  8192 on CUDA, 512 on the CPU, at most the engine's per launch)\n"
-          "  --max-batch-readouts  readout rows of one step (default 64 on the CPU, the engine's\n"
+          "  --max-batch-readouts  readout rows of one step (default 128 on the CPU, the engine's\n"
           "                  per launch on CUDA)\n"
           "  --prefix-cache-bytes  snapshots kept for later programs, out of the snapshot pool\n"
           "                  (default 1G; 0 off)\n"
