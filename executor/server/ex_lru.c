@@ -162,14 +162,15 @@ static void maybe_grow(struct ex_lru *c) {
   c->n_buckets = n;
 }
 
-bool ex_lru_put(struct ex_lru *c, const uint8_t key[EX_LRU_KEY_BYTES], void *value, size_t bytes) {
+bool ex_lru_try_put(struct ex_lru *c, const uint8_t key[EX_LRU_KEY_BYTES], void *value,
+                    size_t bytes) {
   struct ex_lru_entry *e = NULL;
   if (find(c, key) || bytes > c->budget)
-    goto refuse;
+    return false;
   if (c->st.bytes + bytes > c->budget)
     ex_lru_evict(c, c->st.bytes + bytes - c->budget);
   if (c->st.bytes + bytes > c->budget || !(e = calloc(1, sizeof(*e))))
-    goto refuse;
+    return false;
   memcpy(e->key, key, EX_LRU_KEY_BYTES);
   e->value = value;
   e->bytes = bytes;
@@ -182,7 +183,11 @@ bool ex_lru_put(struct ex_lru *c, const uint8_t key[EX_LRU_KEY_BYTES], void *val
   c->st.inserts++;
   maybe_grow(c);
   return true;
-refuse:
+}
+
+bool ex_lru_put(struct ex_lru *c, const uint8_t key[EX_LRU_KEY_BYTES], void *value, size_t bytes) {
+  if (ex_lru_try_put(c, key, value, bytes))
+    return true;
   if (c->free_fn)
     c->free_fn(c->ctx, value);
   return false;

@@ -49,6 +49,10 @@ void ex_lru_unpin(struct ex_lru *c, struct ex_lru_entry *e);
  * freed at once. Returns true when stored. */
 bool ex_lru_put(struct ex_lru *c, const uint8_t key[EX_LRU_KEY_BYTES], void *value, size_t bytes);
 
+/* As ex_lru_put, but a value that is not stored stays the caller's (not freed). */
+bool ex_lru_try_put(struct ex_lru *c, const uint8_t key[EX_LRU_KEY_BYTES], void *value,
+                    size_t bytes);
+
 /* Evicts unpinned entries from the least recent until `need` bytes are freed or none is left.
  * Returns the bytes freed. */
 size_t ex_lru_evict(struct ex_lru *c, size_t need);

@@ -20,6 +20,7 @@
 #define GRID EX_SCHED_GRID
 #define DEF_BATCH_TOKENS 8192    /* tokens of a step (CUDA) */
 #define DEF_BATCH_TOKENS_CPU 512 /* tokens of a step (CPU) */
+#define DEF_BATCH_READS_CPU 128  /* readout rows of a step (CPU; CUDA: the engine's per launch) */
 #define DEF_PROGRAMS 64
 #define SEEN_KEYS 65536   /* grid points remembered as seen once (hash only) */
 #define CANCEL_RING 256   /* cancelled request ids remembered for programs that come later */
@@ -48,6 +49,8 @@ struct sprefix {
   uint64_t chain;            /* tokens of the parent chain before this prefix */
   size_t reserve;            /* pool bytes reserved for snap (0 when shared) */
   int32_t piece;             /* index of its piece in this step's batch, or -1 */
+  bool follow;               /* another program in flight computes this very prefix: wait for
+                                its snapshot in the cache instead of computing it again */
 };
 
 /* One image of a program in flight. */
@@ -124,6 +127,7 @@ struct ex_sched {
   struct ex_engine *eng;           /* the runner's */
   size_t h;                        /* hidden size */
   size_t budget;                   /* tokens of one step */
+  size_t read_budget;              /* readout rows of one step */
   size_t max_programs;             /* held at most */
   struct sjob *head, *tail;        /* held programs in arrival order */
   struct sjob *done_head, *done_tail; /* finished, not popped */
@@ -564,6 +568,21 @@ static void lookup_prefix(struct ex_sched *s, struct sjob *j, uint32_t i) {
     f->store[f->n_store++] = b;
 }
 
+/* Another program in flight computing prefix key `key` (not complete yet). */
+static bool computing(const struct ex_sched *s, const struct sjob *self, const uint8_t *key) {
+  for (const struct sjob *j = s->head; j; j = j->next) {
+    if (j == self || j->state != J_ACTIVE)
+      continue;
+    for (uint32_t i = 0; i < j->p->n_prefixes; i++) {
+      const struct sprefix *f = &j->pf[i];
+      if (!f->follow && !f->shared && f->at < j->p->prefixes[i].n_tokens &&
+          memcmp(f->keys[f->n_grid], key, KEYB) == 0)
+        return true;
+    }
+  }
+  return false;
+}
+
 /* Admits a waiting program when the pool has room for its snapshots (after cache hits). */
 static bool admit(struct ex_sched *s, struct sjob *j) {
   const struct proto_program *p = j->p;
@@ -585,10 +604,13 @@ static bool admit(struct ex_sched *s, struct sjob *j) {
     }
     return false;
   }
-  /* admitted: count the lookups, remember its grid points as seen */
+  /* admitted: count the lookups (a prefix another program is computing follows it and counts
+   * when it is resolved), remember its grid points as seen */
   for (uint32_t i = 0; s->pcache && i < p->n_prefixes; i++) {
     struct sprefix *f = &j->pf[i];
-    if (f->hit) {
+    if (!f->shared && computing(s, j, f->keys[f->n_grid])) {
+      f->follow = true;
+    } else if (f->hit) {
       s->st.prefix.hits++;
       s->st.prefix_tokens_reused += f->at;
     } else {
@@ -626,7 +648,7 @@ static bool admit(struct ex_sched *s, struct sjob *j) {
 static bool prefix_ready(const struct sjob *j, uint32_t i) {
   const struct proto_prefix *x = &j->p->prefixes[i];
   const struct sprefix *f = &j->pf[i];
-  if (f->at == x->n_tokens)
+  if (f->at == x->n_tokens || f->follow)
     return false;
   if (x->parent >= 0 && j->pf[x->parent].at != j->p->prefixes[x->parent].n_tokens)
     return false;
@@ -664,11 +686,11 @@ static uint32_t piece_end(const struct sjob *j, uint32_t i, uint32_t a, size_t l
 
 /* Adds j's ready work to the batch, at most `limit` tokens of it (this step's share or what is
  * left); an empty batch takes one item whatever its size. */
-static int take(struct ex_sched *s, struct sjob *j, size_t limit) {
+static int take(struct ex_sched *s, struct sjob *j, size_t limit, size_t read_limit) {
   struct batch *b = &s->b;
   const struct proto_program *p = j->p;
   const struct ex_engine_limits *lim = &s->eng->lim;
-  size_t used = 0;
+  size_t used = 0, used_reads = 0;
   int r;
 #define EMPTY (b->n_pieces + b->n_rows + b->n_vis == 0)
 #define LEFT (limit > used ? limit - used : 0)
@@ -742,14 +764,17 @@ static int take(struct ex_sched *s, struct sjob *j, size_t limit) {
     }
     if (w->prefix >= 0 && j->pf[w->prefix].at != p->prefixes[w->prefix].n_tokens)
       break;
-    if (b->n_pieces + b->n_rows >= lim->max_seqs || b->reads + j->job.n_reads[i] > lim->max_readouts ||
-        (!EMPTY && (w->n_tokens > LEFT || b->tokens + b->vis_tokens + w->n_tokens > s->budget)) ||
+    size_t nr = j->job.n_reads[i];
+    if (b->n_pieces + b->n_rows >= lim->max_seqs || b->reads + nr > lim->max_readouts ||
+        (!EMPTY && (w->n_tokens > LEFT || b->tokens + b->vis_tokens + w->n_tokens > s->budget ||
+                    used_reads + nr > read_limit || b->reads + nr > s->read_budget)) ||
         b->tokens + w->n_tokens > lim->max_tokens)
       break;
     if ((r = grow((void **)&b->rows, &b->cap_rows, b->n_rows + 1, sizeof(*b->rows))))
       return r;
     b->rows[b->n_rows++] = (struct rowitem){j, i, b->reads};
-    b->reads += j->job.n_reads[i];
+    b->reads += nr;
+    used_reads += nr;
     b->tokens += w->n_tokens;
     j->step_tokens += w->n_tokens;
     used += w->n_tokens;
@@ -818,6 +843,50 @@ static void store_point(struct ex_sched *s, struct sjob *j, uint32_t i) {
   if (s->eng->ops->snap_new(s->eng, f->snap, &copy, &d) == 0)
     ex_lru_put(s->pcache, key, copy, bytes);
   cm_diag_fini(&d);
+}
+
+/* A prefix just completed moves its snapshot into the cache at once, pinned by its program (which
+ * only reads it from now on: children copy it, rows read it), so programs in flight that wait for
+ * the same prefix (follow) take it now rather than computing it again. Its pool reservation
+ * becomes the cache's. */
+static void publish(struct ex_sched *s, struct sjob *j, uint32_t i) {
+  struct sprefix *f = &j->pf[i];
+  if (!s->pcache || f->shared || !f->snap)
+    return;
+  size_t bytes = s->eng->ops->snap_bytes(s->eng, f->chain + f->at);
+  if (!ex_lru_try_put(s->pcache, f->keys[f->n_grid], f->snap, bytes))
+    return; /* kept by the program; released at its end as before */
+  f->hit = ex_lru_get(s->pcache, f->keys[f->n_grid], true, false);
+  f->shared = true;
+  s->reserved -= f->reserve;
+  j->reserve -= f->reserve;
+  f->reserve = 0;
+}
+
+/* A following prefix: takes the published snapshot when it is there (a hit), stops following
+ * when nobody computes it any more (then computes it itself: a miss). */
+static void resolve_follow(struct ex_sched *s, struct sjob *j, uint32_t i) {
+  struct sprefix *f = &j->pf[i];
+  if (!f->follow)
+    return;
+  struct ex_lru_entry *e = ex_lru_get(s->pcache, f->keys[f->n_grid], true, false);
+  if (e) {
+    if (f->hit)
+      ex_lru_unpin(s->pcache, f->hit); /* a partial hit it no longer needs */
+    f->hit = e;
+    f->snap = ex_lru_value(e);
+    f->shared = f->started = true;
+    f->at = j->p->prefixes[i].n_tokens;
+    f->follow = false;
+    s->reserved -= f->reserve;
+    j->reserve -= f->reserve;
+    f->reserve = 0;
+    s->st.prefix.hits++;
+    s->st.prefix_tokens_reused += f->at;
+  } else if (!computing(s, j, f->keys[f->n_grid])) {
+    f->follow = false;
+    s->st.prefix.misses++;
+  }
 }
 
 static int run_vision(struct ex_sched *s, struct cm_diag *diag) {
@@ -992,6 +1061,8 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
     struct sprefix *f = &pc->j->pf[pc->prefix];
     f->at = pc->b;
     store_point(s, pc->j, pc->prefix);
+    if (f->at == pc->j->p->prefixes[pc->prefix].n_tokens)
+      publish(s, pc->j, pc->prefix);
   }
   for (size_t k = 0; k < b->n_rows; k++) {
     struct rowitem *ri = &b->rows[k];
@@ -1076,6 +1147,8 @@ int ex_sched_step(struct ex_sched *s, struct cm_diag *diag) {
   b->has_image_rows = b->has_literal = false;
   size_t n_ready = 0;
   for (struct sjob *j = s->head; j; j = j->next) {
+    for (uint32_t i = 0; j->state == J_ACTIVE && j->pf && i < j->p->n_prefixes; i++)
+      resolve_follow(s, j, i);
     j->touched = false;
     j->step_tokens = 0;
     for (uint32_t i = 0; j->pf && i < j->p->n_prefixes; i++)
@@ -1092,14 +1165,16 @@ int ex_sched_step(struct ex_sched *s, struct cm_diag *diag) {
       goto sticky;
     return 0;
   }
-  size_t share = s->budget / n_ready;
+  size_t share = s->budget / n_ready, read_share = s->read_budget / n_ready;
   share = share < GRID ? GRID : share;
+  read_share = read_share < 1 ? 1 : read_share;
   for (int pass = 0; pass < 2 && !r; pass++)
     for (struct sjob *j = s->head; j && !r; j = j->next) {
       size_t left = s->budget > b->tokens + b->vis_tokens ? s->budget - b->tokens - b->vis_tokens
                                                           : 0;
+      size_t left_reads = s->read_budget > b->reads ? s->read_budget - b->reads : 0;
       if (j->state == J_ACTIVE)
-        r = take(s, j, pass == 0 ? share : left);
+        r = take(s, j, pass == 0 ? share : left, pass == 0 ? read_share : left_reads);
     }
   if (r)
     return cm_diag_set(diag, r, "out of memory forming a batch");
@@ -1182,13 +1257,19 @@ int ex_sched_new(struct ex_runner *x, const struct ex_sched_options *opt, struct
     opt = &none;
   struct ex_engine *e = ex_runner_engine(x);
   /* the CPU's steps are shorter: its readouts (a full-vocabulary log-softmax per LM feature)
-   * cost far more than its tokens, and a step is what a deadline or a CANCEL waits for */
+   * cost far more than its tokens, and a step is what a new program, a deadline or a CANCEL
+   * waits for */
   size_t def = strcmp(e->ops->name, "cpu") == 0 ? DEF_BATCH_TOKENS_CPU : DEF_BATCH_TOKENS;
   size_t budget = opt->max_batch_tokens ? opt->max_batch_tokens
                                         : (e->lim.max_tokens < def ? e->lim.max_tokens : def);
   if (budget < GRID || budget > e->lim.max_tokens)
     return cm_diag_set(diag, -EINVAL, "--max-batch-tokens %zu: within %d .. %zu (the engine's "
                        "tokens per launch)", budget, GRID, e->lim.max_tokens);
+  size_t defr = strcmp(e->ops->name, "cpu") == 0 ? DEF_BATCH_READS_CPU : e->lim.max_readouts;
+  size_t reads = opt->max_batch_readouts ? opt->max_batch_readouts : defr;
+  if (reads > e->lim.max_readouts)
+    return cm_diag_set(diag, -EINVAL, "--max-batch-readouts %zu: at most %zu (the engine's "
+                       "readout rows per launch)", reads, e->lim.max_readouts);
   size_t maxp = opt->max_programs ? opt->max_programs : DEF_PROGRAMS;
   if (maxp > EX_SCHED_MAX_PROGRAMS)
     return cm_diag_set(diag, -EINVAL, "--max-programs %zu: at most %d", maxp,
@@ -1200,6 +1281,7 @@ int ex_sched_new(struct ex_runner *x, const struct ex_sched_options *opt, struct
   s->eng = e;
   s->h = (size_t)e->cfg.hidden_size;
   s->budget = budget;
+  s->read_budget = reads;
   s->max_programs = maxp;
   pthread_mutex_init(&s->inbox_mu, NULL);
   int r = key_root(s);

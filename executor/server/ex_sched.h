@@ -30,6 +30,9 @@ struct ex_sched_options {
   size_t max_batch_tokens;   /* tokens of one step (vision merged rows, prefix pieces, rows);
                                 default min(engine max_tokens, 8192 on CUDA, 512 on the CPU), at
                                 least EX_SCHED_GRID; a row longer than it runs alone in its step */
+  size_t max_batch_readouts; /* readout rows of one step (a group-head row reads every position);
+                                default 128 on the CPU, the engine's per launch on CUDA; the
+                                first row of a step may exceed it */
   size_t prefix_cache_bytes; /* prefix-snapshot cache budget, from the snapshot pool; 0: none */
   size_t vision_cache_bytes; /* vision-output cache budget, host memory; 0: none */
   size_t max_programs;       /* programs held (waiting + in flight) at most (default 64) */

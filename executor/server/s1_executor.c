@@ -63,8 +63,8 @@ static struct {
   char reason[256];          /* why not ready */
   char instance[128];        /* "host:pid", for the frontend's per-executor metrics */
   struct proto_exec_stats stats; /* the scheduler's counters after the last step (guarded by mu) */
+  bool log_timings;          /* S1_EXECUTOR_TIMINGS=1: one stderr line per program */
   volatile sig_atomic_t stop; /* SIGTERM seen */
-  bool log_timings;           /* S1_EXECUTOR_TIMINGS=1: one line of timings per program */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static int64_t mono_us(void) {
@@ -293,6 +293,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: s1-executor --model DIR [--device cpu|cuda:N] [--listen URL] [--record DIR]\n"
           "                   [--numerics fp32|bf16] [--max-programs N] [--max-batch-tokens N]\n"
+          "                   [--max-batch-readouts N]\n"
           "                   [--prefix-cache-bytes B] [--vision-cache-bytes B]\n"
           "                   [--snapshot-pool-bytes B] [--max-tokens N] [--max-seqs N]\n"
           "                   [--max-ctx N] [--snapshots N] [--max-readouts N] [--max-patches N]\n"
@@ -308,6 +309,8 @@ static void usage(void) {
           "                  one more is answered 503 overloaded)\n"
           "  --max-batch-tokens  tokens of one step: vision rows, prefix pieces, rows (default\n"
           "                  8192 on CUDA, 512 on the CPU, at most the engine's per launch)\n"
+          "  --max-batch-readouts  readout rows of one step (default 128 on the CPU, the engine's\n"
+          "                  per launch on CUDA)\n"
           "  --prefix-cache-bytes  snapshots kept for later programs, out of the snapshot pool\n"
           "                  (default 1G; 0 off)\n"
           "  --vision-cache-bytes  vision-tower outputs kept, host memory (default 256M; 0 off)\n"
@@ -434,6 +437,7 @@ int main(int argc, char **argv) {
       {"cuda-lora", required_argument, 0, 'L'}, {"numerics", required_argument, 0, 'n'},
       {"max-programs", required_argument, 0, 'p'},
       {"max-batch-tokens", required_argument, 0, 'B'},
+      {"max-batch-readouts", required_argument, 0, 'D'},
       {"prefix-cache-bytes", required_argument, 0, 'c'},
       {"vision-cache-bytes", required_argument, 0, 'v'},
       {"snapshot-pool-bytes", required_argument, 0, 'o'},
@@ -465,6 +469,7 @@ int main(int argc, char **argv) {
     case 'R': ok = ok && size_arg(optarg, &ro.engine.max_readouts); break;
     case 'p': ok = ok && size_arg(optarg, &so.max_programs); break;
     case 'B': ok = ok && size_arg(optarg, &so.max_batch_tokens); break;
+    case 'D': ok = ok && size_arg(optarg, &so.max_batch_readouts); break;
     case 'c': ok = ok && bytes_arg(optarg, &so.prefix_cache_bytes); break;
     case 'v': ok = ok && bytes_arg(optarg, &so.vision_cache_bytes); break;
     case 'o':

@@ -20,10 +20,12 @@ static void usage(void) {
   fprintf(stderr,
           "usage: s1-replay RECORD_DIR --model DIR [--numerics fp32|bf16] [--max-seqs N]\n"
           "                 [--batch [--repeat K] [--max-batch-tokens N] [--prefix-cache-bytes B]\n"
-          "                  [--vision-cache-bytes B]]\n"
+          "                  [--vision-cache-bytes B] [--order]]\n"
           "  --numerics  the mode the executor served (default: the directory's);\n"
           "              --bf16-rounding is --numerics bf16\n"
-          "  --batch   every program to one scheduler at once (default: each alone); B in bytes\n");
+          "  --batch   every program to one scheduler at once (default: each alone); B in bytes\n"
+          "  --order   print each program as it finishes: its record, status and the steps it\n"
+          "            took part in\n");
 }
 
 static bool count_arg(const char *s, size_t *ret) {
@@ -91,12 +93,13 @@ int main(int argc, char **argv) {
                                        {"max-seqs", required_argument, 0, 's'},
                                        {"prefix-cache-bytes", required_argument, 0, 'c'},
                                        {"vision-cache-bytes", required_argument, 0, 'v'},
+                                       {"order", no_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *model = NULL;
   struct ex_runner_options ro = {0};
   struct ex_sched_options so = {0};
-  bool batch = false, ok = true;
+  bool batch = false, ok = true, order = false;
   size_t repeat = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -109,6 +112,7 @@ int main(int argc, char **argv) {
       ro.numerics = optarg;
       break;
     case 'B': batch = true; break;
+    case 'o': order = true; break;
     case 'k': ok = ok && count_arg(optarg, &repeat) && repeat >= 1 && repeat <= 100; break;
     case 't': ok = ok && count_arg(optarg, &so.max_batch_tokens); break;
     case 's': ok = ok && count_arg(optarg, &ro.engine.max_seqs) && ro.engine.max_seqs; break;
@@ -181,7 +185,11 @@ int main(int argc, char **argv) {
       void *tag;
       const struct proto_program *p;
       struct proto_result got = {0};
-      while (ex_sched_pop(sched, &tag, &p, &got)) {
+      for (size_t done = 1; ex_sched_pop(sched, &tag, &p, &got); done++) {
+        if (order)
+          printf("finished %zu: record %08llu (request %s) status %d, %lld steps\n", done,
+                 (unsigned long long)((struct record *)tag)->seq, p->request_id ? p->request_id : "?",
+                 got.status, (long long)got.timings.steps);
         same(tag, &got, (int)k + 1) ? identical++ : differ++;
         proto_result_fini(&got);
         memset(&got, 0, sizeof(got));

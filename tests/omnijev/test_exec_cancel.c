@@ -2,7 +2,8 @@
  * by ACK), with recorded programs (s1-executor --record) re-sent under fresh request ids:
  *  1. a long program in flight, cancelled 300 ms after it was sent: answered -CM_ECANCELLED
  *     within MAX_CANCEL_MS of the CANCEL (its step), long before its work would end;
- *  2. a CANCEL that arrives before its program: the program is answered -CM_ECANCELLED at once;
+ *  2. a CANCEL that arrives before its program: the program is answered -CM_ECANCELLED when it is
+ *     taken in (after the current step);
  *  3. then a short program runs to its end (status 0): the executor serves on.
  * usage: test_exec_cancel EXECUTOR_URL LONG.msgpack SHORT.msgpack; exit 0 when every check
  * holds. */
@@ -16,7 +17,7 @@
 
 #include "proto_program.h"
 
-#define MAX_CANCEL_MS 10000 /* a step of the 4x255-option program on a loaded CI machine */
+#define MAX_CANCEL_MS 10000 /* a step (a program waits for the current one) on a loaded machine */
 
 static int failures;
 #define CHECK(cond, ...)                                                                           \
@@ -172,7 +173,7 @@ int main(int argc, char **argv) {
   CHECK(result_of(&early, &r) == 0, "no result for cancel-early");
   printf("cancelled before it came: answered in %.0f ms, status %d\n", now_ms() - t0, r.status);
   CHECK(r.status == -CM_ECANCELLED, "cancel-early: status %d, want %d", r.status, -CM_ECANCELLED);
-  CHECK(now_ms() - t0 < 2000, "cancel-early: answered after %.0f ms", now_ms() - t0);
+  CHECK(now_ms() - t0 < MAX_CANCEL_MS, "cancel-early: answered after %.0f ms", now_ms() - t0);
   proto_result_fini(&r);
   /* 3. serving on */
   struct req ok = {0};

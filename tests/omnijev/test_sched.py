@@ -20,9 +20,14 @@
             CPU vision tower stops between blocks: vision_oracle); valid requests are then served
             at once, no 503.
 
-  cancel    CANCEL at the executor (test_exec_cancel.c, over nng as a preprocessor sends it): a
+  cancel    a 1-question request sent while a 4x255-option one is in flight is answered before it
+            (no head-of-line blocking: the old FIFO executor answered it after the big one's minute
+            of work), and given to one scheduler after a 255-option one (s1-replay --batch --order)
+            it finishes first, after at most 4 steps, while the big one takes 6 or more; then CANCEL
+            at the executor (test_exec_cancel.c, over nng as a preprocessor sends it): the
             4x255-option program cancelled in flight is answered -CM_ECANCELLED within one step,
-            one cancelled before it arrives at once, a short one then runs; /metrics counts 2.
+            one cancelled before it arrives when it is taken in, a short one then runs; /metrics
+            counts 2.
 
 Stdlib only. usage: test_sched.py PART BUILD_ROOT SHARED_DIR QWEN35_TOKENIZER [TEST_EXEC_CANCEL]"""
 import base64
@@ -205,7 +210,8 @@ def part_invariance(t, model, fails):
     print("reference: 48 requests one at a time in %.1f s, %d steps" %
           (time.time() - t0, m.get("s1_executor_steps_total", -1)), flush=True)
     rec = os.path.join(t.tmp, "rec")
-    start_executor(t, model, ["--max-batch-tokens", "1024"], record=rec)
+    start_executor(t, model, ["--max-batch-tokens", "1024", "--max-batch-readouts", "256"],
+                   record=rec)
     for round_ in ("cold",):
         before = metrics(t)
         t0 = time.time()
@@ -448,33 +454,77 @@ def part_deadline(t, model, shared, work, fails):
 
 
 def part_cancel(t, model, shared, cancel_tool, fails):
-    """Records a 4x255-option program and a short one, then test_exec_cancel sends them to the
+    """A 1-question request is not held behind a 4x255-option one; then test_exec_cancel sends
+    both programs (recorded by an executor whose 1 KiB snapshot pool refuses each at once) to the
     executor with CANCELs (in flight, and before the program); /metrics counts both."""
     with open(os.path.join(shared, "findings", "2026-12-01-attack", "omnijev_4x255_options.json")) as f:
         big = f.read()
-    rec = os.path.join(t.tmp, "rec")
-    t.model = model
-    t.start_frontend(timeout_ms=3000)
-    t.client_timeout = 60
-    t.start_preprocessor(credits=2)
-    start_executor(t, model, [], record=rec)
     small = {"state": {"images": [states(1)[0][0]]},
              "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}
-    s, _, _ = t.post(small)
-    if s != 200:
-        fails.append("the short request: HTTP %d" % s)
-    t.post(big)  # 504 after 3 s; the executor drops it at its next step and records it then
-    end = time.time() + 60
-    while time.time() < end and len([f for f in os.listdir(rec) if f.endswith(".result.msgpack")]) < 2:
-        time.sleep(0.2)
-    progs = sorted((os.path.getsize(os.path.join(rec, f)), f) for f in os.listdir(rec)
-                   if f.endswith(".program.msgpack"))
-    if len(progs) != 2:
-        fails.append("records %s" % progs)
+    rec = os.path.join(t.tmp, "rec")
+    t.model = model
+    t.start_frontend(timeout_ms=20000)
+    t.client_timeout = 60
+    t.start_preprocessor(credits=2)
+    start_executor(t, model, ["--snapshot-pool-bytes", "1K"], record=rec)
+    # the ordering check's big program: one Choice of 255 keys without texts (255 cheap rows)
+    wide = {"state": small["state"], "questions": {"w": {
+        "type": "choice", "instructions": "Which one?", "options": [{"key": "k%d" % i}
+                                                               for i in range(255)]}}}
+    for body in (small, big, wide):
+        t.post(body)  # refused: the prefix needs more than the pool; recorded with the program
+    names = sorted(f[:8] for f in os.listdir(rec) if f.endswith(".program.msgpack"))
+    if names != ["%08d" % i for i in range(3)]:
+        fails.append("records %s" % names)
         return
+    small_p, big_p, wide_p = (os.path.join(rec, "%08d.program.msgpack" % i) for i in range(3))
+    order_dir = os.path.join(t.tmp, "order")  # the wide program first, then the small one
+    os.makedirs(order_dir)
+    for i, (src, dst) in enumerate(((2, 0), (0, 1))):
+        for k in ("program", "result"):
+            shutil.copy(os.path.join(rec, "%08d.%s.msgpack" % (src, k)),
+                        os.path.join(order_dir, "%08d.%s.msgpack" % (dst, k)))
+    start_executor(t, model, [])
+    for _ in range(100):  # the preprocessor serves the restarted executor
+        if t.post(small)[0] == 200:
+            break
+        time.sleep(0.1)
+    # no head-of-line blocking: a one-question request sent while the 4x255-option one (about a
+    # minute of work here) is in flight is answered within a few steps, long before the big one
+    done = {}
+    th = threading.Thread(target=lambda: done.update(big=t.post(big)[0], t=time.time()))
+    t0 = time.time()
+    th.start()
+    time.sleep(0.5)
+    t1 = time.time()
+    s, h, _ = t.post(small)
+    dt = time.time() - t1
+    big_running = "big" not in done
+    print("a 1-question request behind the 4x255-option one: HTTP %d in %.2f s, the big one "
+          "still in flight: %s (%s)" % (s, dt, big_running, h.get("server-timing")), flush=True)
+    if not big_running:
+        print("the 4x255-option request: HTTP %s" % done.get("big"), flush=True)
+    if s != 200 or not big_running:
+        fails.append("a 1-question request behind the 4x255-option one: HTTP %d in %.2f s, the "
+                     "big one still in flight: %s" % (s, dt, big_running))
+    # the same without timing: a 255-option program and the small one given to one scheduler at
+    # once, the big one first; the small one finishes first, after a few steps (its image, prefix
+    # and row), while the big one takes many (the recorded results are the 1 KiB pool's refusals:
+    # only the order counts)
+    r = subprocess.run([t.bin("executor/server/s1-replay"), order_dir, "--model", model,
+                        "--batch", "--order"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    fin = re.findall(r"finished (\d+): record (\d+) \(request [^)]*\) status (-?\d+), (\d+) steps",
+                     r.stdout.decode())
+    by_rec = {int(rec_n): (int(k), int(st), int(steps)) for k, rec_n, st, steps in fin}
+    big_rec, small_rec = 0, 1
+    print("one scheduler, the 255-option program submitted first: %s" % ", ".join(
+        "record %d finished %d with status %d after %d steps" % ((n,) + by_rec[n])
+        for n in sorted(by_rec)), flush=True)
+    if len(by_rec) != 2 or by_rec[small_rec][0] != 1 or by_rec[small_rec][1] != 0 or \
+            by_rec[small_rec][2] > 4 or by_rec[big_rec][1] != 0 or by_rec[big_rec][2] < 6:
+        fails.append("s1-replay --batch --order: %s" % r.stdout.decode()[-1500:])
     before = metrics(t)
-    r = subprocess.run([cancel_tool, t.ex_url, os.path.join(rec, progs[1][1]),
-                        os.path.join(rec, progs[0][1])], stdout=subprocess.PIPE,
+    r = subprocess.run([cancel_tool, t.ex_url, big_p, small_p], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT)
     out = r.stdout.decode()
     print(out.strip(), flush=True)
@@ -486,6 +536,8 @@ def part_cancel(t, model, shared, cancel_tool, fails):
     print("s1_executor_cancelled_total +%d" % n, flush=True)
     if n != 2:
         fails.append("s1_executor_cancelled_total counted %d cancellations, want 2" % n)
+    th.join()
+    print("the 4x255-option request: HTTP %s after %.1f s" % (done.get("big"), done["t"] - t0))
 
 
 def main():
