@@ -193,7 +193,10 @@ class Trio:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        print(openapi_check.contract().summary())
+        try:
+            print(openapi_check.contract().summary())
+        except AssertionError as e:  # no checker (only the GPU machine's scripts get this far)
+            print("openapi: answers not checked: %s" % e)
         if failed:
             for name, path in self.logs.items():
                 with open(path, errors="replace") as f:
