@@ -481,8 +481,45 @@ static void *status_thread(void *arg) {
 
 /* ---- one job -------------------------------------------------------------------------------- */
 
+#define NAMES_MAX 16         /* model names (ids and aliases) an unknown-model error lists */
+#define NAMES_MAX_BYTES 1024 /* and at most these bytes of them, then "…" */
+
+/* The loaded models' names for an error: "\"A\" (aliases \"a1\", \"a2\"), \"B\"", at most
+ * NAMES_MAX names and NAMES_MAX_BYTES bytes, then "…". Writes buf (cap > NAMES_MAX_BYTES + 8). */
+static void loaded_names(char *buf, size_t cap) {
+  size_t n = 0, names = 0;
+  buf[0] = 0;
+  for (int i = 0; i < g.n_models; i++) {
+    const struct pp_model_desc *d = &g.models[i].desc;
+    for (size_t a = 0; a <= d->n_aliases; a++) {
+      const char *name = a == 0 ? d->id : d->aliases[a - 1];
+      const char *lead = a == 0 ? (i ? ", " : "") : a == 1 ? " (aliases " : ", ";
+      const char *tail = a > 0 && a == d->n_aliases ? ")" : "";
+      size_t piece = strlen(lead) + strlen(name) + 2 + strlen(tail);
+      if (names == NAMES_MAX || n + piece > NAMES_MAX_BYTES) {
+        snprintf(buf + n, cap - n, "%s…%s", n ? ", " : "", a > 0 ? ")" : "");
+        return;
+      }
+      n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\"%s", lead, name, tail);
+      names++;
+    }
+  }
+}
+
+/* Bytes of s within max_bytes, cut at a UTF-8 code point boundary. */
+static int utf8_prefix(const char *s, size_t max_bytes) {
+  size_t n = strnlen(s, max_bytes + 1);
+  if (n > max_bytes) {
+    n = max_bytes;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+      n--;
+  }
+  return (int)n;
+}
+
 static const struct model *route(json_object *root, const char *header_model,
                                  struct cm_diag *diag, int *ret_code) {
+  char names[NAMES_MAX_BYTES + 16];
   json_object *mv = NULL;
   const char *name = header_model;
   if (json_object_object_get_ex(root, "model", &mv) && mv) {
@@ -495,8 +532,9 @@ static const struct model *route(json_object *root, const char *header_model,
   if (!name) {
     if (g.n_models == 1)
       return &g.models[0];
-    *ret_code = cm_diag_set(diag, -CM_EREQUEST, "model: required, %d models are loaded",
-                            g.n_models);
+    loaded_names(names, sizeof(names));
+    *ret_code = cm_diag_set(diag, -CM_EREQUEST, "model: required, %d models are loaded: %s",
+                            g.n_models, names);
     return NULL;
   }
   for (int i = 0; i < g.n_models; i++) {
@@ -507,7 +545,9 @@ static const struct model *route(json_object *root, const char *header_model,
       if (strcmp(d->aliases[a], name) == 0)
         return &g.models[i];
   }
-  *ret_code = cm_diag_set(diag, -CM_EREQUEST, "model: unknown model \"%.200s\"", name);
+  loaded_names(names, sizeof(names));
+  *ret_code = cm_diag_set(diag, -CM_EREQUEST, "model: unknown model \"%.*s\"; loaded: %s",
+                          utf8_prefix(name, 200), name, names);
   return NULL;
 }
 

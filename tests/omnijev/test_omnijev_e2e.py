@@ -284,7 +284,7 @@ def bad_cases(url):
         ("options and criteria", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x"}], "criteria": {"x": None}}}), 422, "invalid_request", ["exactly one of"]),
         ("levels and criteria", rq({"q": {"type": "score", "instructions": "a", "levels": ["x"], "criteria": {"x": None}}}), 422, "invalid_request", ["questions.q"]),
         ("unknown option field", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x", "color": "red"}]}}), 422, "invalid_request", ["color"]),
-        ("abstain not boolean", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x", "abstain": 1}]}}), 422, "invalid_request", ["abstain must be a boolean"]),
+        ("abstain not boolean", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x", "abstain": 1}]}}), 422, "invalid_request", ["questions.q.options[0].abstain: must be a boolean"]),
         ("duplicate keys", rq({"q": {"type": "choice", "instructions": "a", "options": [{"key": "x"}, {"key": "x"}]}}), 422, "invalid_request", ["duplicate key"]),
         ("256 options", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": str(i)} for i in range(256)]}}), 422, "invalid_request", ["255 options"]),
         ("1200 rows", rq({"q%d" % i: {"type": "choice", "instructions": "a", "options": [{"text": str(j)} for j in range(200)]} for i in range(6)}), 422, "invalid_request", ["1024"]),
