@@ -15,6 +15,7 @@
 #include "cpu/cpu_act.h"
 #include "cpu/cpu_matmul.h"
 #include "cpu/vision_attention.h"
+#include "cpu/vision_gelu.h"
 #include "cpu/vision_layer_norm.h"
 #include "cpu/vision_pos_interp.h"
 #include "cpu/vision_rotary.h"

@@ -13,7 +13,7 @@
 
 #include "cm_error.h"
 #include "cm_safetensors.h"
-#include "cpu/vision_gelu.h"
+#include "ex_backend.h" /* enum ex_gelu_kind */
 
 struct json_object;
 

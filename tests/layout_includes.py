@@ -10,6 +10,9 @@ own directory. Checked in their meson.build files: no include_directories() or s
 leaves the top folder, and no use of a dependency, library or executable variable that a folder it
 may not use declares. Prints every violation (file:line: what) and exits 1 when there is one.
 
+The executor's interface headers (executor/*.h, executor/server/ex_engine.h) include no header of
+its implementations (executor/cpu/, executor/cuda/).
+
 Before the real tree it checks a generated one with a known violation of each kind and a clean
 one, so that a check which finds nothing has been shown able to find something.
 
@@ -26,6 +29,9 @@ OTHER = ("tools",)  # may use everything; its headers are named here so that usi
 ALLOWED = {**{p: {p, *SHARED} for p in PROCESS}, "common": {"common"}, "proto": {"proto", "common"}}
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".in")
 HEADER_EXT = (".h", ".cuh")
+INTERFACE_DIRS = ("executor",)                  # every header directly in these folders
+INTERFACE_FILES = ("executor/server/ex_engine.h",)
+IMPLEMENTATION_DIRS = ("executor/cpu", "executor/cuda")
 INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)')
 ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(declare_dependency|static_library|"
                     r"shared_library|library|executable|custom_target|include_directories)\s*\(")
@@ -60,10 +66,13 @@ def check(root):
     """Returns the violations in the tree at root as 'path:line: message' strings."""
     folders = [f for f in PROCESS + SHARED + OTHER if os.path.isdir(os.path.join(root, f))]
     headers = {}  # basename -> top folders holding a header of that name
+    header_dirs = {}  # basename -> folders (relative to root) holding a header of that name
     for top in folders:
         for path in walk(root, top):
             if path.endswith(HEADER_EXT):
                 headers.setdefault(os.path.basename(path), set()).add(top)
+                header_dirs.setdefault(os.path.basename(path), set()).add(
+                    os.path.relpath(os.path.dirname(path), root))
     declared = {}  # meson variable -> top folder declaring it
     for top in folders:
         for path in walk(root, top):
@@ -77,12 +86,21 @@ def check(root):
         allowed = ALLOWED[top]
         for path in walk(root, top):
             rel = os.path.relpath(path, root)
+            interface = rel in INTERFACE_FILES or (path.endswith(HEADER_EXT) and
+                                                   os.path.dirname(rel) in INTERFACE_DIRS)
             if path.endswith(SOURCE_EXT):
                 for n, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
                     m = INCLUDE.match(line)
                     if not m:
                         continue
                     name = m.group(1) or m.group(2)
+                    if interface:
+                        target = os.path.normpath(os.path.join(os.path.dirname(path), name))
+                        dirs = ({os.path.relpath(os.path.dirname(target), root)}
+                                if os.path.exists(target) else header_dirs.get(os.path.basename(name), set()))
+                        if dirs and all(d.startswith(IMPLEMENTATION_DIRS) for d in dirs):
+                            bad.append(f"{rel}:{n}: interface header includes {name} of "
+                                       f"{'/, '.join(sorted(dirs))}/")
                     if "/" in name:
                         target = os.path.join(os.path.dirname(path), name)
                         if os.path.exists(target):
@@ -138,13 +156,18 @@ def self_test():
               "x = static_library('x', '../../preprocessor/image/p.c', dependencies: [image_dep]) # image_dep\n"
               "y = include_directories('../../tools')\n")
         write(root, "common/cm_b.c", '#include "ex_b.h"\n')
+        write(root, "executor/cpu/cpu_op.h", "struct ex_dims;\n")
+        write(root, "executor/ex_b.h", '#include "cpu_op.h"\n')
+        write(root, "executor/server/ex_engine.h", '#include "cpu/cpu_op.h"\n')
         found = check(root)
         want = ["executor/ex_c.c:1: includes pp_image.h of preprocessor/",
                 "executor/ex_c.c:2: includes ../tools/t.h of tools/",
                 "executor/cpu/meson.build:1: path '../../preprocessor/image/p.c' leaves executor/",
                 "executor/cpu/meson.build:1: uses image_dep of preprocessor/",
                 "executor/cpu/meson.build:2: path '../../tools' leaves executor/",
-                "common/cm_b.c:1: includes ex_b.h of executor/"]
+                "common/cm_b.c:1: includes ex_b.h of executor/",
+                "executor/ex_b.h:1: interface header includes cpu_op.h of executor/cpu/",
+                "executor/server/ex_engine.h:1: interface header includes cpu/cpu_op.h of executor/cpu/"]
         if sorted(found) != sorted(want):
             sys.exit("self-test: expected\n  " + "\n  ".join(sorted(want)) + "\nfound\n  " +
                      "\n  ".join(sorted(found)))
