@@ -44,10 +44,10 @@ class Trio:
         hf = os.path.join(self.tmp, name + "-hf")
         out = os.path.join(self.tmp, name)
         tokdir = os.path.join(self.shared, "tokenizers", "qwen3")
-        run([self.bin("executor/mkmodel/s1-mkmodel"), "--shape", "tiny", "--seed", str(seed),
+        run([self.bin("tools/mkmodel/s1-mkmodel"), "--shape", "tiny", "--seed", str(seed),
              "--tokenizer", os.path.join(tokdir, "tokenizer.json"), "--out", hf])
         shutil.copy(os.path.join(tokdir, "tokenizer_config.json"), hf)
-        run([self.bin("executor/export/s1-export"), "--family", "open_jev", "--package",
+        run([self.bin("tools/export/s1-export"), "--family", "open_jev", "--package",
              os.path.join(FIXTURES, "package"), "--base", hf, "--out", out])
         if self.model is None:
             self.model = out

@@ -79,7 +79,7 @@ def make_model(build, tok35, work, fix):
     """s1-mkmodel with the oracle's arguments (hashes checked) + the committed package -> export."""
     base, ckpt, out = (os.path.join(work, n) for n in ("base", "ckpt", "model"))
     a = fix["mkmodel_args"]
-    trio.run([os.path.join(build, "executor/mkmodel/s1-mkmodel"), *a[:6], "--tokenizer", tok35,
+    trio.run([os.path.join(build, "tools/mkmodel/s1-mkmodel"), *a[:6], "--tokenizer", tok35,
               "--out", base, "--adapter-out", ckpt, *a[6:]])
     for name, want in fix["sha256"].items():
         if name.endswith("adapter_config.json"):
@@ -88,7 +88,7 @@ def make_model(build, tok35, work, fix):
         assert got == want, "s1-mkmodel output drifted: %s is %s, the oracle used %s" % (name, got, want)
     for f in os.listdir(os.path.join(FIX, "package")):
         shutil.copy(os.path.join(FIX, "package", f), ckpt)
-    trio.run([os.path.join(build, "executor/export/s1-export"), "--family", "omnijev", "--base", base,
+    trio.run([os.path.join(build, "tools/export/s1-export"), "--family", "omnijev", "--base", base,
               "--checkpoint", ckpt, "--out", out])
     return out
 
