@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_nng.h"
 #include "cm_runtime.h"
 #include "cm_version.h"
 #include "fe_http1.h"
@@ -1295,17 +1296,6 @@ static int listen_http(const char *hostport) {
   return 0;
 }
 
-/* nng_listen, with an ipc socket made 0600 (its directory is private already: cm_ipc_check). */
-static int listen_private(nng_socket sock, const char *url) {
-  nng_listener l;
-  int rv = nng_listener_create(&l, sock, url);
-  if (!rv && strncmp(url, "ipc://", 6) == 0)
-    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
-  if (!rv)
-    rv = nng_listener_start(l, 0);
-  return rv;
-}
-
 static void usage(void) {
   fprintf(stderr,
           "usage: s1-frontend [--listen HOST:PORT] [--pool URL] [--queue N] [--max-body BYTES]\n"
@@ -1435,7 +1425,7 @@ int main(int argc, char **argv) {
   if ((rv = nng_rep0_open(&g.pool)) ||
       (rv = nng_socket_set_size(g.pool, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||
       (rv = nng_pipe_notify(g.pool, NNG_PIPE_EV_REM_POST, on_pipe_event, NULL)) ||
-      (rv = listen_private(g.pool, pool_url))) {
+      (rv = cm_listen_private(g.pool, pool_url))) {
     fprintf(stderr, "s1-frontend: cannot listen on %s: %s\n", pool_url, nng_strerror(rv));
     return 1;
   }

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_nng.h"
 #include "cm_alloc.h"
 #include "cm_runtime.h"
 #include "cm_version.h"
@@ -260,17 +261,6 @@ static bool size_arg(const char *s, size_t *ret) {
   }
   *ret = (size_t)v;
   return true;
-}
-
-/* nng_listen, with an ipc socket made 0600 (its directory is private already: cm_ipc_check). */
-static int listen_private(nng_socket sock, const char *url) {
-  nng_listener l;
-  int rv = nng_listener_create(&l, sock, url);
-  if (!rv && strncmp(url, "ipc://", 6) == 0)
-    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
-  if (!rv)
-    rv = nng_listener_start(l, 0);
-  return rv;
 }
 
 /* A byte count with an optional binary suffix (K, M, G), 0 allowed (off). */
@@ -547,7 +537,7 @@ int main(int argc, char **argv) {
   int rv;
   if ((rv = nng_rep0_open(&g.sock)) != 0 ||
       (rv = nng_socket_set_size(g.sock, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) != 0 ||
-      (rv = listen_private(g.sock, url)) != 0) {
+      (rv = cm_listen_private(g.sock, url)) != 0) {
     fprintf(stderr, "s1-executor: cannot listen on %s: %s\n", url, nng_strerror(rv));
     return 1;
   }
