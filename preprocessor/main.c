@@ -847,8 +847,11 @@ static void *worker_thread(void *arg) {
     nng_aio_set_msg(aio, m);
     nng_ctx_send(ctx, aio);
     nng_aio_wait(aio);
-    if (nng_aio_result(aio)) {
+    int rv = nng_aio_result(aio);
+    if (rv) {
       nng_msg_free(m);
+      if (rv == NNG_ECLOSED)
+        break; /* the drain closed the socket: nothing more can be delivered */
       continue; /* frontend not there (yet): the reply, if any, goes with the next ask */
     }
     proto_reply_fini(&ask.reply);
@@ -1070,9 +1073,18 @@ int main(int argc, char **argv) {
   int64_t end = mono_us() + DRAIN_MAX_US;
   while (atomic_load(&g.workers_running) > 0 && mono_us() < end)
     usleep(10000);
-  if (atomic_load(&g.workers_running) > 0)
-    fprintf(stderr, "s1-preprocessor: drain: %d worker(s) still busy after %d s; closing\n",
-            atomic_load(&g.workers_running), DRAIN_MAX_US / 1000000);
+  if (atomic_load(&g.workers_running) > 0) {
+    fprintf(stderr, "s1-preprocessor: drain: %d worker(s) still busy after %d s; cancelling their "
+            "jobs and closing\n", atomic_load(&g.workers_running), DRAIN_MAX_US / 1000000);
+    /* a job still at an executor would hold its worker (and the exit) until its own deadline:
+     * cancel it as a client that left is (cancel_job), so the stop stays within systemd's 60 s */
+    for (int i = 0; i < g.credits; i++) {
+      pthread_mutex_lock(&g.slots[i].mu);
+      uint64_t id = g.slots[i].job_id;
+      pthread_mutex_unlock(&g.slots[i].mu);
+      cancel_job(id);
+    }
+  }
   nng_close(g.front);
   for (int i = 0; i < g.credits; i++)
     pthread_join(workers[i], NULL);
