@@ -340,7 +340,8 @@ def run_family(args, family, model, raw):
         sampler.start()
         emit({"kind": "ready", "process_to_ready_s": round(ready_s, 3), "model": model,
               "device": args.device, "executors": args.executors,
-              "preprocessors": args.preprocessors, "credits": args.credits})
+              "preprocessors": args.preprocessors, "credits": args.credits,
+              "executor_args": args.executor_arg})
         with httpx.Client(timeout=600) as cl:
             t0, lat, status, data, st = post(cl, trio.port, items[0][1])
             emit({"kind": "first", "workload": items[0][0], "latency_s": round(lat, 6),

@@ -243,16 +243,16 @@ def cmd_time(a):
             if first:
                 log(out, {"kind": "bound_after_first_forward", **bound_impls(mq)})
                 first = False
-            diff = max_prob_diff(resp["answers"], w["answer"]["answers"]) if w.get("answer") else None
             ts, fw = [], []
             for _ in range(a.reps):
                 if a.device.startswith("cuda"):
                     torch.cuda.synchronize()
                 peer.fwd_s = 0.0
                 h0 = time.perf_counter()
-                peer.respond(w["body"])
+                resp, _ = peer.respond(w["body"])
                 ts.append((time.perf_counter() - h0) * 1e3)
                 fw.append(peer.fwd_s * 1e3)
+            diff = max_prob_diff(resp["answers"], w["answer"]["answers"]) if w.get("answer") else None
             order = sorted(range(len(ts)), key=ts.__getitem__)
             med = order[len(order) // 2]
             log(out, {"kind": "timing", "workload": k, "round": a.round_label + rnd,
