@@ -264,12 +264,23 @@ struct row_lm {
   struct ex_head_lm base; /* first */
   struct ex_engine *eng;
   size_t read0;
+  /* what the head declared for this row (lm_targets) and the launch's batched answer, or
+   * pre_lp NULL: a request equal to the declared one is served from pre_lp */
+  uint32_t pre_first;
+  size_t pre_n;
+  const int32_t *pre_tg;
+  const float *pre_lp;
 };
 
 static int row_lm_target_logprobs(const struct ex_head_lm *lm, uint32_t first,
                                   const int32_t *targets, size_t n, float *lp,
                                   struct cm_diag *diag) {
   const struct row_lm *l = (const struct row_lm *)lm;
+  if (l->pre_lp && first == l->pre_first && n == l->pre_n &&
+      memcmp(targets, l->pre_tg, n * sizeof(int32_t)) == 0) {
+    memcpy(lp, l->pre_lp, n * sizeof(float));
+    return 0;
+  }
   size_t *reads = malloc((n + 1) * sizeof(size_t));
   if (!reads)
     return -ENOMEM;
@@ -316,8 +327,23 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
   uint32_t *launch_row = calloc(p->n_rows + 1, sizeof(uint32_t)); /* program row of each */
   int32_t *group_of = malloc((p->n_rows + 1) * sizeof(int32_t)); /* group readout per row */
   void **group_acc = calloc(p->n_readouts + 1, sizeof(void *));  /* accumulator per readout */
+  /* batched LM log-probs of a launch's group rows (at most one per token of the launch) and the
+   * per-head-kind finish lists */
+  size_t max_tok = 1; /* a launch's first row may exceed lim->max_tokens on an engine that
+                       * takes it (the CPU engine), so the program's total bounds a launch */
+  for (uint32_t i = 0; i < p->n_rows; i++)
+    max_tok += p->rows[i].n_tokens;
+  int32_t *pre_tg = malloc(max_tok * sizeof(int32_t));
+  float *pre_lp = malloc(max_tok * sizeof(float));
+  size_t *pre_reads = malloc(max_tok * sizeof(size_t));
+  size_t *pre_n = malloc((p->n_rows + 1) * sizeof(size_t)),
+         *pre_at = calloc(p->n_rows + 1, sizeof(size_t));
+  uint32_t *pre_first = calloc(p->n_rows + 1, sizeof(uint32_t));
+  void **fin_acc = calloc(p->n_readouts + 1, sizeof(void *));
+  float **fin_out = calloc(p->n_readouts + 1, sizeof(float *));
   if (!image_embeds || !snaps || !widths || !by_row || !row_start || !launch || !launch_row ||
-      !group_of || !group_acc) {
+      !group_of || !group_acc || !pre_tg || !pre_lp || !pre_reads || !pre_n || !pre_at ||
+      !pre_first || !fin_acc || !fin_out) {
     r = -ENOMEM;
     goto out;
   }
@@ -469,7 +495,37 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
       goto out;
     }
     int64_t tr = mono_us();
-    size_t rd = 0; /* next readout of the launch */
+    /* the group rows' LM log-probs of this launch, declared by their heads: one engine call */
+    size_t n_pre = 0, rd = 0;
+    for (size_t li = 0; li < n_launch; li++) {
+      uint32_t pi = launch_row[li];
+      const struct proto_row *s = &p->rows[pi];
+      pre_n[li] = 0;
+      if (group_of[pi] >= 0) {
+        const struct proto_readout *gr = &p->readouts[group_of[pi]];
+        const struct ex_head_group *g = find_head(x, gr->head)->kind->group;
+        if (g->lm_targets)
+          g->lm_targets(group_acc[group_of[pi]], gr->position, s->ids, s->n_tokens,
+                        &pre_first[li], pre_tg + n_pre, &pre_n[li]);
+        for (size_t j = 0; j < pre_n[li]; j++)
+          pre_reads[n_pre + j] = rd + pre_first[li] + j;
+        pre_at[li] = n_pre;
+        n_pre += pre_n[li];
+        rd += s->n_tokens;
+      }
+      for (uint32_t j = row_start[pi]; j < row_start[pi + 1]; j++)
+        rd += group_of_readout(x, &p->readouts[by_row[j]]) == NULL;
+    }
+    bool pre_ok = false;
+    if (n_pre) {
+      r = eng->ops->target_logprobs(eng, pre_reads, pre_tg, n_pre, pre_lp, diag);
+      pre_ok = r == 0;
+      if (r == -EINVAL) /* a bad target: each row asks alone and reports its own */
+        r = 0;
+      if (r)
+        goto out;
+    }
+    rd = 0; /* next readout of the launch */
     for (size_t li = 0; li < n_launch; li++) {
       uint32_t pi = launch_row[li];
       const struct proto_row *s = &p->rows[pi];
@@ -477,7 +533,9 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
         const struct proto_readout *gr = &p->readouts[group_of[pi]];
         const struct loaded_head *lh = find_head(x, gr->head);
         struct row_lm lm = {.base.target_logprobs = row_lm_target_logprobs, .eng = eng,
-                            .read0 = rd};
+                            .read0 = rd, .pre_first = pre_first[li], .pre_n = pre_n[li],
+                            .pre_tg = pre_tg + pre_at[li],
+                            .pre_lp = pre_ok && pre_n[li] ? pre_lp + pre_at[li] : NULL};
         if ((r = lh->kind->group->row(lh->state, &lm.base, group_acc[group_of[pi]], pi - gr->row,
                                       gr->position, s->ids, s->n_tokens, hid + rd * h, diag)))
           goto out;
@@ -515,11 +573,23 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
   }
   /* heads: group heads finish over their accumulated rows; the others run batched per head */
   int64_t t4 = mono_us();
-  for (uint32_t i = 0; i < p->n_readouts; i++) {
-    if (!group_acc[i])
+  for (size_t hk = 0; hk < x->n_heads; hk++) { /* per group head kind: all its readouts at once */
+    const struct loaded_head *lh = &x->heads[hk];
+    if (!lh->kind->group)
       continue;
-    const struct loaded_head *lh = find_head(x, p->readouts[i].head);
-    if ((r = lh->kind->group->finish(lh->state, group_acc[i], res->outputs[i], diag)))
+    size_t m = 0;
+    for (uint32_t i = 0; i < p->n_readouts; i++)
+      if (group_acc[i] && find_head(x, p->readouts[i].head) == lh) {
+        fin_acc[m] = group_acc[i];
+        fin_out[m++] = res->outputs[i];
+      }
+    if (!m)
+      continue;
+    if (lh->kind->group->finish_all)
+      r = lh->kind->group->finish_all(lh->state, fin_acc, m, fin_out, diag);
+    for (size_t j = 0; !lh->kind->group->finish_all && j < m && !r; j++)
+      r = lh->kind->group->finish(lh->state, fin_acc[j], fin_out[j], diag);
+    if (r)
       goto out;
   }
   if (k_head) {
@@ -580,5 +650,7 @@ out:
     if (group_acc[i])
       find_head(x, p->readouts[i].head)->kind->group->free_acc(group_acc[i]);
   free(group_acc), free(group_of);
+  free(pre_tg), free(pre_lp), free(pre_reads), free(pre_n), free(pre_at), free(pre_first);
+  free(fin_acc), free(fin_out);
   return r;
 }
