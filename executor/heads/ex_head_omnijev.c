@@ -6,11 +6,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ex_head.h"
 #include "ex_lm_feats.h"
@@ -131,34 +133,80 @@ void ex_omnijev_heads_fini(struct ex_omnijev_heads *h) {
 
 /* ---- maths ---------------------------------------------------------------------------------- */
 
-enum { ROW_BLOCK = 8 }; /* rows sharing one pass over a weight row */
+enum {
+  ROW_BLOCK = 8,          /* rows sharing one pass over a weight row */
+  MAX_THREADS = 8,        /* threads of one large linear_rows call */
+  THREAD_MIN_MACS = 1 << 22, /* n · n_in · n_out below which one thread does it all */
+};
 
-/* y[n, n_out] = x[n, n_in]·Wᵀ + b: each output one float64 chain over the inputs in ascending order
- * (acc = 0; acc += w[i]·x[i]; then + b, one rounding to float32), rows in blocks of ROW_BLOCK
- * with independent chains that share each weight row (the same bits as one row at a time, several
- * times faster: one chain is add-latency bound). Returns 0 or -ENOMEM. */
-static int linear_rows(const struct ex_omnijev_linear *l, const float *x, size_t n, float *y) {
+/* One thread's share of linear_rows: outputs [o0, o1) of every row block. */
+struct lin_job {
+  const struct ex_omnijev_linear *l;
+  const double *xt; /* [n_blocks][n_in][ROW_BLOCK] the rows, widened, zero-padded */
+  size_t n, o0, o1;
+  float *y;
+};
+
+static void *lin_worker(void *arg) {
+  const struct lin_job *j = arg;
+  const struct ex_omnijev_linear *l = j->l;
   size_t ni = l->n_in;
-  double *xt = malloc(ni * ROW_BLOCK * sizeof *xt); /* [n_in][ROW_BLOCK] the block, widened */
-  if (!xt)
-    return -ENOMEM;
-  for (size_t r0 = 0; r0 < n; r0 += ROW_BLOCK) {
-    size_t nb = n - r0 < ROW_BLOCK ? n - r0 : ROW_BLOCK;
-    for (size_t i = 0; i < ni; i++)
-      for (size_t r = 0; r < ROW_BLOCK; r++)
-        xt[i * ROW_BLOCK + r] = r < nb ? (double)x[(r0 + r) * ni + i] : 0.0;
-    for (size_t o = 0; o < l->n_out; o++) {
+  for (size_t r0 = 0; r0 < j->n; r0 += ROW_BLOCK) {
+    size_t nb = j->n - r0 < ROW_BLOCK ? j->n - r0 : ROW_BLOCK;
+    const double *xb = j->xt + (r0 / ROW_BLOCK) * ni * ROW_BLOCK;
+    for (size_t o = j->o0; o < j->o1; o++) {
       const float *w = l->w + o * ni;
       double acc[ROW_BLOCK] = {0};
       for (size_t i = 0; i < ni; i++) {
         double wi = (double)w[i];
-        const double *xi = xt + i * ROW_BLOCK;
+        const double *xi = xb + i * ROW_BLOCK;
         for (size_t r = 0; r < ROW_BLOCK; r++)
           acc[r] += wi * xi[r];
       }
       for (size_t r = 0; r < nb; r++)
-        y[(r0 + r) * l->n_out + o] = (float)(acc[r] + (double)l->b[o]);
+        j->y[(r0 + r) * l->n_out + o] = (float)(acc[r] + (double)l->b[o]);
     }
+  }
+  return NULL;
+}
+
+/* y[n, n_out] = x[n, n_in]·Wᵀ + b: each output one float64 chain over the inputs in ascending order
+ * (acc = 0; acc += w[i]·x[i]; then + b, one rounding to float32), rows in blocks of ROW_BLOCK
+ * with independent chains that share each weight row, large calls split by output features over
+ * up to MAX_THREADS threads (the same bits as one row at a time on one thread: no chain depends
+ * on its neighbours). Returns 0 or -ENOMEM. */
+static int linear_rows(const struct ex_omnijev_linear *l, const float *x, size_t n, float *y) {
+  size_t ni = l->n_in, n_blocks = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+  double *xt = malloc((n_blocks * ni * ROW_BLOCK + 1) * sizeof *xt);
+  if (!xt)
+    return -ENOMEM;
+  for (size_t b = 0; b < n_blocks; b++)
+    for (size_t i = 0; i < ni; i++)
+      for (size_t r = 0; r < ROW_BLOCK; r++) {
+        size_t row = b * ROW_BLOCK + r;
+        xt[(b * ni + i) * ROW_BLOCK + r] = row < n ? (double)x[row * ni + i] : 0.0;
+      }
+  size_t n_thr = 1;
+  if ((double)n * (double)ni * (double)l->n_out >= THREAD_MIN_MACS) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    n_thr = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (size_t)cpus;
+    n_thr = n_thr > l->n_out ? l->n_out : n_thr;
+  }
+  struct lin_job jobs[MAX_THREADS];
+  pthread_t tid[MAX_THREADS];
+  bool started[MAX_THREADS] = {false};
+  for (size_t t = 0; t < n_thr; t++) {
+    jobs[t] = (struct lin_job){.l = l, .xt = xt, .n = n, .o0 = l->n_out * t / n_thr,
+                               .o1 = l->n_out * (t + 1) / n_thr, .y = y};
+    if (t > 0) /* a thread that cannot start is run here */
+      started[t] = pthread_create(&tid[t], NULL, lin_worker, &jobs[t]) == 0;
+  }
+  lin_worker(&jobs[0]);
+  for (size_t t = 1; t < n_thr; t++) {
+    if (started[t])
+      pthread_join(tid[t], NULL);
+    else
+      lin_worker(&jobs[t]);
   }
   free(xt);
   return 0;
