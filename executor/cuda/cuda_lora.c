@@ -68,7 +68,12 @@ struct exc_lora {
   struct shape shapes[EXC_LORA_MAX_SHAPES];
 };
 
-enum { WORKSPACE_BYTES = 4 << 20, REF_ROWS = 1024 };
+enum {
+  WORKSPACE_BYTES = 32 << 20, /* cuBLASLt workspace (split-K partial sums) */
+  TUNE_ROWS = 256,            /* rows the heuristic is asked at: a row launch's size */
+  SPLIT_K_LEN = 256,          /* k per split when a split is forced */
+  MAX_SPLITS = 16,
+};
 
 enum { N_MODULES = 12 };
 
@@ -280,8 +285,34 @@ static uint32_t align_of(uintptr_t v) {
   return a;
 }
 
-/* The pinned algorithm of a shape: the heuristic's first split-K-free FP32 algorithm at REF_ROWS
- * rows (cached; found on the shape's first call). */
+/* Splits of the k loop for a reduction of length k: the down products (k = 2,560 … 17,408, a few
+ * dozen outputs) would otherwise run on a handful of CTAs at the row launches' ~256 rows. */
+static int32_t splits_for(size_t k) {
+  size_t s = k / SPLIT_K_LEN;
+  return (int32_t)(s < 1 ? 1 : s > MAX_SPLITS ? MAX_SPLITS : s);
+}
+
+/* Whether `algo` runs the shape at `rows` rows within the workspace. */
+static bool algo_ok(struct exc_lora *l, cublasLtMatmulDescOpaque_t *op,
+                    cublasLtMatrixLayoutOpaque_t *la, const struct shape *key, size_t rows,
+                    const cublasLtMatmulAlgo_t *algo) {
+  cublasLtMatrixLayoutOpaque_t rb, rc;
+  cublasLtMatmulHeuristicResult_t res;
+  if (cublasLtMatrixLayoutInit(&rb, CUDA_R_32F, key->k, rows, key->ld_x) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutInit(&rc, CUDA_R_32F, key->m, rows, key->ld_y) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  memset(&res, 0, sizeof(res));
+  return cublasLtMatmulAlgoCheck(l->lt, op, la, &rb, &rc, &rc, algo, &res) ==
+             CUBLAS_STATUS_SUCCESS &&
+         res.workspaceSize <= l->ws_bytes;
+}
+
+/* The pinned algorithm of a shape (cached; chosen on the shape's first call, host only): the
+ * heuristic's first FP32 algorithm at TUNE_ROWS rows without in-place (atomic) split-K reduction,
+ * given splits_for(k) splits with the compute-type reduction when it has none and k is long.
+ * One configuration (split count included) for every row count: each output is the same fixed
+ * sequence of partial sums whatever n, so a row's bits do not depend on its launch
+ * (tests/cuda/test_lora.c). Checked to run at EXC_LORA_CHUNK_ROWS rows within the workspace. */
 static int shape_algo(struct exc_lora *l, const struct shape *key, const cublasLtMatmulAlgo_t **ret,
                       cublasLtMatmulDescOpaque_t *op, cublasLtMatrixLayoutOpaque_t *la) {
   for (int i = 0; i < l->n_shapes; i++) {
@@ -294,14 +325,15 @@ static int shape_algo(struct exc_lora *l, const struct shape *key, const cublasL
   }
   if (l->n_shapes >= EXC_LORA_MAX_SHAPES)
     return -CM_ELIMIT;
-  /* the layouts at REF_ROWS rows, as cuda_gemm's reference (B and C columns are rows) */
   cublasLtMatrixLayoutOpaque_t rb, rc;
-  int r = EXC_CUBLAS(cublasLtMatrixLayoutInit(&rb, CUDA_R_32F, key->k, REF_ROWS, key->ld_x));
+  int r = EXC_CUBLAS(cublasLtMatrixLayoutInit(&rb, CUDA_R_32F, key->k, TUNE_ROWS, key->ld_x));
   if (!r)
-    r = EXC_CUBLAS(cublasLtMatrixLayoutInit(&rc, CUDA_R_32F, key->m, REF_ROWS, key->ld_y));
+    r = EXC_CUBLAS(cublasLtMatrixLayoutInit(&rc, CUDA_R_32F, key->m, TUNE_ROWS, key->ld_y));
   cublasLtMatmulPreferenceOpaque_t pref;
   uint64_t ws = l->ws_bytes;
-  uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE, align = key->align;
+  uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                  CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE,
+           align = key->align;
   if (!r)
     r = EXC_CUBLAS(cublasLtMatmulPreferenceInit(&pref));
   if (!r)
@@ -326,20 +358,32 @@ static int shape_algo(struct exc_lora *l, const struct shape *key, const cublasL
   for (int i = 0; i < n_res; i++) {
     if (res[i].state != CUBLAS_STATUS_SUCCESS)
       continue;
+    cublasLtMatmulAlgo_t algo = res[i].algo;
     int32_t splitk = 1;
     uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
     size_t got = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                             &splitk, sizeof(splitk), &got) !=
-            CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-                                             &scheme, sizeof(scheme), &got) !=
-            CUBLAS_STATUS_SUCCESS ||
-        splitk > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE)
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof(splitk), &got) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                             sizeof(scheme), &got) != CUBLAS_STATUS_SUCCESS ||
+        scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE)
+      continue;
+    if (splitk <= 1 && splits_for(key->k) > 1) { /* try the forced split first */
+      cublasLtMatmulAlgo_t split = algo;
+      int32_t sk = splits_for(key->k);
+      uint32_t sc = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&split, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk,
+                                               sizeof(sk)) == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoConfigSetAttribute(&split, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &sc,
+                                               sizeof(sc)) == CUBLAS_STATUS_SUCCESS &&
+          algo_ok(l, op, la, key, EXC_LORA_CHUNK_ROWS, &split) && algo_ok(l, op, la, key, 1, &split))
+        algo = split;
+    }
+    if (!algo_ok(l, op, la, key, EXC_LORA_CHUNK_ROWS, &algo) || !algo_ok(l, op, la, key, 1, &algo))
       continue;
     struct shape *s = &l->shapes[l->n_shapes++];
     *s = *key;
-    s->algo = res[i].algo;
+    s->algo = algo;
     *ret = &s->algo;
     return 0;
   }

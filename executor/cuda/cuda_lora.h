@@ -5,9 +5,10 @@
  * their exact FP32 values), added to the output of the projection's GEMM before anything reads it.
  * Both products are cuBLASLt FP32 GEMMs (CUBLAS_COMPUTE_32F): the down products of a site's
  * projections as one GEMM over their stacked A factors, then one up GEMM per projection. Each GEMM
- * shape gets one split-K-free algorithm (the heuristic's first at 1,024 rows, the rule of
- * cuda_gemm.h's reference) used for every row count, so a row's result does not depend on how many
- * rows share the launch. The scale is applied as PEFT rounds it: a power of two (OmniJev's and
+ * shape gets one pinned configuration (the heuristic's first at 256 rows; long reductions split
+ * into up to 16 k ranges summed by cuBLASLt's compute-type reduction, never the atomic in-place
+ * one) used for every row count, so a row's result does not depend on how many rows share the
+ * launch. The scale is applied as PEFT rounds it: a power of two (OmniJev's and
  * JEMM's 2) as the GEMM's alpha with beta 1 (2^e·acc is exact, so y + 2^e·acc rounds once as
  * PEFT's y + round(acc·2^e)); any other scale through an FP32 product then a separate FP32 add.
  * Factors live on the device from start-up (one allocation, plus FP32 scratch for 2,048-row
@@ -66,7 +67,7 @@ size_t exc_lora_count(const struct exc_lora *l);
  * The first call of each GEMM shape (and pointer alignment) asks cuBLASLt's heuristic on the host
  * and caches the algorithm (at most EXC_LORA_MAX_SHAPES shapes).
  * Returns 0; -EINVAL (t over max_tokens); -CM_ELIMIT (shape cache full); -CM_EUNSUPPORTED (no
- * split-K-free FP32 algorithm); -CM_ECUDA. */
+ * FP32 algorithm that runs 1 and EXC_LORA_CHUNK_ROWS rows in the workspace); -CM_ECUDA. */
 int exc_lora_apply(struct exc_lora *l, cudaStream_t stream, int layer, enum exc_lora_site site,
                    const __nv_bfloat16 *x, size_t ld_x, float *y, size_t ld_y, size_t t);
 
