@@ -72,7 +72,7 @@ enum {
   WORKSPACE_BYTES = 32 << 20, /* cuBLASLt workspace (split-K partial sums) */
   TUNE_ROWS = 256,            /* rows the heuristic is asked at: a row launch's size */
   SPLIT_K_LEN = 256,          /* k per split when a split is forced */
-  MAX_SPLITS = 16,
+  MAX_SPLITS = 32,
 };
 
 enum { N_MODULES = 12 };

@@ -6,7 +6,7 @@
  * Both products are cuBLASLt FP32 GEMMs (CUBLAS_COMPUTE_32F): the down products of a site's
  * projections as one GEMM over their stacked A factors, then one up GEMM per projection. Each GEMM
  * shape gets one pinned configuration (the heuristic's first at 256 rows; long reductions split
- * into up to 16 k ranges summed by cuBLASLt's compute-type reduction, never the atomic in-place
+ * into up to 32 k ranges summed by cuBLASLt's compute-type reduction, never the atomic in-place
  * one) used for every row count, so a row's result does not depend on how many rows share the
  * launch. The scale is applied as PEFT rounds it: a power of two (OmniJev's and
  * JEMM's 2) as the GEMM's alpha with beta 1 (2^e·acc is exact, so y + 2^e·acc rounds once as
