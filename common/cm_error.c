@@ -61,6 +61,7 @@ const char *cm_strerror(int code) {
   case CM_EVERSION: return "protocol version mismatch";
   case CM_EPROGRAM: return "program not runnable";
   case CM_ECUDA: return "CUDA failure";
+  case CM_ECANCELLED: return "cancelled";
   default: break;
   }
   if (code < 0 && -code < CM_EFORMAT)
@@ -89,6 +90,7 @@ int cm_error_http(int code, const char **ret_type) {
   case CM_EUNAVAILABLE: status = 503, type = "unavailable"; break;
   case CM_ETIMEOUT:
   case ETIMEDOUT: status = 504, type = "timeout"; break;
+  case CM_ECANCELLED: status = 499, type = "cancelled"; break;
   default: break;
   }
   if (ret_type)

@@ -29,6 +29,7 @@ enum {
   CM_EVERSION,        /* a peer speaks another proto version */
   CM_EPROGRAM,        /* a program the executor's model cannot run (ids, positions, images) */
   CM_ECUDA,           /* a CUDA runtime or cuBLAS call failed (sticky: the executor retires) */
+  CM_ECANCELLED,      /* the request was cancelled (its client is gone): only counted */
   CM_ECODE_END,
 };
 
@@ -53,7 +54,9 @@ void cm_diag_fini(struct cm_diag *diag);
  * "unsupported_media_type"; -CM_EREQUEST, -CM_ELIMIT, -CM_EFORMAT, -CM_EUNSUPPORTED, -CM_EMISSING,
  * -EINVAL, -ERANGE → 422 "invalid_request"; -CM_EOVERLOADED → 503 "overloaded"; -CM_ENOTREADY → 503
  * "not_ready"; -CM_EUNAVAILABLE → 503 "unavailable"; -CM_ETIMEOUT, -ETIMEDOUT → 504 "timeout";
- * 0 → 200 and type NULL; anything else → 500 "internal".
+ * -CM_ECANCELLED → 499 "cancelled" (nginx's "client closed request": the client is gone, so the
+ * answer is only counted in /metrics, never read); 0 → 200 and type NULL; anything else → 500
+ * "internal".
  * Returns: the HTTP status; *ret_type (if non-NULL) gets a static string. */
 int cm_error_http(int code, const char **ret_type);
 

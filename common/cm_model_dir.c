@@ -58,7 +58,9 @@ static bool plain_name(const char *f) {
 }
 
 /* Reads and parses a whole JSON file; the message gives json-c's reason and the byte offset. */
-static int parse_json_file(const char *path, json_object **ret, struct cm_diag *diag) {
+/* Parses a JSON file; when ret_sha256 is given, it gets the SHA-256 (hex) of the bytes parsed. */
+static int parse_json_file(const char *path, json_object **ret, char *ret_sha256,
+                           struct cm_diag *diag) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     int e = -errno;
@@ -101,6 +103,12 @@ static int parse_json_file(const char *path, json_object **ret, struct cm_diag *
                        at);
     } else {
       *ret = o;
+      if (ret_sha256) {
+        uint8_t dg[CM_SHA256_BYTES];
+        rc = cm_sha256_buf(buf, len, dg);
+        if (!rc)
+          cm_sha256_hex(dg, ret_sha256);
+      }
     }
     json_tokener_free(tok);
   }
@@ -370,7 +378,7 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
     rc = cm_diag_set(diag, e == -ENOENT ? -ENOENT : e, "%s: cannot open: %s", mpath, strerror(-e));
     goto fail;
   }
-  rc = parse_json_file(mpath, &md->manifest, diag);
+  rc = parse_json_file(mpath, &md->manifest, md->manifest_sha256, diag);
   if (rc)
     goto fail;
   if (!json_object_is_type(md->manifest, json_type_object)) {

@@ -45,6 +45,9 @@ struct cm_model_dir {
   size_t n_f32_rows;              /* 0 without the block */
   int n_files_hashed;             /* listed files whose SHA-256 this open computed */
   int n_files_cached;             /* listed files the verified-file cache vouched for, unread */
+  char manifest_sha256[65];       /* hex SHA-256 of the s1-model.json bytes opened: the identity of
+                                     the directory's content (it lists every file's hash), which
+                                     preprocessors and executors compare to route by model */
 };
 
 #define CM_MODEL_FORMAT "s1serve-model/1"

@@ -20,6 +20,12 @@ int cm_sha256_update(struct cm_sha256 *h, const void *data, size_t n) {
   return EVP_DigestUpdate(h->evp, data, n) == 1 ? 0 : -EIO;
 }
 
+int cm_sha256_copy(struct cm_sha256 *dst, const struct cm_sha256 *src) {
+  if (!dst->evp && !(dst->evp = EVP_MD_CTX_new()))
+    return -ENOMEM;
+  return EVP_MD_CTX_copy_ex(dst->evp, src->evp) == 1 ? 0 : -EIO;
+}
+
 int cm_sha256_final(struct cm_sha256 *h, uint8_t ret_digest[CM_SHA256_BYTES]) {
   unsigned int len = 0;
   if (EVP_DigestFinal_ex(h->evp, ret_digest, &len) != 1 || len != CM_SHA256_BYTES)

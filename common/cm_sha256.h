@@ -20,6 +20,9 @@ struct cm_sha256 {
 int cm_sha256_init(struct cm_sha256 *h);
 /* Adds n bytes. Returns 0 or -EIO (libcrypto failure). */
 int cm_sha256_update(struct cm_sha256 *h, const void *data, size_t n);
+/* dst ← a copy of src's state (dst initialised or zeroed; a digest of what src has seen so far
+ * can then be finished while src goes on). Returns 0, -ENOMEM or -EIO. */
+int cm_sha256_copy(struct cm_sha256 *dst, const struct cm_sha256 *src);
 /* Writes the 32-byte digest. Returns 0 or -EIO. */
 int cm_sha256_final(struct cm_sha256 *h, uint8_t ret_digest[CM_SHA256_BYTES]);
 /* Frees the context; accepts a zeroed or finished one. */

@@ -140,7 +140,8 @@ struct work {
   float *sin_t;   /* [n, rot/2] */
   float *scratch; /* attention scores / GDN chunk scratch */
   float *lora;    /* [n, max rank] */
-  int32_t *pos;   /* [3, n] default text positions */
+  float *kv;      /* [2, n, Hkv·D] new K then V rows of a full-attention layer */
+  int32_t *pos;   /* [3, n] default text positions of one sequence */
 };
 
 static void rnd(const struct ex_qwen35_model *m, float *x, size_t n) {
@@ -172,8 +173,17 @@ static size_t max_rank(const struct ex_qwen35_model *m) {
   return r;
 }
 
-static void attn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_layer *l,
-                       struct ex_qwen35_layer_state *ls, size_t n_past, size_t n, struct work *w) {
+/* One sequence of a packed call as the layers see it. */
+struct pseq {
+  struct ex_qwen35_state *st; /* the state this call advances (the caller's or a working copy) */
+  size_t start;               /* first packed row */
+  size_t n;                   /* rows */
+  size_t n_past;              /* tokens the state held before the call */
+  bool chunked;               /* GDN chunked even for one token on a populated state */
+};
+
+static void attn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_layer *l, int li,
+                       const struct pseq *sq, size_t ns, size_t n, struct work *w) {
   const struct ex_qwen35_config *c = &m->cfg;
   size_t hq = (size_t)c->n_heads, hkv = (size_t)c->n_kv_heads, d = (size_t)c->head_dim;
   lin(m, &l->q, w->a, n, w->big, w->lora);
@@ -184,7 +194,8 @@ static void attn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_l
       memcpy(w->q + (t * hq + h) * d, src, d * sizeof(float));
       memcpy(w->gate + (t * hq + h) * d, src + d, d * sizeof(float));
     }
-  float *kc = ls->k + n_past * hkv * d, *vc = ls->v + n_past * hkv * d;
+  /* new K/V rows of every sequence, normed and rotated row by row, then appended to each cache */
+  float *kc = w->kv, *vc = w->kv + n * hkv * d;
   lin(m, &l->k, w->a, n, kc, w->lora);
   lin(m, &l->v, w->a, n, vc, w->lora);
   m->be->rms_norm(w->q, l->q_norm, c->rms_eps, w->q, n * hq, d);
@@ -197,15 +208,22 @@ static void attn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_l
                                                                w->sin_t);
   (m->round_bf16 ? m->be->rope_apply_bf16 : m->be->rope_apply)(kc, n, hkv, d, (size_t)c->rot_dims,
                                                                w->cos_t, w->sin_t);
-  /* bf16: sdpa's rounded weights, R(o), R(R(o)·R(sigmoid(gate))) (spec §5.1 steps 6-7) */
-  (m->round_bf16 ? m->be->attention_gated_bf16 : m->be->attention_gated)(
-      w->q, w->gate, ls->k, ls->v, w->o, w->scratch, n, n_past, hq, hkv, d,
-      (float)(1.0 / sqrt((double)d)));
+  for (size_t i = 0; i < ns; i++) {
+    struct ex_qwen35_layer_state *ls = &sq[i].st->layers[li];
+    size_t row = hkv * d, off = sq[i].start * row;
+    memcpy(ls->k + sq[i].n_past * row, kc + off, sq[i].n * row * sizeof(float));
+    memcpy(ls->v + sq[i].n_past * row, vc + off, sq[i].n * row * sizeof(float));
+    /* bf16: sdpa's rounded weights, R(o), R(R(o)·R(sigmoid(gate))) (spec §5.1 steps 6-7) */
+    (m->round_bf16 ? m->be->attention_gated_bf16 : m->be->attention_gated)(
+        w->q + sq[i].start * hq * d, w->gate + sq[i].start * hq * d, ls->k, ls->v,
+        w->o + sq[i].start * hq * d, w->scratch, sq[i].n, sq[i].n_past, hq, hkv, d,
+        (float)(1.0 / sqrt((double)d)));
+  }
   lin(m, &l->o, w->o, n, w->mix, w->lora);
 }
 
-static void gdn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_layer *l,
-                      struct ex_qwen35_layer_state *ls, size_t n_past, size_t n, struct work *w) {
+static void gdn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_layer *l, int li,
+                      const struct pseq *sq, size_t ns, size_t n, struct work *w) {
   const struct ex_qwen35_config *c = &m->cfg;
   struct ex_gdn_dims dims = {(size_t)c->lin_k_heads, (size_t)c->lin_v_heads, (size_t)c->lin_dk,
                              (size_t)c->lin_dv};
@@ -216,8 +234,10 @@ static void gdn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_la
   lin(m, &l->b, w->a, n, w->beta, w->lora);
   lin(m, &l->a, w->a, n, w->g, w->lora);
   /* bf16: the convolution and the SiLU each round (spec §4.2) */
-  (m->round_bf16 ? m->be->causal_conv1d_silu_bf16 : m->be->causal_conv1d_silu)(
-      w->big, l->conv, ls->conv, w->big2, n, cd, (size_t)c->conv_kernel);
+  for (size_t i = 0; i < ns; i++)
+    (m->round_bf16 ? m->be->causal_conv1d_silu_bf16 : m->be->causal_conv1d_silu)(
+        w->big + sq[i].start * cd, l->conv, sq[i].st->layers[li].conv, w->big2 + sq[i].start * cd,
+        sq[i].n, cd, (size_t)c->conv_kernel);
   /* split the conv output into contiguous q [n,Hk,dk], k [n,Hk,dk], v [n,Hv,dv] */
   float *v = w->mix; /* reused: mix is free until out_proj */
   for (size_t t = 0; t < n; t++) {
@@ -228,13 +248,20 @@ static void gdn_layer(const struct ex_qwen35_model *m, const struct ex_qwen35_la
   }
   m->be->gdn_prepare(w->q, w->k, w->beta, w->g, l->a_log, l->dt_bias, w->beta, w->g, n, &dims);
   rnd(m, w->beta, n * hv);
-  bool recurrent =
-      m->gdn_mode == EX_GDN_RECURRENT || (m->gdn_mode == EX_GDN_AUTO && n == 1 && n_past > 0);
-  if (recurrent)
-    m->be->gdn_recurrent(w->q, w->k, v, w->beta, w->g, ls->s, w->o, n, &dims);
-  else
-    m->be->gdn_chunked(w->q, w->k, v, w->beta, w->g, ls->s, w->o, n, EX_QWEN35_GDN_CHUNK, &dims,
-                       w->scratch);
+  for (size_t i = 0; i < ns; i++) {
+    size_t t0 = sq[i].start;
+    float *state = sq[i].st->layers[li].s;
+    bool recurrent = m->gdn_mode == EX_GDN_RECURRENT ||
+                     (m->gdn_mode == EX_GDN_AUTO && !sq[i].chunked && sq[i].n == 1 &&
+                      sq[i].n_past > 0);
+    if (recurrent)
+      m->be->gdn_recurrent(w->q + t0 * kd, w->k + t0 * kd, v + t0 * vd, w->beta + t0 * hv,
+                           w->g + t0 * hv, state, w->o + t0 * vd, sq[i].n, &dims);
+    else
+      m->be->gdn_chunked(w->q + t0 * kd, w->k + t0 * kd, v + t0 * vd, w->beta + t0 * hv,
+                         w->g + t0 * hv, state, w->o + t0 * vd, sq[i].n, EX_QWEN35_GDN_CHUNK,
+                         &dims, w->scratch);
+  }
   rnd(m, w->o, n * vd);
   /* bf16: three roundings (spec §4.8) */
   (m->round_bf16 ? m->be->gated_rms_norm_bf16 : m->be->gated_rms_norm)(
@@ -268,6 +295,7 @@ static void work_free(struct work *w) {
   free(w->sin_t);
   free(w->scratch);
   free(w->lora);
+  free(w->kv);
   free(w->pos);
 }
 
@@ -301,10 +329,13 @@ static int work_alloc(const struct ex_qwen35_model *m, size_t n, size_t n_ctx, s
   w->sin_t = malloc(n * f * sizeof(float));
   w->scratch = malloc(sc * sizeof(float));
   w->lora = malloc(n * zmax(max_rank(m), 1) * sizeof(float));
+  w->kv = malloc(2 * n * (size_t)c->n_kv_heads * d * sizeof(float));
   w->pos = malloc(3 * n * sizeof(int32_t));
   if (!w->h || !w->a || !w->mix || !w->big || !w->big2 || !w->q || !w->k || !w->gate || !w->o ||
-      !w->beta || !w->g || !w->cos_t || !w->sin_t || !w->scratch || !w->lora || !w->pos) {
+      !w->beta || !w->g || !w->cos_t || !w->sin_t || !w->scratch || !w->lora || !w->kv ||
+      !w->pos) {
     work_free(w);
+    memset(w, 0, sizeof(*w));
     return -ENOMEM;
   }
   return 0;
@@ -321,34 +352,68 @@ int ex_qwen35_embed(const struct ex_qwen35_model *model, const int32_t *tokens, 
                           (size_t)c->hidden_size);
 }
 
-/* Layers [l0, l1) over n rows after the state's tokens, from `in` (embeddings when l0 = 0, else the
- * residual rows entering layer l0). ret_resid [l1 − l0 + 1, n, H] or NULL: the input, then the
- * residual stream after each layer; ret_hidden [n, H] or NULL: the final-norm rows (l1 = L only). */
-static int forward_layers(const struct ex_qwen35_model *m, struct ex_qwen35_state *state,
-                          const float *in, const int32_t *pos, size_t n, int l0, int l1,
-                          float *ret_resid, float *ret_hidden, struct cm_diag *diag) {
+/* The packed forward over layers [l0, l1) from `in` (embeddings when l0 = 0, else the residual
+ * rows entering layer l0, packed in seqs order). ret_resid [l1 − l0 + 1, Σn, H] or NULL: the
+ * input, then the residual stream after each layer; ret_hidden [Σn, H] or NULL: the final-norm
+ * rows (l1 = L only). */
+static int forward_packed_layers(const struct ex_qwen35_model *m,
+                                 const struct ex_qwen35_seq *seqs, size_t n_seqs, const float *in,
+                                 int l0, int l1, float *ret_resid, float *ret_hidden,
+                                 struct cm_diag *diag) {
   const struct ex_qwen35_config *c = &m->cfg;
-  if (n == 0)
-    return cm_diag_set(diag, -EINVAL, "forward: no rows");
-  size_t h = (size_t)c->hidden_size, n_past = state->n_tokens;
-  struct work w;
-  int r = state_reserve(c, state, n_past + n);
-  if (r || (r = work_alloc(m, n, n_past + n, &w)))
-    return cm_diag_set(diag, r, "forward: out of memory for %zu rows", n);
-  if (!pos) {
-    for (size_t t = 0; t < n; t++) {
-      int32_t p = (int32_t)((int64_t)(n_past + t) + state->rope_delta);
-      w.pos[t] = w.pos[n + t] = w.pos[2 * n + t] = p;
+  if (n_seqs == 0)
+    return cm_diag_set(diag, -EINVAL, "forward: no sequences");
+  size_t h = (size_t)c->hidden_size, n = 0, n_ctx = 0, f = (size_t)c->rot_dims / 2;
+  struct pseq *sq = calloc(n_seqs, sizeof(*sq));
+  if (!sq)
+    return cm_diag_set(diag, -ENOMEM, "forward: out of memory for %zu sequences", n_seqs);
+  struct work w = {0};
+  int r = 0;
+  for (size_t i = 0; i < n_seqs && !r; i++) {
+    const struct ex_qwen35_seq *q = &seqs[i];
+    if (q->n == 0 || (q->advance && !q->state))
+      r = cm_diag_set(diag, -EINVAL, "forward: sequence %zu has no rows or advances no state", i);
+    for (size_t j = 0; !r && q->advance && j < n_seqs; j++)
+      if (j != i && seqs[j].state == q->state)
+        r = cm_diag_set(diag, -EINVAL, "forward: sequence %zu advances a state %zu uses", i, j);
+    if (r)
+      break;
+    /* a sequence that only reads its state runs on a working copy (a fresh state for none) */
+    if (q->advance)
+      sq[i].st = q->state;
+    else if ((r = q->state ? ex_qwen35_state_clone(q->state, m, &sq[i].st)
+                           : ex_qwen35_state_new(m, &sq[i].st)))
+      break;
+    sq[i].start = n;
+    sq[i].n = q->n;
+    sq[i].n_past = sq[i].st->n_tokens;
+    sq[i].chunked = q->chunked;
+    n += q->n;
+    n_ctx = sq[i].n_past + q->n > n_ctx ? sq[i].n_past + q->n : n_ctx;
+    r = state_reserve(c, sq[i].st, sq[i].n_past + q->n);
+  }
+  if (r || (r = work_alloc(m, n, n_ctx, &w))) {
+    r = cm_diag_set(diag, r, "forward: out of memory for %zu rows", n);
+    goto out;
+  }
+  for (size_t i = 0; i < n_seqs; i++) {
+    const int32_t *pos = seqs[i].pos;
+    if (!pos) {
+      for (size_t t = 0; t < sq[i].n; t++) {
+        int32_t p = (int32_t)((int64_t)(sq[i].n_past + t) + sq[i].st->rope_delta);
+        w.pos[t] = w.pos[sq[i].n + t] = w.pos[2 * sq[i].n + t] = p;
+      }
+      pos = w.pos;
     }
-    pos = w.pos;
+    r = m->be->mrope_tables(pos, sq[i].n, c->rot_dims, c->rope_theta, c->mrope_section,
+                            w.cos_t + sq[i].start * f, w.sin_t + sq[i].start * f);
+    if (r) {
+      r = cm_diag_set(diag, r, "forward: bad rotary dims %d", c->rot_dims);
+      goto out;
+    }
   }
-  r = m->be->mrope_tables(pos, n, c->rot_dims, c->rope_theta, c->mrope_section, w.cos_t, w.sin_t);
-  if (r) {
-    work_free(&w);
-    return cm_diag_set(diag, r, "forward: bad rotary dims %d", c->rot_dims);
-  }
-  rnd(m, w.cos_t, n * (size_t)c->rot_dims / 2);
-  rnd(m, w.sin_t, n * (size_t)c->rot_dims / 2);
+  rnd(m, w.cos_t, n * f);
+  rnd(m, w.sin_t, n * f);
   memcpy(w.h, in, n * h * sizeof(float));
   if (ret_resid)
     memcpy(ret_resid, w.h, n * h * sizeof(float));
@@ -357,9 +422,9 @@ static int forward_layers(const struct ex_qwen35_model *m, struct ex_qwen35_stat
     m->be->rms_norm(w.h, l->input_norm, c->rms_eps, w.a, n, h);
     rnd(m, w.a, n * h);
     if (l->full_attn)
-      attn_layer(m, l, &state->layers[i], n_past, n, &w);
+      attn_layer(m, l, i, sq, n_seqs, n, &w);
     else
-      gdn_layer(m, l, &state->layers[i], n_past, n, &w);
+      gdn_layer(m, l, i, sq, n_seqs, n, &w);
     for (size_t x = 0; x < n * h; x++)
       w.h[x] += w.mix[x];
     rnd(m, w.h, n * h);
@@ -376,23 +441,41 @@ static int forward_layers(const struct ex_qwen35_model *m, struct ex_qwen35_stat
     m->be->rms_norm(w.h, m->final_norm, c->rms_eps, ret_hidden, n, h);
     rnd(m, ret_hidden, n * h);
   }
-  state->n_tokens = n_past + n;
+  for (size_t i = 0; i < n_seqs; i++)
+    sq[i].st->n_tokens = sq[i].n_past + sq[i].n;
+out:
+  for (size_t i = 0; i < n_seqs; i++)
+    if (!seqs[i].advance)
+      ex_qwen35_state_free(sq[i].st);
+  free(sq);
   work_free(&w);
-  return 0;
+  return r;
+}
+
+int ex_qwen35_forward_packed(const struct ex_qwen35_model *model,
+                             const struct ex_qwen35_seq *seqs, size_t n_seqs, const float *embeds,
+                             float *ret_hidden, struct cm_diag *diag) {
+  return forward_packed_layers(model, seqs, n_seqs, embeds, 0, model->cfg.n_layers, NULL,
+                               ret_hidden, diag);
 }
 
 int ex_qwen35_forward(const struct ex_qwen35_model *model, struct ex_qwen35_state *state,
                       const float *embeds, const int32_t *pos, size_t n, float *ret_hidden,
                       struct cm_diag *diag) {
-  return forward_layers(model, state, embeds, pos, n, 0, model->cfg.n_layers, NULL, ret_hidden,
-                        diag);
+  if (n == 0)
+    return cm_diag_set(diag, -EINVAL, "forward: no rows");
+  struct ex_qwen35_seq seq = {.state = state, .advance = true, .n = n, .pos = pos};
+  return ex_qwen35_forward_packed(model, &seq, 1, embeds, ret_hidden, diag);
 }
 
 int ex_qwen35_forward_residual(const struct ex_qwen35_model *model, struct ex_qwen35_state *state,
                                const float *embeds, const int32_t *pos, size_t n,
                                float *ret_hidden, float *ret_residual, struct cm_diag *diag) {
-  return forward_layers(model, state, embeds, pos, n, 0, model->cfg.n_layers, ret_residual,
-                        ret_hidden, diag);
+  if (n == 0)
+    return cm_diag_set(diag, -EINVAL, "forward: no rows");
+  struct ex_qwen35_seq seq = {.state = state, .advance = true, .n = n, .pos = pos};
+  return forward_packed_layers(model, &seq, 1, embeds, 0, model->cfg.n_layers, ret_residual,
+                               ret_hidden, diag);
 }
 
 int ex_qwen35_layer_forward(const struct ex_qwen35_model *model, int layer, const float *in,
@@ -404,8 +487,9 @@ int ex_qwen35_layer_forward(const struct ex_qwen35_model *model, int layer, cons
   struct ex_qwen35_state *st = NULL;
   float *resid = malloc((2 * nh + 1) * sizeof(float));
   int r = resid ? ex_qwen35_state_new(model, &st) : -ENOMEM;
+  struct ex_qwen35_seq seq = {.state = st, .advance = true, .n = n, .pos = pos};
   if (!r)
-    r = forward_layers(model, st, in, pos, n, layer, layer + 1, resid, NULL, diag);
+    r = forward_packed_layers(model, &seq, 1, in, layer, layer + 1, resid, NULL, diag);
   if (!r)
     memcpy(ret_out, resid + nh, nh * sizeof(float));
   else if (!resid || !st)

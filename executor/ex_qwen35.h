@@ -188,6 +188,31 @@ int ex_qwen35_forward(const struct ex_qwen35_model *model, struct ex_qwen35_stat
                       const float *embeds, const int32_t *pos, size_t n, float *ret_hidden,
                       struct cm_diag *diag);
 
+/* One sequence of a packed forward (ex_qwen35_forward_packed). */
+struct ex_qwen35_seq {
+  struct ex_qwen35_state *state; /* continued; NULL: a fresh sequence (only when !advance) */
+  bool advance;       /* append the rows to `state`; else the state is only read (a working copy
+                         runs), so several sequences may read one state */
+  bool chunked;       /* Gated DeltaNet chunked even for one row on a populated state: a piece of
+                         a longer pass cut on the chunk grid runs as that pass runs (EX_GDN_AUTO) */
+  size_t n;           /* rows, ≥ 1 */
+  const int32_t *pos; /* [3, n] mRoPE ids, or NULL for text positions (state's n_tokens +
+                         rope_delta + t on every axis) */
+};
+
+/* Runs several sequences packed in one call: the row-wise ops (norms, projections, MLP, rotary)
+ * over all rows at once, attention, convolution and Gated DeltaNet per sequence over its own
+ * state. Each sequence's rows are exactly what ex_qwen35_forward gives it alone (the matmul sums
+ * in a fixed order whatever the row count; every other op is per row or per sequence), and the
+ * sequences never see each other. Shapes: embeds [Σn, H] packed in seqs order; ret_hidden [Σn, H].
+ * Ownership: caller's host buffers; advanced states grow their KV cache; working copies are
+ * freed before returning. Returns 0; -EINVAL (no sequences, an empty one, a state advanced by
+ * one sequence and used by another, advance without a state), -ENOMEM. Source: as
+ * ex_qwen35_forward; twin exc_qwen35_forward (the CUDA packed launch). */
+int ex_qwen35_forward_packed(const struct ex_qwen35_model *model,
+                             const struct ex_qwen35_seq *seqs, size_t n_seqs, const float *embeds,
+                             float *ret_hidden, struct cm_diag *diag);
+
 /* ex_qwen35_forward that also returns the residual stream: ret_residual [n_layers + 1, n, H]
  * holds the input of layer 0 (embeds), then the output of each decoder layer (the residual rows
  * before the final norm; bf16 values when the model rounds). ret_hidden as ex_qwen35_forward.

@@ -492,7 +492,13 @@ int ex_vision_forward_trace(const struct ex_vision *v, const float *pixel_values
   void (*gelu)(const float *, float *, size_t, enum ex_gelu_kind) =
       bf16 ? ex_cpu_gelu_bf16 : ex_cpu_gelu;
 
-  for (int b = 0; b < c->depth; b++) {
+  for (int b = 0; b <= c->depth; b++) {
+    if (trace && trace->stop && trace->stop(trace->user)) {
+      r = cm_diag_set(diag, -CM_ETIMEOUT, "vision: stopped after %d of %d blocks", b, c->depth);
+      goto out;
+    }
+    if (b == c->depth)
+      break;
     const struct ex_vision_block *bl = &v->blocks[b];
     layer_norm(s.x, bl->norm1_w, bl->norm1_b, s.a, n, V, c->norm_eps);
     linear(s.a, bl->qkv_w, bl->qkv_b, s.qkv, n, V, 3 * V, bf16);

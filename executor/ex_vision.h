@@ -107,10 +107,13 @@ int ex_vision_count(const struct ex_vision *v, const int32_t *grid_thw, int n_im
                     int64_t *ret_n_patches, int64_t *ret_n_merged, struct cm_diag *diag);
 
 /* Observer of intermediate results (tests, debugging, CUDA twin tests). stage 0: after the patch
- * and position embedding; stage i + 1: after block i. x [rows, cols] is valid during the call. */
+ * and position embedding; stage i + 1: after block i. x [rows, cols] is valid during the call.
+ * stop, when set, is asked before every block and the merger: true ends the forward with
+ * -CM_ETIMEOUT (the executor drops an image whose request's deadline passed mid-tower). */
 struct ex_vision_trace {
   void (*fn)(void *user, int stage, const float *x, int64_t rows, int cols); /* the observer */
   void *user;                                                                /* passed back */
+  bool (*stop)(void *user); /* or NULL */
 };
 
 /* Runs the tower and merger over packed images: the rows of image i follow those of image i − 1,
@@ -130,7 +133,8 @@ int ex_vision_forward(const struct ex_vision *v, const float *pixel_values, int6
                       const int32_t *grid_thw, int n_images, float *ret_embeds,
                       struct cm_diag *diag);
 
-/* ex_vision_forward with an observer (trace may be NULL). */
+/* ex_vision_forward with an observer (trace may be NULL). Returns also -CM_ETIMEOUT when
+ * trace->stop said so. */
 int ex_vision_forward_trace(const struct ex_vision *v, const float *pixel_values,
                             int64_t n_patches, const int32_t *grid_thw, int n_images,
                             float *ret_embeds, const struct ex_vision_trace *trace,

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,45 @@ static void put(struct out *o, const char *fmt, ...) {
   }
 }
 
-int fe_metrics_render(const struct fe_metrics *m, char **ret_text, size_t *ret_len) {
+/* The executor series: name, help, counter or gauge, offset in struct proto_exec_stats. */
+static const struct {
+  const char *name, *help;
+  int gauge;
+  size_t off;
+} ex_series[] = {
+#define S(n, f, g, h) {n, h, g, offsetof(struct proto_exec_stats, f)}
+    S("s1_executor_steps_total", steps, 0, "Scheduler steps that ran work."),
+    S("s1_executor_step_programs_total", step_programs, 0,
+      "Programs touched per step, summed (divided by steps: the mean batch)."),
+    S("s1_executor_step_tokens_total", step_tokens, 0, "Tokens launched (prefix pieces, rows)."),
+    S("s1_executor_programs_total", finished, 0, "Programs answered, every status."),
+    S("s1_executor_deadline_dropped_total", deadline_dropped, 0,
+      "Programs dropped because their deadline passed (their remaining work not run)."),
+    S("s1_executor_cancelled_total", cancelled, 0, "Programs dropped by a CANCEL."),
+    S("s1_prefix_cache_hits_total", prefix_hits, 0, "Prefixes that found a cached snapshot."),
+    S("s1_prefix_cache_misses_total", prefix_misses, 0, "Prefixes that found none."),
+    S("s1_prefix_cache_evictions_total", prefix_evictions, 0, "Cached snapshots dropped."),
+    S("s1_prefix_cache_inserts_total", prefix_inserts, 0, "Snapshots stored."),
+    S("s1_prefix_cache_tokens_reused_total", prefix_tokens_reused, 0,
+      "Prefix tokens not run thanks to a hit."),
+    S("s1_vision_cache_hits_total", vision_hits, 0, "Images whose tower output was cached."),
+    S("s1_vision_cache_misses_total", vision_misses, 0, "Images run through the tower."),
+    S("s1_vision_cache_evictions_total", vision_evictions, 0, "Cached tower outputs dropped."),
+    S("s1_vision_cache_inserts_total", vision_inserts, 0, "Tower outputs stored."),
+    S("s1_prefix_cache_bytes", prefix_bytes, 1, "Bytes of cached snapshots."),
+    S("s1_prefix_cache_entries", prefix_entries, 1, "Cached snapshots."),
+    S("s1_vision_cache_bytes", vision_bytes, 1, "Bytes of cached tower outputs."),
+    S("s1_vision_cache_entries", vision_entries, 1, "Cached tower outputs."),
+    S("s1_executor_waiting", waiting, 1, "Programs waiting for snapshot memory."),
+    S("s1_executor_active", active, 1, "Programs in flight."),
+    S("s1_snapshot_pool_bytes", pool_bytes, 1, "The snapshot pool."),
+    S("s1_snapshot_pool_reserved_bytes", pool_reserved_bytes, 1,
+      "Pool bytes reserved by programs in flight."),
+#undef S
+};
+
+int fe_metrics_render(const struct fe_metrics *m, const struct proto_exec_report *ex,
+                      size_t n_ex, char **ret_text, size_t *ret_len) {
   struct out o = {.s = malloc(4096), .cap = 4096};
   if (!o.s)
     return -ENOMEM;
@@ -92,6 +131,12 @@ int fe_metrics_render(const struct fe_metrics *m, char **ret_text, size_t *ret_l
   put(&o, "# HELP s1_decisions_total Questions answered.\n"
           "# TYPE s1_decisions_total counter\ns1_decisions_total %llu\n",
       (unsigned long long)m->decisions);
+  static const char *const cancel_stage[FE_CANCEL_COUNT] = {"admission", "queue", "in_flight"};
+  put(&o, "# HELP s1_cancelled_total Requests whose clients went away (answered 499), by where "
+          "they were then.\n# TYPE s1_cancelled_total counter\n");
+  for (int c = 0; c < FE_CANCEL_COUNT; c++)
+    put(&o, "s1_cancelled_total{stage=\"%s\"} %llu\n", cancel_stage[c],
+        (unsigned long long)m->cancelled[c]);
   put(&o, "# HELP s1_queue_depth Requests waiting for a preprocessor credit.\n"
           "# TYPE s1_queue_depth gauge\ns1_queue_depth %llu\n",
       (unsigned long long)m->queue_depth);
@@ -107,6 +152,20 @@ int fe_metrics_render(const struct fe_metrics *m, char **ret_text, size_t *ret_l
   put(&o, "# HELP s1_preprocessors_ready Preprocessors whose executors are ready.\n"
           "# TYPE s1_preprocessors_ready gauge\ns1_preprocessors_ready %llu\n",
       (unsigned long long)m->preprocessors_ready);
+  for (size_t k = 0; n_ex && k < sizeof(ex_series) / sizeof(ex_series[0]); k++) {
+    put(&o, "# HELP %s %s\n# TYPE %s %s\n", ex_series[k].name, ex_series[k].help,
+        ex_series[k].name, ex_series[k].gauge ? "gauge" : "counter");
+    for (size_t i = 0; i < n_ex; i++) {
+      uint64_t v;
+      char label[PROTO_MAX_ID_BYTES + 1];
+      size_t j = 0;
+      for (const char *c = ex[i].instance; *c && j < PROTO_MAX_ID_BYTES; c++) /* label-safe */
+        label[j++] = *c == '"' || *c == '\\' || (unsigned char)*c < 0x20 ? '_' : *c;
+      label[j] = 0;
+      memcpy(&v, (const char *)&ex[i].stats + ex_series[k].off, sizeof(v));
+      put(&o, "%s{executor=\"%s\"} %llu\n", ex_series[k].name, label, (unsigned long long)v);
+    }
+  }
   if (o.err) {
     free(o.s);
     return o.err;

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto_status.h"
+
 #define FE_HIST_BUCKETS 14 /* upper bounds, seconds: 0.001 … 60, then +Inf */
 
 /* One latency histogram. */
@@ -17,11 +19,20 @@ struct fe_hist {
 
 enum fe_stage { FE_STAGE_QUEUE, FE_STAGE_PREPROCESS, FE_STAGE_EXECUTE, FE_STAGE_TOTAL, FE_STAGE_COUNT };
 
+/* Where a request was when its client was seen gone. */
+enum fe_cancel {
+  FE_CANCEL_ADMISSION, /* already gone when it arrived: nothing queued */
+  FE_CANCEL_QUEUE,     /* waiting for a credit: dropped from the queue */
+  FE_CANCEL_IN_FLIGHT, /* at a preprocessor: cancelled there and at its executor */
+  FE_CANCEL_COUNT,
+};
+
 struct fe_metrics {
   uint64_t by_status[6][100];          /* requests answered on /v1/systemone by status [1xx..5xx] */
   struct fe_hist stage[FE_STAGE_COUNT]; /* latency histograms */
   uint64_t tokens;                     /* input tokens of answered requests */
   uint64_t decisions;                  /* questions answered */
+  uint64_t cancelled[FE_CANCEL_COUNT]; /* requests whose clients went away, by where they were */
   uint64_t queue_depth;                /* gauge: requests waiting for a credit */
   uint64_t in_flight;                  /* gauge: requests at a preprocessor */
   uint64_t credits;                    /* gauge: idle credits held */
@@ -35,8 +46,11 @@ void fe_hist_observe(struct fe_hist *h, int64_t us);
 /* Counts one answered request. */
 void fe_metrics_count_status(struct fe_metrics *m, int status);
 
-/* Renders the Prometheus text. Ownership: *ret_text heap (free()), *ret_len its length.
+/* Renders the Prometheus text: the frontend's series, then the executors' counters (ex [n_ex],
+ * one per executor instance, labelled executor="host:pid"; the preprocessors' STATUS carries
+ * them from the health replies). Ownership: *ret_text heap (free()), *ret_len its length.
  * Returns 0 or -ENOMEM. */
-int fe_metrics_render(const struct fe_metrics *m, char **ret_text, size_t *ret_len);
+int fe_metrics_render(const struct fe_metrics *m, const struct proto_exec_report *ex,
+                      size_t n_ex, char **ret_text, size_t *ret_len);
 
 #endif

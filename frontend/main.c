@@ -3,9 +3,14 @@
  * gives each request an id and a deadline, keeps a bounded queue (full: fast 503 + Retry-After),
  * and hands jobs to preprocessors through a credit pool: the preprocessors are REQ sockets that
  * ask for work, this process is the REP side holding one context per outstanding credit. nng
- * callbacks only post events to the loop; every request and all state live on the loop thread. */
+ * callbacks only post events to the loop; every request and all state live on the loop thread.
+ * A client that goes away is noticed (HTTP/1: its socket polled for EOF every tick, as h2o 2.2
+ * stops reading while a request is processed; HTTP/2: h2o disposes the reset stream's request)
+ * and its request cancelled: dropped from the queue, or named to its preprocessor in the answer
+ * to that preprocessor's next STATUS, which cancels it at the executor. */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <h2o.h>
 #include <json-c/json.h>
 #include <netinet/in.h>
@@ -67,17 +72,27 @@ struct body_limit {
   size_t max_body;   /* bytes */
 };
 
-/* One POST waiting for its answer; allocated from the request's pool. */
+struct pending;
+
+/* Lives in the request's memory pool; h2o disposes it with the request. */
+struct req_hook {
+  struct pending *p; /* the request's pending, NULL once answered */
+};
+
+/* One POST waiting for its answer (heap: it may outlive its HTTP request, whose client can go). */
 struct pending {
-  h2o_req_t *req;      /* the HTTP request (valid until answered) */
+  h2o_req_t *req;      /* the HTTP request; NULL once answered or disposed by h2o */
+  struct req_hook *hook; /* in req's pool while req is set */
   uint64_t job_id;     /* id of its job */
-  char *rid;           /* x-request-id, in the request pool */
-  char *model_header;  /* x-model header value or NULL */
+  char rid[160];       /* x-request-id (≤ 128 bytes from the client, else generated) */
+  char *model_header;  /* x-model header value (heap) or NULL */
   int64_t deadline_us; /* proto_now_us clock */
   int64_t start_us;    /* monotonic, arrival */
   int64_t dispatch_us; /* monotonic, handed to a preprocessor */
   enum pend_state state; /* queued or in flight */
   uint32_t pipe;       /* preprocessor pipe while in flight */
+  int cancelled;       /* in flight and its client gone: named in that preprocessor's ACKs until
+                          the reply arrives, which is then dropped */
   h2o_linklist_t link; /* in g.queue or g.in_flight */
 };
 
@@ -149,6 +164,7 @@ static const char *reason_of(int status) {
   case 417: return "Expectation Failed";
   case 422: return "Unprocessable Entity";
   case 431: return "Request Header Fields Too Large";
+  case 499: return "Client Closed Request";
   case 500: return "Internal Server Error";
   case 503: return "Service Unavailable";
   case 501: return "Not Implemented";
@@ -193,14 +209,20 @@ static void respond(h2o_req_t *req, int status, const char *body, size_t n, cons
   /* Answers are per request and always JSON (open_jev.md 2.3 lists both headers). */
   add_hdr(req, "cache-control", "no-store", 8);
   add_hdr(req, "x-content-type-options", "nosniff", 7);
-  char st[200];
+  char st[400];
   struct proto_timings z = {0};
   if (!t)
     t = &z;
+  /* the executor's part of execute: its queue, vision, prefix, rows, readouts and heads, and the
+   * time it spent on other requests' work while this one was in flight */
   int k = snprintf(st, sizeof(st), "queue;dur=%.3f, preprocess;dur=%.3f, execute;dur=%.3f, "
-                   "finish;dur=%.3f", (double)t->queue_us / 1000.0,
-                   (double)t->preprocess_us / 1000.0, (double)t->execute_us / 1000.0,
-                   (double)t->finish_us / 1000.0);
+                   "finish;dur=%.3f, ex-queue;dur=%.3f, vision;dur=%.3f, prefix;dur=%.3f, "
+                   "rows;dur=%.3f, heads;dur=%.3f, ex-wait;dur=%.3f",
+                   (double)t->queue_us / 1000.0, (double)t->preprocess_us / 1000.0,
+                   (double)t->execute_us / 1000.0, (double)t->finish_us / 1000.0,
+                   (double)t->ex_queue_us / 1000.0, (double)t->vision_us / 1000.0,
+                   (double)t->prefix_us / 1000.0, (double)t->rows_us / 1000.0,
+                   (double)t->heads_us / 1000.0, (double)t->wait_us / 1000.0);
   /* the numerics as a Server-Timing metric with a description (RFC: token, no duration) */
   if (numerics && strlen(numerics) < 16 &&
       strspn(numerics, "abcdefghijklmnopqrstuvwxyz0123456789-") == strlen(numerics)) {
@@ -435,8 +457,30 @@ static void slot_send(struct slot *s, const struct proto_bytes *b) {
   nng_ctx_send(s->ctx, s->aio);
 }
 
+/* The HTTP request of p, detached from p (it is answered now); NULL when h2o disposed it. */
+static h2o_req_t *take_req(struct pending *p) {
+  h2o_req_t *req = p->req;
+  if (p->hook)
+    p->hook->p = NULL;
+  p->hook = NULL;
+  p->req = NULL;
+  return req;
+}
+
+static void pending_free(struct pending *p) {
+  take_req(p);
+  free(p->model_header);
+  free(p);
+}
+
 /* Finishes a pending request with a reply from a preprocessor. */
 static void answer(struct pending *p, const struct proto_reply *rp) {
+  h2o_linklist_unlink(&p->link);
+  g.metrics.in_flight--;
+  if (p->cancelled) { /* its client has gone: counted when that was seen; the reply is dropped */
+    pending_free(p);
+    return;
+  }
   struct proto_timings t = rp->timings;
   int64_t now = mono_us();
   t.queue_us = p->dispatch_us - p->start_us;
@@ -447,21 +491,93 @@ static void answer(struct pending *p, const struct proto_reply *rp) {
   fe_hist_observe(&g.metrics.stage[FE_STAGE_TOTAL], now - p->start_us);
   g.metrics.tokens += rp->tokens;
   g.metrics.decisions += rp->decisions;
-  h2o_linklist_unlink(&p->link);
-  g.metrics.in_flight--;
-  respond(p->req, rp->status, rp->body, rp->n_body, p->rid, &t, rp->model_revision, 0,
-          rp->numerics);
+  h2o_req_t *req = take_req(p);
+  if (req)
+    respond(req, rp->status, rp->body, rp->n_body, p->rid, &t, rp->model_revision, 0,
+            rp->numerics);
+  pending_free(p);
 }
 
 static void fail_pending(struct pending *p, int code, const char *message) {
-  fe_metrics_count_status(&g.metrics, cm_error_http(code, NULL));
-  fe_hist_observe(&g.metrics.stage[FE_STAGE_TOTAL], mono_us() - p->start_us);
   if (p->state == PEND_QUEUED)
     g.queue_len--, g.metrics.queue_depth--;
   else
     g.metrics.in_flight--;
   h2o_linklist_unlink(&p->link);
-  respond_error(p->req, code, message, p->rid, 0);
+  h2o_req_t *req = take_req(p);
+  if (!p->cancelled) {
+    fe_metrics_count_status(&g.metrics, cm_error_http(code, NULL));
+    fe_hist_observe(&g.metrics.stage[FE_STAGE_TOTAL], mono_us() - p->start_us);
+  }
+  if (req)
+    respond_error(req, code, message, p->rid, 0);
+  pending_free(p);
+}
+
+/* p's client has gone (seen by client_gone, or h2o disposed its request: then p->req is NULL).
+ * Queued: dropped. In flight: kept until its preprocessor's reply, named in every ACK to that
+ * preprocessor meanwhile. Counted once, as a 499; a request still held gets the 499 answer so
+ * that h2o closes the connection. */
+static void cancel_pending(struct pending *p) {
+  if (p->cancelled)
+    return;
+  fe_metrics_count_status(&g.metrics, 499);
+  fe_hist_observe(&g.metrics.stage[FE_STAGE_TOTAL], mono_us() - p->start_us);
+  h2o_req_t *req = take_req(p);
+  if (req)
+    respond_error(req, -CM_ECANCELLED, "the client has gone", p->rid, 0);
+  if (p->state == PEND_QUEUED) {
+    g.metrics.cancelled[FE_CANCEL_QUEUE]++;
+    g.queue_len--, g.metrics.queue_depth--;
+    h2o_linklist_unlink(&p->link);
+    pending_free(p);
+    return;
+  }
+  g.metrics.cancelled[FE_CANCEL_IN_FLIGHT]++;
+  p->cancelled = 1;
+}
+
+/* h2o disposes a request's pool: when its pending still holds it, the request vanished before
+ * it was answered (an HTTP/2 stream reset, a closed connection). */
+static void on_req_dispose(void *arg) {
+  struct req_hook *h = arg;
+  struct pending *p = h->p;
+  if (!p)
+    return;
+  p->hook = NULL;
+  p->req = NULL;
+  cancel_pending(p);
+}
+
+/* Whether the client of an HTTP/1 request has closed its connection (or half-closed it: as
+ * nginx does, EOF counts as gone; a pipelined next request does not). h2o 2.2 stops reading the
+ * socket while a request is processed, so the EOF waits in the kernel: poll it, peek one byte.
+ * HTTP/2 connections are read by h2o throughout (on_req_dispose sees those). */
+static int client_gone(h2o_req_t *req) {
+  if (req->version >= 0x200 || !req->conn->callbacks->get_socket)
+    return 0;
+  h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+  int fd = sock ? h2o_socket_get_fd(sock) : -1;
+  if (fd < 0)
+    return 0;
+  struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&pf, 1, 0) <= 0)
+    return 0;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Every tick: cancels the requests whose clients have gone. */
+static void check_clients(void) {
+  h2o_linklist_t *lists[2] = {&g.queue, &g.in_flight};
+  for (int k = 0; k < 2; k++)
+    for (h2o_linklist_t *l = lists[k]->next; l != lists[k];) {
+      struct pending *p = H2O_STRUCT_FROM_MEMBER(struct pending, link, l);
+      l = l->next;
+      if (p->req && !p->cancelled && client_gone(p->req))
+        cancel_pending(p);
+    }
 }
 
 /* Hands queued requests to held credits while both exist. */
@@ -629,7 +745,16 @@ static void on_recv_event(struct slot *s, nng_msg *m) {
       }
     }
     cm_diag_fini(&diag);
-    if (proto_simple_encode(PROTO_KIND_ACK, &ack) == 0)
+    /* the answer names this preprocessor's jobs whose clients have gone */
+    uint64_t ids[256];
+    struct proto_ack a = {.cancel = ids};
+    for (h2o_linklist_t *l = g.in_flight.next; l != &g.in_flight && a.n_cancel < 256;
+         l = l->next) {
+      struct pending *p = H2O_STRUCT_FROM_MEMBER(struct pending, link, l);
+      if (p->cancelled && p->pipe == pipe)
+        ids[a.n_cancel++] = p->job_id;
+    }
+    if (proto_ack_encode(&a, &ack) == 0)
       slot_send(s, &ack);
     else
       slot_recv(s);
@@ -768,6 +893,7 @@ static void on_pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
 static void on_tick(h2o_timeout_entry_t *entry) {
   (void)entry;
   int64_t now = proto_now_us(), mono = mono_us();
+  check_clients();
   for (h2o_linklist_t *l = g.queue.next; l != &g.queue;) {
     struct pending *p = H2O_STRUCT_FROM_MEMBER(struct pending, link, l);
     l = l->next;
@@ -883,15 +1009,34 @@ static void handle_post(h2o_req_t *req, char *rid) {
     respond_error(req, -CM_EOVERLOADED, "the request queue is full; retry later", rid, 1);
     return;
   }
-  struct pending *p = h2o_mem_alloc_pool(&req->pool, sizeof(*p));
-  memset(p, 0, sizeof(*p));
+  if (client_gone(req)) { /* sent and left (fire and forget): no work, no queue slot */
+    g.metrics.cancelled[FE_CANCEL_ADMISSION]++;
+    fe_metrics_count_status(&g.metrics, 499);
+    respond_error(req, -CM_ECANCELLED, "the client has gone", rid, 0);
+    return;
+  }
+  struct pending *p = calloc(1, sizeof(*p));
+  struct req_hook *hook = h2o_mem_alloc_shared(&req->pool, sizeof(*hook), on_req_dispose);
+  if (!p) {
+    hook->p = NULL;
+    fe_metrics_count_status(&g.metrics, 500);
+    respond_error(req, -ENOMEM, "out of memory", rid, 0);
+    return;
+  }
+  hook->p = p;
+  p->hook = hook;
   p->req = req;
-  p->rid = rid;
+  snprintf(p->rid, sizeof(p->rid), "%s", rid);
   p->job_id = ++g.next_job;
   p->start_us = mono_us();
   p->dispatch_us = p->start_us;
   p->deadline_us = proto_now_us() + g.timeout_us;
-  p->model_header = model_header;
+  if (model_header && !(p->model_header = strdup(model_header))) {
+    pending_free(p);
+    fe_metrics_count_status(&g.metrics, 500);
+    respond_error(req, -ENOMEM, "out of memory", rid, 0);
+    return;
+  }
   p->state = PEND_QUEUED;
   h2o_linklist_insert(&g.queue, &p->link);
   g.queue_len++;
@@ -916,7 +1061,7 @@ static void handle_health(h2o_req_t *req, char *rid) {
     for (int i = 0; i < g.n_workers; i++)
       for (uint32_t k = 0; g.workers[i].has_status && k < g.workers[i].st.n_models; k++) {
         const char *id = g.workers[i].st.models[k].id;
-        int seen = 0;
+        int seen = !g.workers[i].st.models[k].executors_ready; /* listed once one can serve it */
         for (size_t j = 0; j < json_object_array_length(models); j++)
           seen |= strcmp(json_object_get_string(json_object_array_get_idx(models, j)), id) == 0;
         if (!seen)
@@ -956,7 +1101,25 @@ static void handle_models(h2o_req_t *req, char *rid) {
 static void handle_metrics(h2o_req_t *req, char *rid) {
   char *text = NULL;
   size_t n = 0;
-  if (fe_metrics_render(&g.metrics, &text, &n) != 0) {
+  /* each executor once: several preprocessors report the same one; the latest report wins */
+  struct proto_exec_report ex[PROTO_MAX_EXECUTORS];
+  int64_t seen[PROTO_MAX_EXECUTORS];
+  size_t n_ex = 0;
+  for (int i = 0; i < g.n_workers; i++)
+    for (uint32_t k = 0; g.workers[i].has_status && k < g.workers[i].st.n_executors; k++) {
+      const struct proto_exec_report *e = &g.workers[i].st.executors[k];
+      size_t j = 0;
+      while (j < n_ex && strcmp(ex[j].instance, e->instance) != 0)
+        j++;
+      if (j == n_ex && n_ex == PROTO_MAX_EXECUTORS)
+        continue;
+      if (j == n_ex || g.workers[i].seen_us > seen[j]) {
+        ex[j] = *e;
+        seen[j] = g.workers[i].seen_us;
+        n_ex += j == n_ex;
+      }
+    }
+  if (fe_metrics_render(&g.metrics, ex, n_ex, &text, &n) != 0) {
     respond_plain_error(req, 500, "internal", "metrics rendering failed", rid);
     return;
   }

@@ -11,8 +11,10 @@
 #include "cm_error.h"
 
 /* 2: ASK carries "last" (a drain's final reply), STATUS may be DRAINING.
- * 3: a REPLY and a RESULT carry "numerics" (the mode that computed the answer). */
-#define PROTO_VERSION 3
+ * 3: a REPLY and a RESULT carry "numerics" (the mode that computed the answer).
+ * 4: adds CANCEL (preprocessor → executor), the executor timings per step kind in RESULT, and
+ *    the executor counters in HEALTH_REPLY and STATUS. */
+#define PROTO_VERSION 4
 
 /* Hard limits on what a decoder accepts (documented here, checked before any allocation). */
 #define PROTO_MAX_ID_BYTES 256          /* request id, model id, worker id, head name */
@@ -40,6 +42,7 @@ enum proto_kind {
   PROTO_KIND_RESULT,     /* executor → preprocessor (REP answer to PROGRAM) */
   PROTO_KIND_HEALTH,     /* preprocessor → executor: health probe */
   PROTO_KIND_HEALTH_REPLY, /* executor → preprocessor: state, model id, revision */
+  PROTO_KIND_CANCEL,     /* preprocessor → executor (REQ, answered by ACK): drop a request's work */
   PROTO_KIND_COUNT,
 };
 
@@ -47,7 +50,7 @@ enum proto_kind {
  * Returns 0; -CM_EFORMAT (not a msgpack map with "v" and "k"), -CM_EVERSION (v != PROTO_VERSION). */
 int proto_peek(const void *data, size_t n_bytes, enum proto_kind *ret_kind, struct cm_diag *diag);
 
-/* Name of a kind ("ask", "job", ...), static; "?" for an invalid value. */
+/* Name of a kind ("ask", "job", ..., "cancel"), static; "?" for an invalid value. */
 const char *proto_kind_name(enum proto_kind kind);
 
 /* Encoded bytes: heap (malloc) owned by the caller, freed with proto_bytes_free. */

@@ -87,11 +87,14 @@ static void reply_pack(struct wr *w, const struct proto_reply *rp) {
   wr_key(w, "revision");
   wr_str(w, rp->model_revision);
   wr_key(w, "t");
-  msgpack_pack_array(&w->pk, 4);
-  msgpack_pack_int64(&w->pk, rp->timings.queue_us);
-  msgpack_pack_int64(&w->pk, rp->timings.preprocess_us);
-  msgpack_pack_int64(&w->pk, rp->timings.execute_us);
-  msgpack_pack_int64(&w->pk, rp->timings.finish_us);
+  const struct proto_timings *t = &rp->timings;
+  const int64_t tv[PROTO_REPLY_TIMINGS] = {t->queue_us,    t->preprocess_us, t->execute_us,
+                                           t->finish_us,   t->ex_queue_us,   t->vision_us,
+                                           t->prefix_us,   t->rows_us,       t->heads_us,
+                                           t->wait_us};
+  msgpack_pack_array(&w->pk, PROTO_REPLY_TIMINGS);
+  for (int i = 0; i < PROTO_REPLY_TIMINGS; i++)
+    msgpack_pack_int64(&w->pk, tv[i]);
   wr_key(w, "tokens");
   msgpack_pack_uint64(&w->pk, rp->tokens);
   wr_key(w, "decisions");
@@ -107,7 +110,7 @@ static int reply_read(const msgpack_object *o, struct proto_reply *ret, struct c
       {"body", true, NULL},   {"revision", true, NULL},  {"t", true, NULL},
       {"tokens", true, NULL}, {"decisions", true, NULL}, {"numerics", true, NULL}};
   const msgpack_object_array *t = NULL;
-  int64_t st = 0, tv[4] = {0};
+  int64_t st = 0, tv[PROTO_REPLY_TIMINGS] = {0};
   int r;
   if (!(r = rd_map(o, f, 9, false, "reply", diag)) &&
       !(r = rd_str(f[8].val, PROTO_MAX_ID_BYTES, true, "reply.numerics", &rp.numerics, diag)) &&
@@ -117,11 +120,14 @@ static int reply_read(const msgpack_object *o, struct proto_reply *ret, struct c
       !(r = rd_bin(f[3].val, PROTO_MAX_BODY_BYTES, "reply.body", &rp.body, &rp.n_body, diag)) &&
       !(r = rd_str(f[4].val, PROTO_MAX_ID_BYTES, true, "reply.revision", &rp.model_revision,
                    diag)) &&
-      !(r = rd_array(f[5].val, 4, "reply.t", &t, diag)) &&
-      !(r = t->size == 4 ? 0 : cm_diag_set(diag, -CM_EFORMAT, "reply.t: needs 4 timings")) &&
+      !(r = rd_array(f[5].val, PROTO_REPLY_TIMINGS, "reply.t", &t, diag)) &&
+      !(r = t->size == PROTO_REPLY_TIMINGS
+                ? 0
+                : cm_diag_set(diag, -CM_EFORMAT, "reply.t: needs %d timings",
+                              PROTO_REPLY_TIMINGS)) &&
       !(r = rd_u64(f[6].val, UINT64_MAX, "reply.tokens", &rp.tokens, diag)) &&
       !(r = rd_u64(f[7].val, UINT64_MAX, "reply.decisions", &rp.decisions, diag))) {
-    for (int i = 0; i < 4 && !r; i++)
+    for (int i = 0; i < PROTO_REPLY_TIMINGS && !r; i++)
       r = rd_i64(&t->ptr[i], 0, INT64_MAX / 4, "reply.t[]", &tv[i], diag);
   }
   if (!r && st != 200 && !rp.error_type)
@@ -131,7 +137,8 @@ static int reply_read(const msgpack_object *o, struct proto_reply *ret, struct c
     return r;
   }
   rp.status = (int)st;
-  rp.timings = (struct proto_timings){tv[0], tv[1], tv[2], tv[3]};
+  rp.timings = (struct proto_timings){tv[0], tv[1], tv[2], tv[3], tv[4],
+                                      tv[5], tv[6], tv[7], tv[8], tv[9]};
   *ret = rp;
   return 0;
 }

@@ -20,12 +20,20 @@ struct proto_job {
   size_t n_body;       /* body length, ≤ PROTO_MAX_BODY_BYTES */
 };
 
-/* Timings of one request, µs. */
+/* Timings of one request, µs: the frontend's queue, the preprocessor's parts, and where the
+ * executor's part went (its proto_exec_timings; 0 when the request never reached one). */
+#define PROTO_REPLY_TIMINGS 10 /* entries of "t" in a reply */
 struct proto_timings {
   int64_t queue_us;      /* frontend queue wait (filled by the frontend) */
   int64_t preprocess_us; /* JSON parse + compile */
   int64_t execute_us;    /* executor round trip */
   int64_t finish_us;     /* finish step */
+  int64_t ex_queue_us;   /* executor: arrival to admission */
+  int64_t vision_us;     /* executor: vision tower */
+  int64_t prefix_us;     /* executor: its share of the prefix launches */
+  int64_t rows_us;       /* executor: its share of the row launches */
+  int64_t heads_us;      /* executor: readouts (logits, log-probs) and heads */
+  int64_t wait_us;       /* executor: in flight while other programs' work ran */
 };
 
 /* The answer to one job: an HTTP status, an error type (NULL on 200) and a JSON body. */

@@ -10,7 +10,7 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "bin tensors are little-endian");
 
 static const char *const kind_names[PROTO_KIND_COUNT] = {
-    "ask", "job", "status", "ack", "program", "result", "health", "health_reply",
+    "ask", "job", "status", "ack", "program", "result", "health", "health_reply", "cancel",
 };
 
 const char *proto_kind_name(enum proto_kind kind) {

@@ -538,10 +538,11 @@ int proto_result_encode(const struct proto_result *r, struct proto_bytes *ret_by
     wr_bin(&w, r->outputs[i], (size_t)r->n_floats[i] * sizeof(float));
   wr_key(&w, "t");
   const struct proto_exec_timings *t = &r->timings;
-  int64_t tv[6] = {t->queue_us, t->vision_us, t->prefix_us, t->rows_us, t->readout_us,
-                   t->total_us};
-  msgpack_pack_array(&w.pk, 6);
-  for (int i = 0; i < 6; i++)
+  int64_t tv[PROTO_EXEC_TIMINGS] = {t->queue_us,   t->vision_us, t->prefix_us,
+                                    t->rows_us,    t->readout_us, t->heads_us,
+                                    t->wait_us,    t->total_us,  t->steps};
+  msgpack_pack_array(&w.pk, PROTO_EXEC_TIMINGS);
+  for (int i = 0; i < PROTO_EXEC_TIMINGS; i++)
     msgpack_pack_int64(&w.pk, tv[i]);
   wr_key(&w, "numerics");
   wr_str(&w, r->numerics);
@@ -560,17 +561,17 @@ int proto_result_decode(const void *data, size_t n_bytes, struct proto_result *r
                          {"outputs", true, NULL},
                          {"t", true, NULL},
                          {"numerics", true, NULL}};
-  int64_t st = 0, tv[6] = {0};
+  int64_t st = 0, tv[PROTO_EXEC_TIMINGS] = {0};
   const msgpack_object_array *o = NULL, *t = NULL;
   if (!(r = rd_map(&up.data, f, 5, true, "result", diag)) &&
       !(r = rd_str(f[4].val, PROTO_MAX_ID_BYTES, true, "result.numerics", &res.numerics, diag)) &&
       !(r = rd_i64(f[0].val, -100000, 0, "result.status", &st, diag)) &&
       !(r = rd_str(f[1].val, PROTO_MAX_TEXT_BYTES, true, "result.message", &res.message, diag)) &&
       !(r = rd_array(f[2].val, PROTO_MAX_READOUTS, "result.outputs", &o, diag)) &&
-      !(r = rd_array(f[3].val, 6, "result.t", &t, diag))) {
-    if (t->size != 6)
-      r = cm_diag_set(diag, -CM_EFORMAT, "result.t: needs 6 timings");
-    for (uint32_t i = 0; !r && i < 6; i++)
+      !(r = rd_array(f[3].val, PROTO_EXEC_TIMINGS, "result.t", &t, diag))) {
+    if (t->size != PROTO_EXEC_TIMINGS)
+      r = cm_diag_set(diag, -CM_EFORMAT, "result.t: needs %d timings", PROTO_EXEC_TIMINGS);
+    for (uint32_t i = 0; !r && i < PROTO_EXEC_TIMINGS; i++)
       r = rd_i64(&t->ptr[i], 0, INT64_MAX / 8, "result.t[]", &tv[i], diag);
     uint64_t total = 0;
     for (uint32_t i = 0; !r && i < o->size; i++) {
@@ -603,7 +604,8 @@ int proto_result_decode(const void *data, size_t n_bytes, struct proto_result *r
     return r;
   }
   res.status = (int)st;
-  res.timings = (struct proto_exec_timings){tv[0], tv[1], tv[2], tv[3], tv[4], tv[5]};
+  res.timings = (struct proto_exec_timings){tv[0], tv[1], tv[2], tv[3], tv[4],
+                                            tv[5], tv[6], tv[7], tv[8]};
   *ret = res;
   return 0;
 }

@@ -1,5 +1,5 @@
 /* The program (DESIGN.md "The program"): a family-agnostic forest of token segments plus readouts,
- * sent by a preprocessor to an executor, and the result that comes back. Images feed the
+ * sent by a preprocessor to an executor, the result that comes back, and the CANCEL of a request. Images feed the
  * <|image_pad|> slots of prefixes; prefixes may continue other prefixes and leave a snapshot;
  * rows continue one snapshot (or start empty) and never see each other; readouts pick a row
  * position. Ownership: every array in these structs is heap-owned by the struct (the decoders and
@@ -73,14 +73,20 @@ struct proto_program {
   uint32_t cap_images, cap_prefixes, cap_rows, cap_readouts; /* builder capacities */
 };
 
-/* Executor-side timings, µs. */
+/* Executor-side timings of one program, µs: where its time went. A step's launch is shared by
+ * the programs in it in proportion to their tokens; queue + vision + prefix + rows + readout +
+ * heads + wait = total. */
+#define PROTO_EXEC_TIMINGS 9 /* entries of "t" in a RESULT */
 struct proto_exec_timings {
-  int64_t queue_us;   /* waiting for the compute thread */
-  int64_t vision_us;  /* vision tower */
-  int64_t prefix_us;  /* prefix prefill */
-  int64_t rows_us;    /* row continuations */
-  int64_t readout_us; /* logits, log-probs and heads */
-  int64_t total_us;   /* whole program on the executor */
+  int64_t queue_us;   /* arrival to admission (waiting for the loop or for snapshot memory) */
+  int64_t vision_us;  /* its images through the vision tower */
+  int64_t prefix_us;  /* its share of the launches that ran its prefix pieces */
+  int64_t rows_us;    /* its share of the launches that ran its rows */
+  int64_t readout_us; /* its rows' readouts: logits, log-probs, group-head rows */
+  int64_t heads_us;   /* its heads at the end */
+  int64_t wait_us;    /* admitted, while steps ran other programs' work */
+  int64_t total_us;   /* arrival to result */
+  int64_t steps;      /* steps it took part in (a count, not µs) */
 };
 
 /* The result of a program: a status and, on success, one float32 array per readout. */
@@ -134,5 +140,22 @@ int proto_result_encode(const struct proto_result *r, struct proto_bytes *ret_by
 int proto_result_decode(const void *data, size_t n_bytes, struct proto_result *ret,
                         struct cm_diag *diag);
 void proto_result_fini(struct proto_result *r);
+
+/* CANCEL (preprocessor → executor, a REQ on the program socket, answered by ACK): the client of
+ * request `request_id` is gone; the executor drops the remaining work of every program with that
+ * request id and answers each with -CM_ECANCELLED. */
+struct proto_cancel {
+  char *request_id; /* the programs' request_id, 1 ≤ bytes ≤ PROTO_MAX_ID_BYTES, no NUL */
+};
+
+/* Encode (read only; ret_bytes heap) and validating decode (heap copy; written only on success).
+ * Returns 0; -EINVAL (encode: request_id NULL, empty or over the limit), -CM_EFORMAT (decode:
+ * unknown, duplicate or missing key, wrong type, empty or over-long id; diag names the field),
+ * -CM_EVERSION, -ENOMEM. Implemented in proto_cancel.c. */
+int proto_cancel_encode(const struct proto_cancel *c, struct proto_bytes *ret_bytes);
+int proto_cancel_decode(const void *data, size_t n_bytes, struct proto_cancel *ret,
+                        struct cm_diag *diag);
+/* Frees the owned id and zeroes; accepts NULL and zeroed structs. */
+void proto_cancel_fini(struct proto_cancel *c);
 
 #endif

@@ -1,7 +1,8 @@
 /* The engine the program runner talks to: one Qwen3.5 backbone (and its vision tower) on one
- * device, seen as snapshots, packed row launches and readouts of the last launch. Two
- * implementations: ex_engine_cpu.c (the float32 model code of ex_qwen35.h, one row per launch,
- * values exactly as the runner computed them before the interface existed) and ex_engine_cuda.c
+ * device, seen as snapshots, packed launches (prefix pieces and rows of several programs) and
+ * readouts of the last launch. Two implementations: ex_engine_cpu.c (the float32 model code of
+ * ex_qwen35.h, sequences packed by ex_qwen35_forward_packed, values exactly as one sequence at a
+ * time gives them) and ex_engine_cuda.c
  * (the bf16 engine exc_qwen35.h and exc_vision; ex_engine_nocuda.c in builds without CUDA refuses
  * it). The runner never sees which one it has. Not thread-safe: one caller at a time. */
 #ifndef S1_EX_ENGINE_H
@@ -19,25 +20,34 @@
 struct ex_engine_options {
   enum cm_numerics numerics; /* the mode served: CPU fp32 or bf16 (ex_qwen35_model.round_bf16);
                                 CUDA bf16 only */
-  size_t max_tokens;   /* CUDA: rows of one launch (default 8192); CPU: launch packing only */
-  size_t max_seqs;     /* CUDA: sequences of one launch (default 64); CPU: default 1 */
+  size_t max_tokens;   /* rows of one launch (CUDA default 8192; CPU: none) */
+  size_t max_seqs;     /* sequences of one launch (CUDA default 64; CPU default 64) */
   size_t max_ctx;      /* CUDA: tokens one snapshot holds (default 8192) */
-  size_t n_snapshots;  /* CUDA: snapshot pool = prefixes of one program (default 8) */
-  size_t max_readouts; /* CUDA: readout rows of one launch (default 256); CPU: as max_tokens */
+  size_t n_snapshots;  /* CUDA: the snapshot pool (default 8 slots) */
+  size_t max_readouts; /* CUDA: readout rows of one launch (default 256); CPU: none */
   int64_t max_patches; /* CUDA: vision patches of one image (default 16384) */
   bool refuse_lora;    /* CUDA: refuse a kept LoRA adapter instead of loading it onto the engine */
+  size_t pool_bytes;   /* CPU: bytes of snapshots held at once (default 2 GiB); CUDA: from slots */
 };
 
-/* What one launch may hold; the runner splits rows into launches within these. SIZE_MAX: none. */
+/* What one launch may hold; the runner splits work into launches within these. SIZE_MAX: none. */
 struct ex_engine_limits {
   size_t max_tokens;   /* rows of all sequences together */
   size_t max_seqs;     /* sequences */
   size_t max_readouts; /* readout rows */
+  size_t max_ctx;      /* tokens one snapshot may hold (a chain of prefixes, plus a row) */
+  size_t pool_bytes;   /* snapshot memory: snapshots held at once take at most this many bytes
+                          (snap_bytes each); the scheduler reserves from it before work starts */
 };
 
-/* One row of a launch: continues `snap` (read only, never advanced) or starts fresh (NULL). */
-struct ex_engine_row {
-  void *snap;         /* a snapshot of this engine, or NULL */
+/* One sequence of a launch: a piece of a prefix appended to its snapshot (advance), or a row
+ * that continues a snapshot (read only, never advanced) or starts fresh (snap NULL). */
+struct ex_engine_seq {
+  void *snap;         /* a snapshot of this engine, or NULL (a fresh row) */
+  bool advance;       /* append the tokens to snap (a prefix piece); snap is then not read by
+                         another sequence of the launch */
+  bool chunked;       /* a prefix piece after the first of a prefix cut on the 64-token grid: the
+                         CPU runs its Gated DeltaNet chunked as the one pass does (ex_qwen35_seq) */
   const int32_t *ids; /* [n] token ids, checked in the vocabulary by the caller */
   const int32_t *pos; /* [3, n] mRoPE ids (rows T, H, W) */
   uint32_t n;         /* tokens, ≥ 1 */
@@ -48,25 +58,34 @@ struct ex_engine;
 struct ex_engine_ops {
   const char *name; /* "cpu", "cuda" */
   /* Merged vision rows of one image. Shapes: pixels [n_patches, patch_dim] host fp32;
-   * grid_thw [3]; ret_rows [n_patches/4, H] host fp32. Returns 0; -CM_ELIMIT / -CM_ESHAPE (the
-   * image does not fit: the program's fault); another negative code (sticky on CUDA). */
+   * grid_thw [3]; ret_rows [n_patches/4, H] host fp32. Units: deadline_us on the proto_now_us
+   * clock, 0 for none: the CPU tower stops between its blocks once it has passed; the CUDA tower
+   * (its launches queued at once, milliseconds) runs to the end. Returns 0; -CM_ETIMEOUT (the
+   * deadline passed mid-tower); -CM_ELIMIT / -CM_ESHAPE (the image does not fit: the program's
+   * fault); another negative code (sticky on CUDA). */
   int (*vision)(struct ex_engine *e, const float *pixels, int64_t n_patches,
-                const int32_t *grid_thw, float *ret_rows, struct cm_diag *diag);
+                const int32_t *grid_thw, int64_t deadline_us, float *ret_rows,
+                struct cm_diag *diag);
   /* A new snapshot: empty (parent NULL) or a copy of `parent`. Returns 0; -CM_ELIMIT (pool
    * exhausted); -ENOMEM; -CM_ECUDA. */
   int (*snap_new)(struct ex_engine *e, void *parent, void **ret_snap, struct cm_diag *diag);
   void (*snap_free)(struct ex_engine *e, void *snap); /* accepts NULL */
-  /* Appends n tokens to `snap`: ids [n], pos [3, n]; image_rows [n_image_rows, H] host fp32
-   * replace, in order, the embeddings of the image-token rows (NULL when the program has no
-   * images). Returns 0; -CM_ELIMIT (too long for the engine); another negative code. */
-  int (*prefix)(struct ex_engine *e, void *snap, const int32_t *ids, const int32_t *pos, uint32_t n,
-                const float *image_rows, size_t n_image_rows, struct cm_diag *diag);
-  /* One launch of rows (packed in order: row i's token t is packed row start_i + t) within the
-   * engine's limits; ret_hidden [n_read, H] host fp32 final-norm rows at the packed indices
-   * readout [n_read]. The launch's readouts stay readable by the calls below until the next
-   * launch or prefix. Returns 0; -CM_ELIMIT; another negative code (sticky). */
-  int (*rows)(struct ex_engine *e, const struct ex_engine_row *rows, size_t n_rows,
-              const size_t *readout, size_t n_read, float *ret_hidden, struct cm_diag *diag);
+  /* One launch of sequences packed in order (sequence i's token t is packed row start_i + t)
+   * within the engine's limits: prefix pieces advance their snapshots, rows read theirs; no
+   * sequence sees another, and each sequence's values are those it gets in a launch of its own.
+   * image_rows [n_image_rows, H] host fp32 replace, in order, the embeddings of every image-token
+   * row of the launch (their count must match); NULL: the image token is an ordinary token (a
+   * text-only program's literal <|image_pad|>), so such a sequence never shares a launch with
+   * image rows; ret_hidden [n_read, H] host fp32 final-norm rows at the
+   * packed indices readout [n_read]. The launch's readouts stay readable by the calls below until
+   * the next launch. Returns 0; -CM_ELIMIT (over the engine's limits, checked before any work);
+   * another negative code (sticky on CUDA). */
+  int (*forward)(struct ex_engine *e, const struct ex_engine_seq *seqs, size_t n_seqs,
+                 const float *image_rows, size_t n_image_rows, const size_t *readout,
+                 size_t n_read, float *ret_hidden, struct cm_diag *diag);
+  /* Bytes a snapshot of n_tokens takes out of lim.pool_bytes (CPU: its K/V rows, conv windows
+   * and GDN states; CUDA: one pool slot). */
+  size_t (*snap_bytes)(const struct ex_engine *e, size_t n_tokens);
   /* Label logits at readout `read` of the last launch: ret[j] = logit of ids[j] (float32 in fp32,
    * rounded to bf16 in bf16: the reference's LM-head output type). ids [n_ids] in the vocabulary.
    */

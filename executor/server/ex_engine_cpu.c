@@ -1,4 +1,5 @@
-/* The CPU engine (ex_engine.h): the model code of ex_qwen35.h on host memory, one row per launch,
+/* The CPU engine (ex_engine.h): the model code of ex_qwen35.h on host memory, the sequences of a
+ * launch packed into one ex_qwen35_forward_packed call (bit-identical to one sequence at a time),
  * in either numerics: fp32 (nothing rounded; the float32 reference) or bf16 (the CPU emulation of
  * every rounding the bf16 reference makes). */
 #include "ex_engine.h"
@@ -11,6 +12,7 @@
 
 #include "ex_lm_feats.h"
 #include "ex_vision.h"
+#include "proto.h"
 
 struct cpu_engine {
   struct ex_engine base;         /* first: the runner's view */
@@ -22,7 +24,11 @@ struct cpu_engine {
   float *reads;                  /* [n_reads, H] readout rows of the last launch */
   size_t n_reads, reads_cap;     /* rows held / allocated */
   float *logits;                 /* [vocab] */
+  struct ex_qwen35_seq *seqs;    /* [seqs_cap] the model's view of a launch */
+  size_t seqs_cap;               /* entries allocated */
 };
+
+#define DEF_POOL_BYTES ((size_t)2 << 30) /* --snapshot-pool-bytes default on the CPU */
 
 static int grow(struct cpu_engine *c, size_t n) {
   if (n <= c->cap)
@@ -40,10 +46,17 @@ static int grow(struct cpu_engine *c, size_t n) {
   return 0;
 }
 
+static bool past(void *user) {
+  return proto_now_us() > *(const int64_t *)user;
+}
+
 static int cpu_vision(struct ex_engine *e, const float *pixels, int64_t n_patches,
-                      const int32_t *grid_thw, float *ret_rows, struct cm_diag *diag) {
+                      const int32_t *grid_thw, int64_t deadline_us, float *ret_rows,
+                      struct cm_diag *diag) {
   struct cpu_engine *c = (struct cpu_engine *)e;
-  return ex_vision_forward(c->vision, pixels, n_patches, grid_thw, 1, ret_rows, diag);
+  struct ex_vision_trace stop = {.user = &deadline_us, .stop = past};
+  return ex_vision_forward_trace(c->vision, pixels, n_patches, grid_thw, 1, ret_rows,
+                                 deadline_us ? &stop : NULL, diag);
 }
 
 static int cpu_snap_new(struct ex_engine *e, void *parent, void **ret_snap, struct cm_diag *diag) {
@@ -60,40 +73,48 @@ static void cpu_snap_free(struct ex_engine *e, void *snap) {
   ex_qwen35_state_free(snap);
 }
 
-/* Embeddings of n ids; the image-token rows take image_rows in order (when given). */
-static int embed(struct cpu_engine *c, const int32_t *ids, uint32_t n, const float *image_rows,
-                 size_t n_image_rows, struct cm_diag *diag) {
-  int r = ex_qwen35_embed(c->model, ids, n, c->emb, diag);
+/* Embeddings of n ids into emb; the image-token rows take image_rows in order (when given), the
+ * count of rows used is added to *used. */
+static int embed(struct cpu_engine *c, const int32_t *ids, uint32_t n, float *emb,
+                 const float *image_rows, size_t n_image_rows, size_t *used, struct cm_diag *diag) {
+  int r = ex_qwen35_embed(c->model, ids, n, emb, diag);
   if (r || !image_rows)
     return r;
-  size_t h = (size_t)c->base.cfg.hidden_size, k = 0;
+  size_t h = (size_t)c->base.cfg.hidden_size;
   for (uint32_t t = 0; t < n; t++) {
     if (ids[t] != c->base.cfg.image_token_id)
       continue;
-    if (k == n_image_rows)
+    if (*used == n_image_rows)
       return cm_diag_set(diag, -CM_EPROGRAM, "more image slots than image rows");
-    memcpy(c->emb + (size_t)t * h, image_rows + k++ * h, h * sizeof(float));
+    memcpy(emb + (size_t)t * h, image_rows + (*used)++ * h, h * sizeof(float));
   }
   return 0;
 }
 
-static int cpu_prefix(struct ex_engine *e, void *snap, const int32_t *ids, const int32_t *pos,
-                      uint32_t n, const float *image_rows, size_t n_image_rows,
-                      struct cm_diag *diag) {
+static int cpu_forward(struct ex_engine *e, const struct ex_engine_seq *seqs, size_t n_seqs,
+                       const float *image_rows, size_t n_image_rows, const size_t *readout,
+                       size_t n_read, float *ret_hidden, struct cm_diag *diag) {
   struct cpu_engine *c = (struct cpu_engine *)e;
-  int r = grow(c, n);
-  if (!r)
-    r = embed(c, ids, n, image_rows, n_image_rows, diag);
-  if (!r)
-    r = ex_qwen35_forward(c->model, snap, c->emb, pos, n, c->hid, diag);
-  return r;
-}
-
-static int cpu_rows(struct ex_engine *e, const struct ex_engine_row *rows, size_t n_rows,
-                    const size_t *readout, size_t n_read, float *ret_hidden, struct cm_diag *diag) {
-  struct cpu_engine *c = (struct cpu_engine *)e;
-  size_t h = (size_t)c->base.cfg.hidden_size, start = 0;
+  size_t h = (size_t)c->base.cfg.hidden_size, total = 0, used = 0;
   c->n_reads = 0;
+  for (size_t i = 0; i < n_seqs; i++)
+    total += seqs[i].n;
+  if (!n_seqs || n_seqs > e->lim.max_seqs || total > e->lim.max_tokens ||
+      n_read > e->lim.max_readouts)
+    return cm_diag_set(diag, n_seqs ? -CM_ELIMIT : -EINVAL,
+                       "cpu engine: launch of %zu sequences, %zu tokens, %zu readouts over the "
+                       "limits (%zu, %zu, %zu)", n_seqs, total, n_read, e->lim.max_seqs,
+                       e->lim.max_tokens, e->lim.max_readouts);
+  for (size_t j = 0; j < n_read; j++)
+    if (readout[j] >= total)
+      return cm_diag_set(diag, -EINVAL, "readout row %zu outside the launch", readout[j]);
+  if (n_seqs > c->seqs_cap) {
+    struct ex_qwen35_seq *q = realloc(c->seqs, n_seqs * sizeof(*q));
+    if (!q)
+      return -ENOMEM;
+    c->seqs = q;
+    c->seqs_cap = n_seqs;
+  }
   if (n_read > c->reads_cap) {
     float *p = realloc(c->reads, n_read * h * sizeof(float));
     if (!p)
@@ -101,31 +122,39 @@ static int cpu_rows(struct ex_engine *e, const struct ex_engine_row *rows, size_
     c->reads = p;
     c->reads_cap = n_read;
   }
-  for (size_t i = 0; i < n_rows; i++) {
-    const struct ex_engine_row *w = &rows[i];
-    void *st = NULL;
-    int r = grow(c, w->n);
-    if (!r)
-      r = cpu_snap_new(e, w->snap, &st, diag);
-    if (!r)
-      r = embed(c, w->ids, w->n, NULL, 0, diag);
-    if (!r)
-      r = ex_qwen35_forward(c->model, st, c->emb, w->pos, w->n, c->hid, diag);
-    ex_qwen35_state_free(st);
-    if (r)
-      return r;
-    for (size_t j = 0; j < n_read; j++)
-      if (readout[j] >= start && readout[j] < start + w->n)
-        memcpy(c->reads + j * h, c->hid + (readout[j] - start) * h, h * sizeof(float));
-    start += w->n;
+  int r = grow(c, total);
+  for (size_t i = 0, at = 0; !r && i < n_seqs; at += seqs[i].n, i++) {
+    c->seqs[i] = (struct ex_qwen35_seq){.state = seqs[i].snap, .advance = seqs[i].advance,
+                                        .chunked = seqs[i].chunked, .n = seqs[i].n,
+                                        .pos = seqs[i].pos};
+    r = embed(c, seqs[i].ids, seqs[i].n, c->emb + at * h, image_rows, n_image_rows, &used, diag);
   }
+  if (!r && used != n_image_rows)
+    r = cm_diag_set(diag, -CM_EPROGRAM, "%zu image rows for %zu image slots", n_image_rows, used);
+  if (!r)
+    r = ex_qwen35_forward_packed(c->model, c->seqs, n_seqs, c->emb, c->hid, diag);
+  if (r)
+    return r;
   for (size_t j = 0; j < n_read; j++)
-    if (readout[j] >= start)
-      return cm_diag_set(diag, -EINVAL, "readout row %zu outside the launch", readout[j]);
+    memcpy(c->reads + j * h, c->hid + readout[j] * h, h * sizeof(float));
   c->n_reads = n_read;
   if (n_read)
     memcpy(ret_hidden, c->reads, n_read * h * sizeof(float));
   return 0;
+}
+
+static size_t cpu_snap_bytes(const struct ex_engine *e, size_t n_tokens) {
+  const struct ex_qwen35_config *c = &e->cfg;
+  size_t attn = 0, gdn = 0;
+  size_t cd = (size_t)(2 * c->lin_k_heads * c->lin_dk + c->lin_v_heads * c->lin_dv);
+  for (int i = 0; i < c->n_layers; i++) {
+    if (c->full_attn[i])
+      attn += 2 * n_tokens * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    else
+      gdn += (size_t)(c->conv_kernel - 1) * cd +
+             (size_t)c->lin_v_heads * (size_t)c->lin_dk * (size_t)c->lin_dv;
+  }
+  return (attn + gdn) * sizeof(float);
 }
 
 static int cpu_label_logits(struct ex_engine *e, size_t read, const int32_t *ids, size_t n_ids,
@@ -188,7 +217,7 @@ static void cpu_free(struct ex_engine *e) {
     return;
   ex_vision_free(c->vision);
   ex_qwen35_model_free(c->model);
-  free(c->emb), free(c->hid), free(c->reads), free(c->logits);
+  free(c->emb), free(c->hid), free(c->reads), free(c->logits), free(c->seqs);
   free(c);
 }
 
@@ -197,8 +226,8 @@ static const struct ex_engine_ops cpu_ops = {
     .vision = cpu_vision,
     .snap_new = cpu_snap_new,
     .snap_free = cpu_snap_free,
-    .prefix = cpu_prefix,
-    .rows = cpu_rows,
+    .forward = cpu_forward,
+    .snap_bytes = cpu_snap_bytes,
     .label_logits = cpu_label_logits,
     .token_logprobs = cpu_token_logprobs,
     .target_logprobs = cpu_target_logprobs,
@@ -236,12 +265,14 @@ int ex_engine_cpu_new(const struct cm_model_dir *dir, const struct ex_engine_opt
   if (!c)
     return -ENOMEM;
   c->base.ops = &cpu_ops;
-  /* one row per launch unless the options ask for the CUDA engine's packing (tests use that to
-   * exercise the runner's launch splitting on the CPU; the values do not change) */
+  /* packing changes no value (ex_qwen35_forward_packed); the options narrow a launch as the CUDA
+   * engine's limits do (tests use that to exercise the launch splitting) */
   c->base.lim = (struct ex_engine_limits){
       .max_tokens = opt && opt->max_tokens ? opt->max_tokens : SIZE_MAX,
-      .max_seqs = opt && opt->max_seqs ? opt->max_seqs : 1,
-      .max_readouts = opt && opt->max_readouts ? opt->max_readouts : SIZE_MAX};
+      .max_seqs = opt && opt->max_seqs ? opt->max_seqs : 64,
+      .max_readouts = opt && opt->max_readouts ? opt->max_readouts : SIZE_MAX,
+      .max_ctx = SIZE_MAX,
+      .pool_bytes = opt && opt->pool_bytes ? opt->pool_bytes : DEF_POOL_BYTES};
   float scale = 0.0f;
   int r = ex_qwen35_config_parse(dir->config, &c->base.cfg, diag);
   if (!r)

@@ -1,5 +1,5 @@
-/* The bf16 CUDA engine behind ex_engine.h: exc_qwen35 (snapshots from its pool, rows packed into
- * one exc_qwen35_forward launch, readouts and LM features of the last launch on the device) and
+/* The bf16 CUDA engine behind ex_engine.h: exc_qwen35 (snapshots from its pool, the prefix pieces
+ * and rows of a launch packed into one exc_qwen35_forward, readouts and LM features of the last launch on the device) and
  * exc_vision for images. Every device buffer is reserved in ex_engine_cuda_new; a sticky CUDA
  * error makes healthy() false and every later call fail, so the executor retires. Heads run on
  * the host over the readout rows copied back. A kept LoRA adapter is loaded onto the engine
@@ -58,7 +58,9 @@ static int unhealthy(struct cuda_engine *c, struct cm_diag *diag) {
 }
 
 static int cu_vision(struct ex_engine *be, const float *pixels, int64_t n_patches,
-                     const int32_t *grid_thw, float *ret_rows, struct cm_diag *diag) {
+                     const int32_t *grid_thw, int64_t deadline_us, float *ret_rows,
+                     struct cm_diag *diag) {
+  (void)deadline_us; /* the tower's launches are queued at once and take milliseconds */
   struct cuda_engine *c = (struct cuda_engine *)be;
   int r = unhealthy(c, diag);
   if (r)
@@ -104,50 +106,48 @@ static void cu_snap_free(struct ex_engine *be, void *snap) {
   exc_qwen35_state_release(c->e, snap);
 }
 
-static int cu_prefix(struct ex_engine *be, void *snap, const int32_t *ids, const int32_t *pos,
-                     uint32_t n, const float *image_rows, size_t n_image_rows,
-                     struct cm_diag *diag) {
-  struct cuda_engine *c = (struct cuda_engine *)be;
-  int r = unhealthy(c, diag);
-  if (r)
-    return r;
-  c->n_reads = 0;
-  struct exc_qwen35_seq seq = {.state = snap, .advance = true, .n = n, .pos = pos};
-  r = exc_qwen35_forward(c->e, &seq, 1, ids, image_rows, image_rows ? n_image_rows : 0, NULL, 0,
-                         NULL, NULL, diag);
-  return fail_code(c, r);
-}
-
-static int cu_rows(struct ex_engine *be, const struct ex_engine_row *rows, size_t n_rows,
-                   const size_t *readout, size_t n_read, float *ret_hidden, struct cm_diag *diag) {
+static int cu_forward(struct ex_engine *be, const struct ex_engine_seq *seqs, size_t n_seqs,
+                      const float *image_rows, size_t n_image_rows, const size_t *readout,
+                      size_t n_read, float *ret_hidden, struct cm_diag *diag) {
   struct cuda_engine *c = (struct cuda_engine *)be;
   int r = unhealthy(c, diag);
   if (r)
     return r;
   c->n_reads = 0;
   size_t total = 0;
-  for (size_t i = 0; i < n_rows; i++)
-    total += rows[i].n;
-  if (n_rows > c->lim.max_seqs || total > c->lim.max_tokens || n_read > c->lim.max_readouts)
+  for (size_t i = 0; i < n_seqs; i++)
+    total += seqs[i].n;
+  if (n_seqs > c->lim.max_seqs || total > c->lim.max_tokens || n_read > c->lim.max_readouts)
     return cm_diag_set(diag, -CM_ELIMIT,
-                       "cuda engine: launch of %zu rows, %zu tokens, %zu "
+                       "cuda engine: launch of %zu sequences, %zu tokens, %zu "
                        "readouts over the limits (%zu, %zu, %zu)",
-                       n_rows, total, n_read, c->lim.max_seqs, c->lim.max_tokens,
+                       n_seqs, total, n_read, c->lim.max_seqs, c->lim.max_tokens,
                        c->lim.max_readouts);
   size_t at = 0;
-  for (size_t i = 0; i < n_rows; i++) {
-    memcpy(c->tokens + at, rows[i].ids, rows[i].n * sizeof(int32_t));
-    at += rows[i].n;
-    c->seqs[i] = (struct exc_qwen35_seq){
-        .state = rows[i].snap, .advance = false, .n = rows[i].n, .pos = rows[i].pos};
+  for (size_t i = 0; i < n_seqs; i++) {
+    memcpy(c->tokens + at, seqs[i].ids, seqs[i].n * sizeof(int32_t));
+    at += seqs[i].n;
+    /* the CUDA GDN always runs chunked from the start of each sequence: `chunked` holds */
+    c->seqs[i] = (struct exc_qwen35_seq){.state = seqs[i].snap,
+                                         .advance = seqs[i].advance,
+                                         .n = seqs[i].n,
+                                         .pos = seqs[i].pos};
   }
-  r = exc_qwen35_forward(c->e, c->seqs, (int)n_rows, c->tokens, NULL, 0, readout, n_read,
-                         ret_hidden, NULL, diag);
+  r = exc_qwen35_forward(c->e, c->seqs, (int)n_seqs, c->tokens, image_rows,
+                         image_rows ? n_image_rows : 0, readout, n_read, ret_hidden, NULL, diag);
   if (r)
     return fail_code(c, r);
   memcpy(c->reads, readout, n_read * sizeof(size_t));
   c->n_reads = n_read;
   return 0;
+}
+
+static size_t cu_snap_bytes(const struct ex_engine *be, size_t n_tokens) {
+  (void)n_tokens;
+  const struct cuda_engine *c = (const struct cuda_engine *)be;
+  struct exc_qwen35_memory mem;
+  exc_qwen35_memory(c->e, &mem);
+  return mem.snapshot_bytes; /* one pool slot, whatever it holds */
 }
 
 static int check_read(struct cuda_engine *c, size_t read, struct cm_diag *diag) {
@@ -217,8 +217,8 @@ static const struct ex_engine_ops cuda_ops = {
     .vision = cu_vision,
     .snap_new = cu_snap_new,
     .snap_free = cu_snap_free,
-    .prefix = cu_prefix,
-    .rows = cu_rows,
+    .forward = cu_forward,
+    .snap_bytes = cu_snap_bytes,
     .label_logits = cu_label_logits,
     .token_logprobs = cu_token_logprobs,
     .target_logprobs = cu_target_logprobs,
@@ -290,7 +290,8 @@ int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
   c->max_patches = opt->max_patches ? opt->max_patches : DEF_PATCHES;
   c->base.lim = (struct ex_engine_limits){.max_tokens = c->lim.max_tokens,
                                           .max_seqs = c->lim.max_seqs,
-                                          .max_readouts = c->lim.max_readouts};
+                                          .max_readouts = c->lim.max_readouts,
+                                          .max_ctx = c->lim.max_ctx};
   int r = ex_qwen35_config_parse(dir->config, &c->base.cfg, diag);
   if (r)
     goto fail;
@@ -310,6 +311,8 @@ int ex_engine_cuda_new(const struct cm_model_dir *dir, int device,
   }
   if ((r = exc_qwen35_new(&c->base.cfg, dir->weights, device, &c->lim, &c->e, diag)))
     goto fail;
+  /* the scheduler's snapshot pool: the engine's slots, counted in bytes */
+  c->base.lim.pool_bytes = c->lim.n_snapshots * cu_snap_bytes(&c->base, 0);
   if (dir->adapter) {
     float scale = 0.0f;
     if ((r = ex_engine_adapter_scale(dir, &scale, diag)) ||

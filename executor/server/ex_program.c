@@ -1,17 +1,17 @@
-/* The program runner (ex_program.h) over an engine (ex_engine.h: float32 CPU or bf16 CUDA):
- * images through the vision tower, prefixes into snapshots, rows continuing their snapshot packed
- * into launches within the engine's limits, readouts of each launch, heads on the host over the
- * readout rows, batched per name at the end. One program at a time. */
+/* The program runner (ex_program.h) over an engine (ex_engine.h: float32 CPU or bf16 CUDA): the
+ * model's engine and heads, and the per-program part of the work (ex_job.h): the checks before any
+ * work, the readouts of each row after its launch, the heads at the end. The scheduler
+ * (ex_sched.c) decides what runs in which launch. */
 #include "ex_program.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ex_engine.h"
 #include "ex_head.h"
+#include "ex_job.h"
 
 struct loaded_head {
   const struct ex_head_kind *kind; /* registry entry */
@@ -27,12 +27,6 @@ struct ex_runner {
   char *model_id;                   /* health: model id, heap */
   char *revision;                   /* health: revision, heap */
 };
-
-static int64_t mono_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static char *manifest_string(const struct cm_model_dir *dir, const char *key) {
   json_object *v = NULL;
@@ -253,32 +247,36 @@ static uint32_t readout_width(const struct ex_runner *x, const struct proto_read
   }
 }
 
-/* The engine's answer for a program's own fault (a limit) becomes the program's error. */
-static int program_fault(int r) {
-  return r == -CM_ELIMIT || r == -CM_ESHAPE ? -CM_EPROGRAM : r;
-}
-
 /* The LM access a group head gets for one row: positions of the row map to consecutive readouts
  * of the launch, starting at read0. */
 struct row_lm {
   struct ex_head_lm base; /* first */
   struct ex_engine *eng;
   size_t read0;
-  /* what the head declared for this row (lm_targets) and the launch's batched answer, or
-   * pre_lp NULL: a request equal to the declared one is served from pre_lp */
-  uint32_t pre_first;
-  size_t pre_n;
-  const int32_t *pre_tg;
-  const float *pre_lp;
+  const struct ex_lm_batch *lmb; /* the launch's batched log-probs, or NULL */
 };
+
+/* The batched answer to a request equal to one a row declared, or NULL. */
+static const float *batched_lp(const struct ex_lm_batch *b, size_t read0, const int32_t *targets,
+                               size_t n) {
+  if (!b || !b->ok || !n)
+    return NULL;
+  for (size_t g = 0; g < b->n_seg; g++) {
+    size_t a = b->seg[g], e = g + 1 < b->n_seg ? b->seg[g + 1] : b->n;
+    if (e - a == n && b->reads[a] == read0 &&
+        memcmp(b->targets + a, targets, n * sizeof(int32_t)) == 0)
+      return b->lp + a;
+  }
+  return NULL;
+}
 
 static int row_lm_target_logprobs(const struct ex_head_lm *lm, uint32_t first,
                                   const int32_t *targets, size_t n, float *lp,
                                   struct cm_diag *diag) {
   const struct row_lm *l = (const struct row_lm *)lm;
-  if (l->pre_lp && first == l->pre_first && n == l->pre_n &&
-      memcmp(targets, l->pre_tg, n * sizeof(int32_t)) == 0) {
-    memcpy(lp, l->pre_lp, n * sizeof(float));
+  const float *got = batched_lp(l->lmb, l->read0 + first, targets, n);
+  if (got) {
+    memcpy(lp, got, n * sizeof(float));
     return 0;
   }
   size_t *reads = malloc((n + 1) * sizeof(size_t));
@@ -302,74 +300,76 @@ static size_t row_reads(const struct ex_runner *x, const struct proto_program *p
   return n;
 }
 
-int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct proto_result *res,
-                  struct cm_diag *diag) {
-  int64_t t0 = mono_us();
-  if (p->deadline_us && proto_now_us() > p->deadline_us)
-    return cm_diag_set(diag, -CM_ETIMEOUT, "deadline passed before the program started");
+struct ex_engine *ex_runner_engine(const struct ex_runner *x) {
+  return x->eng;
+}
+
+/* Tokens of the prefix chain ending at prefix i (0 for -1). */
+static uint64_t chain_tokens(const struct proto_program *p, int32_t i) {
+  uint64_t n = 0;
+  for (; i >= 0; i = p->prefixes[i].parent)
+    n += p->prefixes[i].n_tokens;
+  return n;
+}
+
+void ex_job_fini(struct ex_job *j) {
+  if (!j)
+    return;
+  for (uint32_t i = 0; j->group_acc && i < j->p->n_readouts; i++)
+    if (j->group_acc[i])
+      find_head(j->x, j->p->readouts[i].head)->kind->group->free_acc(j->group_acc[i]);
+  free(j->group_acc), free(j->group_of), free(j->widths), free(j->by_row), free(j->row_start);
+  free(j->n_reads), free(j->head_in), free(j->head_of);
+  proto_result_fini(&j->res);
+  memset(j, 0, sizeof(*j));
+}
+
+int ex_job_init(struct ex_job *j, const struct ex_runner *x, const struct proto_program *p,
+                struct cm_diag *diag) {
+  memset(j, 0, sizeof(*j));
+  j->x = x;
+  j->p = p;
   int r = proto_program_check(p, diag);
   if (r)
     return r == -CM_EFORMAT ? -CM_EPROGRAM : r;
   if ((r = check_program(x, p, diag)))
     return r;
-  struct ex_engine *eng = x->eng;
-  const struct ex_engine_limits *lim = &eng->lim;
-  size_t h = (size_t)eng->cfg.hidden_size;
-  float **image_embeds = calloc(p->n_images + 1, sizeof(float *));
-  void **snaps = calloc(p->n_prefixes + 1, sizeof(*snaps));
-  uint32_t *widths = calloc(p->n_readouts + 1, sizeof(uint32_t));
-  uint32_t *by_row = calloc(p->n_readouts + 1, sizeof(uint32_t)); /* readouts sorted by row */
-  uint32_t *row_start = calloc(p->n_rows + 2, sizeof(uint32_t));
-  float *head_in = NULL, *head_out = NULL, *prefix_img = NULL, *hid = NULL;
-  uint32_t *head_of = NULL;
-  size_t *reads = NULL, total_reads = 0;
-  struct ex_engine_row *launch = calloc(p->n_rows + 1, sizeof(*launch));
-  uint32_t *launch_row = calloc(p->n_rows + 1, sizeof(uint32_t)); /* program row of each */
-  int32_t *group_of = malloc((p->n_rows + 1) * sizeof(int32_t)); /* group readout per row */
-  void **group_acc = calloc(p->n_readouts + 1, sizeof(void *));  /* accumulator per readout */
-  /* batched LM log-probs of a launch's group rows (at most one per token of the launch) and the
-   * per-head-kind finish lists */
-  size_t max_tok = 1; /* a launch's first row may exceed lim->max_tokens on an engine that
-                       * takes it (the CPU engine), so the program's total bounds a launch */
-  for (uint32_t i = 0; i < p->n_rows; i++)
-    max_tok += p->rows[i].n_tokens;
-  int32_t *pre_tg = malloc(max_tok * sizeof(int32_t));
-  float *pre_lp = malloc(max_tok * sizeof(float));
-  size_t *pre_reads = malloc(max_tok * sizeof(size_t));
-  size_t *pre_n = malloc((p->n_rows + 1) * sizeof(size_t)),
-         *pre_at = calloc(p->n_rows + 1, sizeof(size_t));
-  uint32_t *pre_first = calloc(p->n_rows + 1, sizeof(uint32_t));
-  void **fin_acc = calloc(p->n_readouts + 1, sizeof(void *));
-  float **fin_out = calloc(p->n_readouts + 1, sizeof(float *));
-  if (!image_embeds || !snaps || !widths || !by_row || !row_start || !launch || !launch_row ||
-      !group_of || !group_acc || !pre_tg || !pre_lp || !pre_reads || !pre_n || !pre_at ||
-      !pre_first || !fin_acc || !fin_out) {
+  const struct ex_engine_limits *lim = &x->eng->lim;
+  size_t h = (size_t)x->eng->cfg.hidden_size;
+  j->widths = calloc(p->n_readouts + 1, sizeof(uint32_t));
+  j->by_row = calloc(p->n_readouts + 1, sizeof(uint32_t)); /* readouts sorted by row */
+  j->row_start = calloc(p->n_rows + 2, sizeof(uint32_t));
+  j->group_of = malloc((p->n_rows + 1) * sizeof(int32_t)); /* group readout per row */
+  j->group_acc = calloc(p->n_readouts + 1, sizeof(void *)); /* accumulator per readout */
+  j->n_reads = calloc(p->n_rows + 1, sizeof(uint32_t));
+  uint32_t *fill = calloc(p->n_rows + 1, sizeof(uint32_t));
+  size_t n_head = 0;
+  for (uint32_t i = 0; i < p->n_readouts; i++)
+    n_head += p->readouts[i].kind == PROTO_READOUT_HEAD;
+  j->head_in = malloc((n_head + 1) * h * sizeof(float));
+  j->head_of = malloc((n_head + 1) * sizeof(uint32_t));
+  if (!j->widths || !j->by_row || !j->row_start || !j->group_of || !j->group_acc || !j->n_reads ||
+      !fill || !j->head_in || !j->head_of) {
+    free(fill);
     r = -ENOMEM;
-    goto out;
+    goto fail;
   }
   for (uint32_t i = 0; i < p->n_readouts; i++) {
-    widths[i] = readout_width(x, &p->readouts[i]);
-    row_start[p->readouts[i].row + 1]++;
+    j->widths[i] = readout_width(x, &p->readouts[i]);
+    j->row_start[p->readouts[i].row + 1]++;
   }
   for (uint32_t i = 0; i < p->n_rows; i++)
-    row_start[i + 1] += row_start[i];
-  {
-    uint32_t *fill = calloc(p->n_rows + 1, sizeof(uint32_t));
-    if (!fill) {
-      r = -ENOMEM;
-      goto out;
-    }
-    for (uint32_t i = 0; i < p->n_readouts; i++) {
-      uint32_t rw = p->readouts[i].row;
-      by_row[row_start[rw] + fill[rw]++] = i;
-    }
-    free(fill);
+    j->row_start[i + 1] += j->row_start[i];
+  for (uint32_t i = 0; i < p->n_readouts; i++) {
+    uint32_t rw = p->readouts[i].row;
+    j->by_row[j->row_start[rw] + fill[rw]++] = i;
   }
-  if ((r = proto_result_alloc(res, p->n_readouts, widths)))
-    goto out;
+  free(fill);
+  if ((r = proto_result_alloc(&j->res, p->n_readouts, j->widths)))
+    goto fail;
   /* group heads: each row belongs to at most one group readout, which reads it after its launch */
   for (uint32_t i = 0; i < p->n_rows; i++)
-    group_of[i] = -1;
+    j->group_of[i] = -1;
   for (uint32_t i = 0; i < p->n_readouts; i++) {
     const struct proto_readout *ro = &p->readouts[i];
     const struct ex_head_group *g = group_of_readout(x, ro);
@@ -378,279 +378,243 @@ int ex_runner_run(struct ex_runner *x, const struct proto_program *p, struct pro
       continue;
     g->shape(ro->ids, ro->n_ids, &rows, &width);
     for (uint32_t k = 0; k < rows; k++) {
-      if (group_of[ro->row + k] >= 0) {
+      if (j->group_of[ro->row + k] >= 0) {
         r = cm_diag_set(diag, -CM_EPROGRAM, "readouts[%u]: row %u is in two group heads", i,
                         ro->row + k);
-        goto out;
+        goto fail;
       }
-      group_of[ro->row + k] = (int32_t)i;
+      j->group_of[ro->row + k] = (int32_t)i;
     }
-    if ((r = g->begin(find_head(x, ro->head)->state, ro->ids, ro->n_ids, &group_acc[i])))
-      goto out;
+    if ((r = g->begin(find_head(x, ro->head)->state, ro->ids, ro->n_ids, &j->group_acc[i])))
+      goto fail;
   }
-  /* every row must fit one launch on its own */
+  /* every row must fit one launch on its own, every snapshot the engine's context */
+  for (uint32_t i = 0; i < p->n_prefixes; i++)
+    if (chain_tokens(p, (int32_t)i) > lim->max_ctx) {
+      r = cm_diag_set(diag, -CM_EPROGRAM, "prefixes[%u]: a snapshot of %llu tokens over the "
+                      "engine's %zu (--max-ctx)", i,
+                      (unsigned long long)chain_tokens(p, (int32_t)i), lim->max_ctx);
+      goto fail;
+    }
   for (uint32_t i = 0; i < p->n_rows; i++) {
-    if (row_start[i] == row_start[i + 1] && group_of[i] < 0)
-      continue; /* never run */
-    size_t nr = row_reads(x, p, row_start, by_row, group_of, i);
+    if (j->row_start[i] == j->row_start[i + 1] && j->group_of[i] < 0)
+      continue; /* never run: a row without readouts changes nothing */
+    size_t nr = row_reads(x, p, j->row_start, j->by_row, j->group_of, i);
     if (p->rows[i].n_tokens > lim->max_tokens || nr > lim->max_readouts) {
       r = cm_diag_set(diag, -CM_EPROGRAM, "rows[%u]: %u tokens and %zu readout rows over the "
                       "engine's limits (%zu tokens, %zu readouts per launch)", i,
                       p->rows[i].n_tokens, nr, lim->max_tokens, lim->max_readouts);
-      goto out;
+      goto fail;
     }
-    total_reads += nr;
+    if (chain_tokens(p, p->rows[i].prefix) + p->rows[i].n_tokens > lim->max_ctx) {
+      r = cm_diag_set(diag, -CM_EPROGRAM, "rows[%u]: %llu tokens with its prefixes over the "
+                      "engine's %zu (--max-ctx)", i,
+                      (unsigned long long)(chain_tokens(p, p->rows[i].prefix) +
+                                           p->rows[i].n_tokens), lim->max_ctx);
+      goto fail;
+    }
+    j->n_reads[i] = (uint32_t)nr;
   }
+  return 0;
+fail:
+  ex_job_fini(j);
+  return r;
+}
 
-  /* images: one tower call per image (no image attends to another either way) */
-  int64_t t1 = mono_us();
-  for (uint32_t i = 0; i < p->n_images; i++) {
-    const struct proto_image *im = &p->images[i];
-    if (!(image_embeds[i] = malloc((size_t)(im->n_patches / 4) * h * sizeof(float)))) {
-      r = -ENOMEM;
-      goto out;
-    }
-    r = eng->ops->vision(eng, im->pixels, im->n_patches, im->grid_thw, image_embeds[i], diag);
-    if (r) {
-      r = program_fault(r);
-      goto out;
-    }
+size_t ex_job_row_reads(const struct ex_job *j, uint32_t i, size_t base, size_t *reads) {
+  const struct proto_program *p = j->p;
+  const struct proto_row *s = &p->rows[i];
+  size_t n = 0;
+  /* all positions for a group row, then one per other readout */
+  if (j->group_of[i] >= 0)
+    for (uint32_t t = 0; t < s->n_tokens; t++)
+      reads[n++] = base + t;
+  for (uint32_t k = j->row_start[i]; k < j->row_start[i + 1]; k++) {
+    const struct proto_readout *ro = &p->readouts[j->by_row[k]];
+    if (group_of_readout(j->x, ro))
+      continue;
+    int32_t q = ro->position < 0 ? (int32_t)s->n_tokens + ro->position : ro->position;
+    reads[n++] = base + (size_t)q;
   }
-  /* prefixes: each continues a copy of its parent's snapshot and keeps its own; its image slots
-   * take its images' merged rows in order */
-  int64_t t2 = mono_us();
-  for (uint32_t i = 0; i < p->n_prefixes; i++) {
-    const struct proto_prefix *s = &p->prefixes[i];
-    size_t n_img_rows = 0;
-    for (uint32_t j = 0; j < s->n_images; j++)
-      n_img_rows += p->images[s->images[j]].n_patches / 4;
-    free(prefix_img);
-    prefix_img = NULL;
-    if (s->n_images) {
-      if (!(prefix_img = malloc((n_img_rows + 1) * h * sizeof(float)))) {
-        r = -ENOMEM;
-        goto out;
-      }
-      size_t at = 0;
-      for (uint32_t j = 0; j < s->n_images; j++) {
-        size_t m = p->images[s->images[j]].n_patches / 4;
-        memcpy(prefix_img + at * h, image_embeds[s->images[j]], m * h * sizeof(float));
-        at += m;
-      }
-    }
-    r = eng->ops->snap_new(eng, s->parent < 0 ? NULL : snaps[s->parent], &snaps[i], diag);
-    if (!r)
-      r = eng->ops->prefix(eng, snaps[i], s->ids, s->pos, s->n_tokens, prefix_img, n_img_rows,
-                           diag);
-    if (r) {
-      r = program_fault(r);
-      goto out;
-    }
+  return n;
+}
+
+void ex_lm_batch_reset(struct ex_lm_batch *b) {
+  b->n = b->n_seg = 0;
+  b->ok = false;
+}
+
+void ex_lm_batch_fini(struct ex_lm_batch *b) {
+  if (!b)
+    return;
+  free(b->reads), free(b->targets), free(b->lp), free(b->seg), free(b->seg_job);
+  memset(b, 0, sizeof(*b));
+}
+
+int ex_job_row_lm_declare(const struct ex_job *j, uint32_t i, size_t rd, struct ex_lm_batch *b) {
+  const struct proto_program *p = j->p;
+  if (j->group_of[i] < 0)
+    return 0;
+  const struct proto_readout *gr = &p->readouts[j->group_of[i]];
+  const struct ex_head_group *g = find_head(j->x, gr->head)->kind->group;
+  const struct proto_row *s = &p->rows[i];
+  if (!g->lm_targets)
+    return 0;
+  if (b->n + s->n_tokens > b->cap) { /* room for every position of the row */
+    size_t cap = 2 * (b->n + s->n_tokens) + 64;
+    size_t *r = realloc(b->reads, cap * sizeof(size_t));
+    if (r)
+      b->reads = r;
+    int32_t *t = realloc(b->targets, cap * sizeof(int32_t));
+    if (t)
+      b->targets = t;
+    float *l = realloc(b->lp, cap * sizeof(float));
+    if (l)
+      b->lp = l;
+    if (!r || !t || !l)
+      return -ENOMEM;
+    b->cap = cap;
   }
-  /* rows, packed into launches in program order; readouts of each launch right after it */
-  int64_t t3 = mono_us(), readout_us = 0;
-  size_t n_head = 0;
-  for (uint32_t i = 0; i < p->n_readouts; i++)
-    n_head += p->readouts[i].kind == PROTO_READOUT_HEAD;
-  head_in = malloc((n_head + 1) * h * sizeof(float));
-  head_of = malloc((n_head + 1) * sizeof(uint32_t));
-  reads = malloc((total_reads + 1) * sizeof(size_t));
-  hid = malloc((total_reads + 1) * h * sizeof(float));
-  if (!head_in || !head_of || !reads || !hid) {
-    r = -ENOMEM;
-    goto out;
+  if (b->n_seg + 1 > b->cap_seg) {
+    size_t cap = 2 * b->n_seg + 16;
+    size_t *sg = realloc(b->seg, cap * sizeof(size_t));
+    if (sg)
+      b->seg = sg;
+    const struct ex_job **sj = realloc(b->seg_job, cap * sizeof(*sj));
+    if (sj)
+      b->seg_job = sj;
+    if (!sg || !sj)
+      return -ENOMEM;
+    b->cap_seg = cap;
   }
-  size_t k_head = 0;
-  for (uint32_t i = 0; i < p->n_rows;) {
-    size_t n_launch = 0, n_tok = 0, n_read = 0;
-    for (; i < p->n_rows; i++) {
-      const struct proto_row *s = &p->rows[i];
-      if (row_start[i] == row_start[i + 1] && group_of[i] < 0)
-        continue; /* a row without readouts changes nothing */
-      size_t nr = row_reads(x, p, row_start, by_row, group_of, i);
-      if (n_launch && (n_launch + 1 > lim->max_seqs || n_tok + s->n_tokens > lim->max_tokens ||
-                       n_read + nr > lim->max_readouts))
-        break;
-      launch[n_launch] = (struct ex_engine_row){
-          .snap = s->prefix < 0 ? NULL : snaps[s->prefix], .ids = s->ids, .pos = s->pos,
-          .n = s->n_tokens};
-      launch_row[n_launch++] = i;
-      /* the row's readout rows: all positions for a group row, then one per other readout */
-      if (group_of[i] >= 0)
-        for (uint32_t t = 0; t < s->n_tokens; t++)
-          reads[n_read++] = n_tok + t;
-      for (uint32_t j = row_start[i]; j < row_start[i + 1]; j++) {
-        const struct proto_readout *ro = &p->readouts[by_row[j]];
-        if (group_of_readout(x, ro))
-          continue;
-        int32_t q = ro->position < 0 ? (int32_t)s->n_tokens + ro->position : ro->position;
-        reads[n_read++] = n_tok + (size_t)q;
-      }
-      n_tok += s->n_tokens;
-    }
-    if (!n_launch)
+  uint32_t first = 0;
+  size_t n = 0;
+  g->lm_targets(j->group_acc[j->group_of[i]], gr->position, s->ids, s->n_tokens, &first,
+                b->targets + b->n, &n);
+  if (!n)
+    return 0;
+  for (size_t k = 0; k < n; k++)
+    b->reads[b->n + k] = rd + first + k;
+  b->seg[b->n_seg] = b->n;
+  b->seg_job[b->n_seg++] = j;
+  b->n += n;
+  return 0;
+}
+
+int ex_lm_batch_run(struct ex_lm_batch *b, struct ex_engine *eng, struct cm_diag *diag) {
+  b->ok = false;
+  if (!b->n)
+    return 0;
+  int r = eng->ops->target_logprobs(eng, b->reads, b->targets, b->n, b->lp, diag);
+  if (r == -EINVAL) /* a bad target: each row asks alone and reports its own */
+    return 0;
+  b->ok = r == 0;
+  return r;
+}
+
+int ex_job_row_readouts(struct ex_job *j, uint32_t pi, size_t rd, const float *hid,
+                        const struct ex_lm_batch *lmb, struct cm_diag *diag) {
+  const struct ex_runner *x = j->x;
+  const struct proto_program *p = j->p;
+  struct ex_engine *eng = x->eng;
+  size_t h = (size_t)eng->cfg.hidden_size;
+  const struct proto_row *s = &p->rows[pi];
+  int r = 0;
+  if (j->group_of[pi] >= 0) {
+    const struct proto_readout *gr = &p->readouts[j->group_of[pi]];
+    const struct loaded_head *lh = find_head(x, gr->head);
+    struct row_lm lm = {.base.target_logprobs = row_lm_target_logprobs, .eng = eng, .read0 = rd,
+                        .lmb = lmb};
+    if ((r = lh->kind->group->row(lh->state, &lm.base, j->group_acc[j->group_of[pi]],
+                                  pi - gr->row, gr->position, s->ids, s->n_tokens, hid + rd * h,
+                                  diag)))
+      return r;
+    rd += s->n_tokens;
+  }
+  for (uint32_t k = j->row_start[pi]; k < j->row_start[pi + 1]; k++) {
+    uint32_t ri = j->by_row[k];
+    const struct proto_readout *ro = &p->readouts[ri];
+    if (group_of_readout(x, ro))
+      continue; /* finished after the last row */
+    const float *hrow = hid + rd * h;
+    switch (ro->kind) {
+    case PROTO_READOUT_HEAD:
+      memcpy(j->head_in + j->k_head * h, hrow, h * sizeof(float));
+      j->head_of[j->k_head++] = ri;
       break;
-    if ((r = eng->ops->rows(eng, launch, n_launch, reads, n_read, hid, diag))) {
-      r = program_fault(r);
-      goto out;
+    case PROTO_READOUT_HIDDEN:
+      memcpy(j->res.outputs[ri], hrow, h * sizeof(float));
+      break;
+    case PROTO_READOUT_LABEL_LOGITS:
+      r = eng->ops->label_logits(eng, rd, ro->ids, ro->n_ids, j->res.outputs[ri], diag);
+      break;
+    case PROTO_READOUT_TOKEN_LOGPROB:
+      r = eng->ops->token_logprobs(eng, rd, ro->ids, ro->n_ids, j->res.outputs[ri], diag);
+      break;
+    default:
+      r = cm_diag_set(diag, -CM_EPROGRAM, "readouts[%u]: unknown kind", ri);
     }
-    int64_t tr = mono_us();
-    /* the group rows' LM log-probs of this launch, declared by their heads: one engine call */
-    size_t n_pre = 0, rd = 0;
-    for (size_t li = 0; li < n_launch; li++) {
-      uint32_t pi = launch_row[li];
-      const struct proto_row *s = &p->rows[pi];
-      pre_n[li] = 0;
-      if (group_of[pi] >= 0) {
-        const struct proto_readout *gr = &p->readouts[group_of[pi]];
-        const struct ex_head_group *g = find_head(x, gr->head)->kind->group;
-        if (g->lm_targets)
-          g->lm_targets(group_acc[group_of[pi]], gr->position, s->ids, s->n_tokens,
-                        &pre_first[li], pre_tg + n_pre, &pre_n[li]);
-        for (size_t j = 0; j < pre_n[li]; j++)
-          pre_reads[n_pre + j] = rd + pre_first[li] + j;
-        pre_at[li] = n_pre;
-        n_pre += pre_n[li];
-        rd += s->n_tokens;
-      }
-      for (uint32_t j = row_start[pi]; j < row_start[pi + 1]; j++)
-        rd += group_of_readout(x, &p->readouts[by_row[j]]) == NULL;
-    }
-    bool pre_ok = false;
-    if (n_pre) {
-      r = eng->ops->target_logprobs(eng, pre_reads, pre_tg, n_pre, pre_lp, diag);
-      pre_ok = r == 0;
-      if (r == -EINVAL) /* a bad target: each row asks alone and reports its own */
-        r = 0;
-      if (r)
-        goto out;
-    }
-    rd = 0; /* next readout of the launch */
-    for (size_t li = 0; li < n_launch; li++) {
-      uint32_t pi = launch_row[li];
-      const struct proto_row *s = &p->rows[pi];
-      if (group_of[pi] >= 0) {
-        const struct proto_readout *gr = &p->readouts[group_of[pi]];
-        const struct loaded_head *lh = find_head(x, gr->head);
-        struct row_lm lm = {.base.target_logprobs = row_lm_target_logprobs, .eng = eng,
-                            .read0 = rd, .pre_first = pre_first[li], .pre_n = pre_n[li],
-                            .pre_tg = pre_tg + pre_at[li],
-                            .pre_lp = pre_ok && pre_n[li] ? pre_lp + pre_at[li] : NULL};
-        if ((r = lh->kind->group->row(lh->state, &lm.base, group_acc[group_of[pi]], pi - gr->row,
-                                      gr->position, s->ids, s->n_tokens, hid + rd * h, diag)))
-          goto out;
-        rd += s->n_tokens;
-      }
-      for (uint32_t j = row_start[pi]; j < row_start[pi + 1]; j++) {
-        uint32_t ri = by_row[j];
-        const struct proto_readout *ro = &p->readouts[ri];
-        if (group_of_readout(x, ro))
-          continue; /* finished after the last row */
-        const float *hrow = hid + rd * h;
-        switch (ro->kind) {
-        case PROTO_READOUT_HEAD:
-          memcpy(head_in + k_head * h, hrow, h * sizeof(float));
-          head_of[k_head++] = ri;
-          break;
-        case PROTO_READOUT_HIDDEN:
-          memcpy(res->outputs[ri], hrow, h * sizeof(float));
-          break;
-        case PROTO_READOUT_LABEL_LOGITS:
-          r = eng->ops->label_logits(eng, rd, ro->ids, ro->n_ids, res->outputs[ri], diag);
-          break;
-        case PROTO_READOUT_TOKEN_LOGPROB:
-          r = eng->ops->token_logprobs(eng, rd, ro->ids, ro->n_ids, res->outputs[ri], diag);
-          break;
-        default:
-          r = cm_diag_set(diag, -CM_EPROGRAM, "readouts[%u]: unknown kind", ri);
-        }
-        if (r)
-          goto out;
-        rd++;
-      }
-    }
-    readout_us += mono_us() - tr;
+    if (r)
+      return r;
+    rd++;
   }
-  /* heads: group heads finish over their accumulated rows; the others run batched per head */
-  int64_t t4 = mono_us();
-  for (size_t hk = 0; hk < x->n_heads; hk++) { /* per group head kind: all its readouts at once */
+  return 0;
+}
+
+int ex_job_heads(struct ex_job *j, struct cm_diag *diag) {
+  const struct ex_runner *x = j->x;
+  const struct proto_program *p = j->p;
+  size_t h = (size_t)x->eng->cfg.hidden_size, k_head = j->k_head;
+  int r = 0;
+  /* group heads finish over their accumulated rows (all of a kind at once where the head can);
+   * the others run batched per head */
+  void **fin_acc = malloc((p->n_readouts + 1) * sizeof(void *));
+  float **fin_out = malloc((p->n_readouts + 1) * sizeof(float *));
+  if (!fin_acc || !fin_out)
+    r = -ENOMEM;
+  for (size_t hk = 0; hk < x->n_heads && !r; hk++) {
     const struct loaded_head *lh = &x->heads[hk];
     if (!lh->kind->group)
       continue;
     size_t m = 0;
     for (uint32_t i = 0; i < p->n_readouts; i++)
-      if (group_acc[i] && find_head(x, p->readouts[i].head) == lh) {
-        fin_acc[m] = group_acc[i];
-        fin_out[m++] = res->outputs[i];
+      if (j->group_acc[i] && find_head(x, p->readouts[i].head) == lh) {
+        fin_acc[m] = j->group_acc[i];
+        fin_out[m++] = j->res.outputs[i];
+      }
+    if (m && lh->kind->group->finish_all)
+      r = lh->kind->group->finish_all(lh->state, fin_acc, m, fin_out, diag);
+    for (size_t i = 0; m && !lh->kind->group->finish_all && i < m && !r; i++)
+      r = lh->kind->group->finish(lh->state, fin_acc[i], fin_out[i], diag);
+  }
+  free(fin_acc), free(fin_out);
+  if (r || !k_head)
+    return r;
+  float *gather = malloc(k_head * h * sizeof(float)), *out = NULL;
+  uint32_t *idx = malloc(k_head * sizeof(uint32_t));
+  if (!gather || !idx) {
+    free(gather), free(idx);
+    return -ENOMEM;
+  }
+  for (size_t hk = 0; hk < x->n_heads && !r; hk++) {
+    const struct loaded_head *lh = &x->heads[hk];
+    size_t m = 0;
+    for (size_t i = 0; i < k_head; i++)
+      if (strcmp(p->readouts[j->head_of[i]].head, lh->kind->name) == 0) {
+        memcpy(gather + m * h, j->head_in + i * h, h * sizeof(float));
+        idx[m++] = j->head_of[i];
       }
     if (!m)
       continue;
-    if (lh->kind->group->finish_all)
-      r = lh->kind->group->finish_all(lh->state, fin_acc, m, fin_out, diag);
-    for (size_t j = 0; !lh->kind->group->finish_all && j < m && !r; j++)
-      r = lh->kind->group->finish(lh->state, fin_acc[j], fin_out[j], diag);
-    if (r)
-      goto out;
-  }
-  if (k_head) {
-    head_out = malloc(k_head * 1024 * sizeof(float) + sizeof(float));
-    float *gather = malloc(k_head * h * sizeof(float));
-    uint32_t *idx = malloc(k_head * sizeof(uint32_t));
-    if (!head_out || !gather || !idx) {
-      free(gather), free(idx);
+    if (!(out = malloc(m * lh->n_out * sizeof(float) + sizeof(float)))) {
       r = -ENOMEM;
-      goto out;
+      break;
     }
-    for (size_t hk = 0; hk < x->n_heads && !r; hk++) {
-      const struct loaded_head *lh = &x->heads[hk];
-      size_t m = 0;
-      for (size_t j = 0; j < k_head; j++)
-        if (strcmp(p->readouts[head_of[j]].head, lh->kind->name) == 0) {
-          memcpy(gather + m * h, head_in + j * h, h * sizeof(float));
-          idx[m++] = head_of[j];
-        }
-      if (!m)
-        continue;
-      float *o = m * lh->n_out <= k_head * 1024 ? head_out : malloc(m * lh->n_out * sizeof(float));
-      if (!o) {
-        r = -ENOMEM;
-        break;
-      }
-      r = lh->kind->run(lh->state, gather, m, o, diag);
-      for (size_t j = 0; !r && j < m; j++)
-        memcpy(res->outputs[idx[j]], o + j * lh->n_out, lh->n_out * sizeof(float));
-      if (o != head_out)
-        free(o);
-    }
-    free(gather), free(idx);
-    if (r)
-      goto out;
+    r = lh->kind->run(lh->state, gather, m, out, diag);
+    for (size_t i = 0; !r && i < m; i++)
+      memcpy(j->res.outputs[idx[i]], out + i * lh->n_out, lh->n_out * sizeof(float));
+    free(out);
   }
-  int64_t t5 = mono_us();
-  res->status = 0;
-  res->timings.vision_us = t2 - t1;
-  res->timings.prefix_us = t3 - t2;
-  res->timings.rows_us = t4 - t3 - readout_us;
-  res->timings.readout_us = readout_us + (t5 - t4);
-  res->timings.total_us = t5 - t0;
-  free(res->numerics);
-  if (!(res->numerics = strdup(ex_runner_numerics(x))))
-    r = -ENOMEM;
-out:
-  if (r)
-    proto_result_set_error(res, r, diag && diag->msg ? diag->msg : cm_strerror(r));
-  for (uint32_t i = 0; image_embeds && i < p->n_images; i++)
-    free(image_embeds[i]);
-  for (uint32_t i = 0; snaps && i < p->n_prefixes; i++)
-    eng->ops->snap_free(eng, snaps[i]);
-  free(image_embeds), free(snaps), free(widths), free(by_row), free(row_start);
-  free(head_in), free(head_out), free(head_of), free(prefix_img), free(hid), free(reads);
-  free(launch), free(launch_row);
-  for (uint32_t i = 0; group_acc && i < p->n_readouts; i++)
-    if (group_acc[i])
-      find_head(x, p->readouts[i].head)->kind->group->free_acc(group_acc[i]);
-  free(group_acc), free(group_of);
-  free(pre_tg), free(pre_lp), free(pre_reads), free(pre_n), free(pre_at), free(pre_first);
-  free(fin_acc), free(fin_out);
+  free(gather), free(idx);
   return r;
 }

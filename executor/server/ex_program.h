@@ -1,6 +1,7 @@
-/* The program runner: runs one proto_program on a loaded model (vision tower for images, prefixes
- * into snapshots, rows continuing snapshots, readouts gathered, heads over gathered hidden rows)
- * and fills a proto_result. Single-threaded: one runner per compute thread. The backbone runs on
+/* The program runner: a loaded model (engine and heads) that runs proto_programs (vision tower
+ * for images, prefixes into snapshots, rows continuing snapshots, readouts gathered, heads over
+ * gathered hidden rows) and fills proto_results; the scheduler (ex_sched.h) runs many at once,
+ * ex_runner_run one alone. Single-threaded: one runner per compute thread. The backbone runs on
  * an engine (ex_engine.h): the float32 CPU model (default) or the bf16 CUDA engine. */
 #ifndef S1_EX_PROGRAM_H
 #define S1_EX_PROGRAM_H
@@ -39,10 +40,14 @@ const char *ex_runner_revision(const struct ex_runner *runner);
 /* The numerics mode every answer of this runner is computed in: "fp32" or "bf16". */
 const char *ex_runner_numerics(const struct ex_runner *runner);
 
-/* Runs `p` and fills `res` (zero-initialised by the caller): status 0 and one float32 output per
- * readout, in order: HIDDEN [H]; LABEL_LOGITS [n_ids] (LM-head logits, bf16-rounded in bf16
- * only); TOKEN_LOGPROB [n_ids] (log-softmax over the vocabulary, float64 sum); HEAD [k]; and
- * res->numerics, the mode that computed them (ex_runner_numerics).
+/* The runner's engine (for the scheduler; its cache keys take ex_runner_numerics too). */
+struct ex_engine *ex_runner_engine(const struct ex_runner *runner);
+
+/* Runs `p` alone, through a scheduler of its own without caches (ex_sched.h), and fills `res`
+ * (zero-initialised by the caller): status 0 and one float32 output per readout, in order:
+ * HIDDEN [H]; LABEL_LOGITS [n_ids] (LM-head logits, bf16-rounded in bf16 only); TOKEN_LOGPROB
+ * [n_ids] (log-softmax over the vocabulary, float64 sum); HEAD [k]; and res->numerics, the mode
+ * that computed them (ex_runner_numerics).
  * Timings in res->timings (µs). Ownership: res owns its outputs (proto_result_fini).
  * Returns 0; -CM_EPROGRAM when the program does not fit the model (token id out of the
  * vocabulary, <|image_pad|> count ≠ image sizes, unknown head, images without a vision tower,

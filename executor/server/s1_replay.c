@@ -1,19 +1,84 @@
 /* s1-replay: re-runs the programs an executor recorded (--record DIR) against a model directory on
- * the CPU backend and reports every result that differs, bit for bit, from the recorded one.
- * Exit status 0 when every record replays identically, 1 when any differs, 2 on usage or I/O. */
+ * the CPU backend and reports every result that differs, bit for bit, from the recorded one. Each
+ * program runs alone by default; --batch gives them all to one scheduler at once (ex_sched.h), so
+ * they share batches as under load (--repeat K submits them K times, the later rounds meeting the
+ * caches), and prints the scheduler's counters. Exit status 0 when every record replays
+ * identically, 1 when any differs, 2 on usage or I/O. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cm_version.h"
 #include "ex_program.h"
 #include "ex_record.h"
+#include "ex_sched.h"
 
 static void usage(void) {
-  fprintf(stderr, "usage: s1-replay RECORD_DIR --model DIR [--numerics fp32|bf16]\n"
-                  "  --numerics  the mode the executor served (default: the directory's);\n"
-                  "              --bf16-rounding is --numerics bf16\n");
+  fprintf(stderr,
+          "usage: s1-replay RECORD_DIR --model DIR [--numerics fp32|bf16] [--max-seqs N]\n"
+          "                 [--batch [--repeat K] [--max-batch-tokens N] [--prefix-cache-bytes B]\n"
+          "                  [--vision-cache-bytes B] [--order]]\n"
+          "  --numerics  the mode the executor served (default: the directory's);\n"
+          "              --bf16-rounding is --numerics bf16\n"
+          "  --batch   every program to one scheduler at once (default: each alone); B in bytes\n"
+          "  --order   print each program as it finishes: its record, status and the steps it\n"
+          "            took part in\n");
+}
+
+static bool count_arg(const char *s, size_t *ret) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || !*s || *end || *s == '-' || v > (1ull << 40))
+    return false;
+  *ret = (size_t)v;
+  return true;
+}
+
+struct record {
+  uint64_t seq;               /* record number */
+  char *pb, *rb;              /* program and result bytes */
+  size_t pn, rn;
+  struct proto_program p;     /* decoded program (deadline cleared) */
+  struct proto_result want;   /* recorded result */
+  int decode;                 /* the program's decode status */
+};
+
+/* Compares a replayed result with the recorded one; prints and returns false when they differ. */
+static bool same(const struct record *x, const struct proto_result *got, int round) {
+  const struct proto_result *want = &x->want;
+  const char *why = NULL;
+  char buf[160];
+  if (got->status != want->status) {
+    snprintf(buf, sizeof(buf), "status %d, recorded %d", got->status, want->status);
+    why = buf;
+  } else if (got->n_outputs != want->n_outputs) {
+    why = "readout count differs";
+  } else if (want->numerics && (!got->numerics || strcmp(got->numerics, want->numerics) != 0)) {
+    snprintf(buf, sizeof(buf), "numerics %s, recorded %s (pass --numerics %s)",
+             got->numerics ? got->numerics : "none", want->numerics, want->numerics);
+    why = buf;
+  }
+  for (uint32_t k = 0; !why && k < got->n_outputs; k++) {
+    if (got->n_floats[k] != want->n_floats[k]) {
+      snprintf(buf, sizeof(buf), "readout %u: %u floats, recorded %u", k, got->n_floats[k],
+               want->n_floats[k]);
+      why = buf;
+    }
+    for (uint32_t j = 0; !why && j < got->n_floats[k]; j++)
+      if (memcmp(&got->outputs[k][j], &want->outputs[k][j], sizeof(float)) != 0) {
+        snprintf(buf, sizeof(buf), "readout %u[%u]: %.9g, recorded %.9g", k, j,
+                 (double)got->outputs[k][j], (double)want->outputs[k][j]);
+        why = buf;
+      }
+  }
+  if (why)
+    printf("record %08llu (request %s, round %d): DIFFERS: %s\n", (unsigned long long)x->seq,
+           x->p.request_id ? x->p.request_id : "?", round, why);
+  return !why;
 }
 
 int main(int argc, char **argv) {
@@ -22,10 +87,20 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                        {"bf16-rounding", no_argument, 0, 'b'},
                                        {"numerics", required_argument, 0, 'n'},
+                                       {"batch", no_argument, 0, 'B'},
+                                       {"repeat", required_argument, 0, 'k'},
+                                       {"max-batch-tokens", required_argument, 0, 't'},
+                                       {"max-seqs", required_argument, 0, 's'},
+                                       {"prefix-cache-bytes", required_argument, 0, 'c'},
+                                       {"vision-cache-bytes", required_argument, 0, 'v'},
+                                       {"order", no_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *model = NULL;
   struct ex_runner_options ro = {0};
+  struct ex_sched_options so = {0};
+  bool batch = false, ok = true, order = false;
+  size_t repeat = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -36,11 +111,18 @@ int main(int argc, char **argv) {
     case 'n':
       ro.numerics = optarg;
       break;
+    case 'B': batch = true; break;
+    case 'o': order = true; break;
+    case 'k': ok = ok && count_arg(optarg, &repeat) && repeat >= 1 && repeat <= 100; break;
+    case 't': ok = ok && count_arg(optarg, &so.max_batch_tokens); break;
+    case 's': ok = ok && count_arg(optarg, &ro.engine.max_seqs) && ro.engine.max_seqs; break;
+    case 'c': ok = ok && count_arg(optarg, &so.prefix_cache_bytes); break;
+    case 'v': ok = ok && count_arg(optarg, &so.vision_cache_bytes); break;
     case 'h': usage(); return 0;
     default: usage(); return 2;
     }
   }
-  if (!model || optind != argc - 1) {
+  if (!model || optind != argc - 1 || !ok) {
     usage();
     return 2;
   }
@@ -48,76 +130,102 @@ int main(int argc, char **argv) {
   struct cm_diag diag = {0};
   struct cm_model_dir *dir = NULL;
   struct ex_runner *runner = NULL;
+  struct ex_sched *sched = NULL;
+  struct record *x = NULL;
   uint64_t *seqs = NULL;
-  size_t n = 0, same = 0, differ = 0;
+  size_t n = 0, identical = 0, differ = 0;
   int rc = 2;
   if (cm_model_dir_open(model, &dir, &diag) || ex_runner_new(dir, &ro, &runner, &diag) ||
       ex_record_list(rec, &seqs, &n, &diag)) {
     fprintf(stderr, "s1-replay: %s\n", diag.msg ? diag.msg : "cannot start");
     goto out;
   }
+  if (!(x = calloc(n + 1, sizeof(*x))))
+    goto out;
   for (size_t i = 0; i < n; i++) {
-    char *pb = NULL, *rb = NULL;
-    size_t pn = 0, rn = 0;
-    struct proto_program p = {0};
-    struct proto_result want = {0}, got = {0};
-    if (ex_record_read(rec, seqs[i], &pb, &pn, &rb, &rn, &diag) ||
-        proto_result_decode(rb, rn, &want, &diag)) {
+    x[i].seq = seqs[i];
+    if (ex_record_read(rec, seqs[i], &x[i].pb, &x[i].pn, &x[i].rb, &x[i].rn, &diag) ||
+        proto_result_decode(x[i].rb, x[i].rn, &x[i].want, &diag)) {
       fprintf(stderr, "s1-replay: record %llu: %s\n", (unsigned long long)seqs[i],
               diag.msg ? diag.msg : "unreadable");
-      cm_diag_fini(&diag);
-      free(pb), free(rb);
       goto out;
     }
-    int r = proto_program_decode(pb, pn, &p, &diag);
-    if (!r) {
-      p.deadline_us = 0; /* a replay is not bound by the original deadline */
-      r = ex_runner_run(runner, &p, &got, &diag);
-    } else {
-      proto_result_set_error(&got, -CM_EPROGRAM, diag.msg);
-    }
-    cm_diag_fini(&diag);
-    const char *why = NULL;
-    char buf[160];
-    if (got.status != want.status) {
-      snprintf(buf, sizeof(buf), "status %d, recorded %d", got.status, want.status);
-      why = buf;
-    } else if (got.n_outputs != want.n_outputs) {
-      why = "readout count differs";
-    } else if (want.numerics && (!got.numerics || strcmp(got.numerics, want.numerics) != 0)) {
-      snprintf(buf, sizeof(buf), "numerics %s, recorded %s (pass --numerics %s)",
-               got.numerics ? got.numerics : "none", want.numerics, want.numerics);
-      why = buf;
-    }
-    for (uint32_t k = 0; !why && k < got.n_outputs; k++) {
-      if (got.n_floats[k] != want.n_floats[k]) {
-        snprintf(buf, sizeof(buf), "readout %u: %u floats, recorded %u", k, got.n_floats[k],
-                 want.n_floats[k]);
-        why = buf;
-      }
-      for (uint32_t j = 0; !why && j < got.n_floats[k]; j++)
-        if (memcmp(&got.outputs[k][j], &want.outputs[k][j], sizeof(float)) != 0) {
-          snprintf(buf, sizeof(buf), "readout %u[%u]: %.9g, recorded %.9g", k, j,
-                   (double)got.outputs[k][j], (double)want.outputs[k][j]);
-          why = buf;
-        }
-    }
-    if (why) {
-      printf("record %08llu (request %s): DIFFERS: %s\n", (unsigned long long)seqs[i],
-             p.request_id ? p.request_id : "?", why);
-      differ++;
-    } else {
-      same++;
-    }
-    proto_program_fini(&p);
-    proto_result_fini(&want);
-    proto_result_fini(&got);
-    free(pb), free(rb);
+    x[i].decode = proto_program_decode(x[i].pb, x[i].pn, &x[i].p, NULL);
+    x[i].p.deadline_us = 0; /* a replay is not bound by the original deadline */
   }
-  printf("s1-replay: %zu records, %zu identical, %zu differ\n", n, same, differ);
+  if (!batch) {
+    for (size_t i = 0; i < n; i++) {
+      struct proto_result got = {0};
+      if (!x[i].decode)
+        ex_runner_run(runner, &x[i].p, &got, &diag);
+      else
+        proto_result_set_error(&got, -CM_EPROGRAM, "unreadable program");
+      cm_diag_fini(&diag);
+      same(&x[i], &got, 1) ? identical++ : differ++;
+      proto_result_fini(&got);
+    }
+  } else {
+    if (ex_sched_new(runner, &so, &sched, &diag)) {
+      fprintf(stderr, "s1-replay: %s\n", diag.msg ? diag.msg : "scheduler");
+      goto out;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    for (size_t k = 0; k < repeat; k++) {
+      for (size_t i = 0; i < n; i++)
+        if (!x[i].decode && ex_sched_submit(sched, &x[i].p, &x[i], now))
+          goto out;
+      int r = 0;
+      while (ex_sched_held(sched) && !(r = ex_sched_step(sched, &diag)))
+        ;
+      if (r)
+        fprintf(stderr, "s1-replay: %s\n", diag.msg ? diag.msg : cm_strerror(r));
+      cm_diag_fini(&diag);
+      void *tag;
+      const struct proto_program *p;
+      struct proto_result got = {0};
+      for (size_t done = 1; ex_sched_pop(sched, &tag, &p, &got); done++) {
+        if (order)
+          printf("finished %zu: record %08llu (request %s) status %d, %lld steps\n", done,
+                 (unsigned long long)((struct record *)tag)->seq, p->request_id ? p->request_id : "?",
+                 got.status, (long long)got.timings.steps);
+        same(tag, &got, (int)k + 1) ? identical++ : differ++;
+        proto_result_fini(&got);
+        memset(&got, 0, sizeof(got));
+      }
+    }
+    for (size_t i = 0; i < n; i++)
+      if (x[i].decode) {
+        struct proto_result got = {0};
+        proto_result_set_error(&got, -CM_EPROGRAM, "unreadable program");
+        same(&x[i], &got, 1) ? identical++ : differ++;
+        proto_result_fini(&got);
+      }
+    struct ex_sched_stats st;
+    ex_sched_stats(sched, &st);
+    printf("s1-replay: scheduler: %llu steps, %llu program-steps (%.2f programs per step), "
+           "%llu tokens launched; prefix cache %llu hits, %llu misses, %llu evictions, "
+           "%llu tokens reused; vision cache %llu hits, %llu misses\n",
+           (unsigned long long)st.steps, (unsigned long long)st.step_programs,
+           st.steps ? (double)st.step_programs / (double)st.steps : 0.0,
+           (unsigned long long)st.step_tokens, (unsigned long long)st.prefix.hits,
+           (unsigned long long)st.prefix.misses, (unsigned long long)st.prefix.evictions,
+           (unsigned long long)st.prefix_tokens_reused, (unsigned long long)st.vision.hits,
+           (unsigned long long)st.vision.misses);
+  }
+  printf("s1-replay: %zu records, %zu identical, %zu differ\n", n * (batch ? repeat : 1), identical,
+         differ);
   rc = differ ? 1 : 0;
 out:
   cm_diag_fini(&diag);
+  ex_sched_free(sched);
+  for (size_t i = 0; x && i < n; i++) {
+    proto_program_fini(&x[i].p);
+    proto_result_fini(&x[i].want);
+    free(x[i].pb), free(x[i].rb);
+  }
+  free(x);
   free(seqs);
   ex_runner_free(runner);
   cm_model_dir_free(dir);

@@ -13,6 +13,7 @@
 
 #include "cm_error.h"
 #include "pp_tok.h"
+#include "proto_program.h"
 
 /* Limits (spec §8.5, plus the s1serve prompt-bytes bound). All refusals are 422 except body size. */
 #define PP_OPEN_JEV_MAX_BODY_BYTES ((size_t)4 << 20) /* request body: 4 MiB (413 above) */
@@ -26,6 +27,9 @@
 #define PP_OPEN_JEV_MAX_TOTAL_TOKENS 4194304 /* tokens over all sequences (= PROTO_MAX_TOKENS) */
 #define PP_OPEN_JEV_BATCH 32 /* reference batch_size: the max_length error names a batch maximum */
 #define PP_OPEN_JEV_MAX_ALIASES 16 /* model aliases in a manifest */
+#define PP_OPEN_JEV_GRID 64        /* shared prefixes end on multiples of it (the GDN chunk) */
+#define PP_OPEN_JEV_MAX_PREFIXES 8 /* shared prefixes per program (the CUDA engine's default
+                                      --snapshots: prefixes of one program) */
 
 /* Error codes of compile and finish (HTTP by cm_error_http): -CM_EREQUEST and -CM_ELIMIT 422
  * invalid_request with the reference's message; -CM_EINTERNAL 500 (non-finite head output, the
@@ -93,6 +97,23 @@ void pp_open_jev_model_fini(struct pp_open_jev_model *model);
 int pp_open_jev_compile(const struct pp_open_jev_model *model, json_object *body, bool keep_prompts,
                         struct pp_open_jev_request **ret_req, struct cm_diag *diag);
 void pp_open_jev_request_free(struct pp_open_jev_request *req);
+
+/* The program of a compiled request: one row per candidate sequence, in sequence order, each with
+ * a HEAD readout of `head` at its last token. With `share`, the token prefix every sequence has
+ * in common (the chat prefix, the state) becomes one prefix, and a question's longer common
+ * prefix (its question text) a child prefix continuing it, each cut down to a multiple of
+ * PP_OPEN_JEV_GRID and leaving every row ≥ 2 tokens of its own; at most PP_OPEN_JEV_MAX_PREFIXES,
+ * the questions saving the most tokens first. Why the grid: the Gated DeltaNet runs chunks of 64
+ * counted from the first token of each forward, so a forward split on the grid runs the very
+ * chunks of the whole one, and a continuation of ≥ 2 tokens runs the chunked form as the whole
+ * forward does (one token on a state would run the recurrent form); attention reads the same
+ * keys in the same order. On the float32 CPU engine the head outputs are then bit-identical to
+ * the unshared plan's (test open_jev_e2e_cpu). Without `share`: every row starts empty, exactly
+ * the reference's independent sequences. Usage and metadata are counted from `req`, unchanged.
+ * Ownership: appends to `program` (the caller's, proto_program_fini).
+ * Returns: 0; -EINVAL / -ENOMEM from the builders (diag names the sequence). */
+int pp_open_jev_program(const struct pp_open_jev_request *req, bool share, const char *head,
+                        struct proto_program *program, struct cm_diag *diag);
 
 /* Turns head scores into the response body, byte for byte as the reference's
  * json.dumps(body, ensure_ascii=False) (spec §2.3, §7).

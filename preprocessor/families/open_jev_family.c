@@ -1,8 +1,8 @@
 /* The Open-Jev family behind the preprocessor's family interface (pp_family.h): loads the model
  * constants and tokenizer from a model directory, turns a compiled request into a program (one
- * row per candidate sequence, starting from the empty state, with a HEAD readout of the scalar
- * head at its last token) and the result's head outputs into the response. No shared prefixes:
- * every candidate runs alone, exactly as the reference's independent sequences. */
+ * row per candidate sequence with a HEAD readout of the scalar head at its last token; the
+ * sequences' common token prefixes run once, as shared prefixes on the 64-token grid, see
+ * pp_open_jev_program) and the result's head outputs into the response. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,23 +108,115 @@ static int compile(const void *model, json_object *request, const struct pp_requ
   if (!c)
     return -ENOMEM;
   int rc = pp_open_jev_compile(&s->model, request, false, &c->req, diag);
-  for (size_t i = 0; !rc && i < c->req->n_seqs; i++) {
-    uint32_t row;
-    const struct pp_open_jev_request *r = c->req;
-    rc = proto_program_add_row(ret_program, r->ids + r->seq_off[i],
-                               NULL, (uint32_t)(r->seq_off[i + 1] - r->seq_off[i]), -1, &row);
-    if (!rc)
-      rc = proto_program_add_readout(ret_program, PROTO_READOUT_HEAD, row, -1, NULL, 0,
-                                     OPEN_JEV_HEAD, NULL);
-    if (rc)
-      rc = cm_diag_set(diag, rc, "program: sequence %zu: %s", i, cm_strerror(rc));
-  }
+  if (!rc)
+    rc = pp_open_jev_program(c->req, true, OPEN_JEV_HEAD, ret_program, diag);
   if (rc) {
     ctx_free(c);
     return rc;
   }
   *ret_ctx = c;
   return 0;
+}
+
+/* Sequence i's tokens. */
+static const int32_t *seq_ids(const struct pp_open_jev_request *r, size_t i, size_t *ret_n) {
+  *ret_n = r->seq_off[i + 1] - r->seq_off[i];
+  return r->ids + r->seq_off[i];
+}
+
+/* The grid-aligned prefix the sequences [first, first + n) share, leaving each ≥ 2 tokens. */
+static size_t shared_prefix(const struct pp_open_jev_request *r, size_t first, size_t n) {
+  size_t n0, k;
+  const int32_t *a = seq_ids(r, first, &n0);
+  k = n0 >= 2 ? n0 - 2 : 0;
+  for (size_t i = first + 1; i < first + n && k; i++) {
+    size_t m;
+    const int32_t *b = seq_ids(r, i, &m);
+    if (m < 2)
+      return 0;
+    if (m - 2 < k)
+      k = m - 2;
+    size_t j = 0;
+    while (j < k && a[j] == b[j])
+      j++;
+    k = j;
+  }
+  return k / PP_OPEN_JEV_GRID * PP_OPEN_JEV_GRID;
+}
+
+int pp_open_jev_program(const struct pp_open_jev_request *r, bool share, const char *head,
+                        struct proto_program *p, struct cm_diag *diag) {
+  size_t root = share && r->n_seqs >= 2 ? shared_prefix(r, 0, r->n_seqs) : 0;
+  size_t *qlen = calloc(r->n_questions + 1, sizeof *qlen); /* a chosen question's prefix end */
+  int32_t *qpre = malloc((r->n_questions + 1) * sizeof *qpre); /* its prefix index */
+  bool *pick = calloc(r->n_questions + 1, sizeof *pick);          /* it has a prefix */
+  int rc = 0;
+  uint32_t idx_root = 0;
+  if (!qlen || !qpre || !pick) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (size_t q = 0; q < r->n_questions; q++) {
+    const struct pp_open_jev_question *x = &r->questions[q];
+    qpre[q] = -1;
+    if (share && x->n_seqs >= 2)
+      qlen[q] = shared_prefix(r, x->first_seq, x->n_seqs);
+    if (qlen[q] <= root)
+      qlen[q] = 0;
+  }
+  /* the questions that save the most tokens get the prefixes left after the root's */
+  size_t budget = PP_OPEN_JEV_MAX_PREFIXES - (root ? 1 : 0), chosen = 0;
+  while (chosen < budget) {
+    size_t best = SIZE_MAX, best_gain = 0;
+    for (size_t q = 0; q < r->n_questions; q++) {
+      size_t gain = qlen[q] ? (qlen[q] - root) * (r->questions[q].n_seqs - 1) : 0;
+      if (!pick[q] && gain > best_gain)
+        best = q, best_gain = gain;
+    }
+    if (best == SIZE_MAX)
+      break;
+    pick[best] = true;
+    chosen++;
+  }
+  if (root) {
+    size_t n0;
+    const int32_t *a = seq_ids(r, 0, &n0);
+    rc = proto_program_add_prefix(p, a, NULL, (uint32_t)root, -1, NULL, 0, &idx_root);
+  }
+  for (size_t q = 0; !rc && q < r->n_questions; q++) {
+    if (!pick[q])
+      continue;
+    size_t n0;
+    uint32_t idx;
+    const int32_t *a = seq_ids(r, r->questions[q].first_seq, &n0);
+    rc = proto_program_add_prefix(p, a + root, NULL, (uint32_t)(qlen[q] - root),
+                                  root ? (int32_t)idx_root : -1, NULL, 0, &idx);
+    qpre[q] = (int32_t)idx;
+  }
+  if (rc) {
+    rc = cm_diag_set(diag, rc, "program: shared prefix: %s", cm_strerror(rc));
+    goto out;
+  }
+  for (size_t q = 0; q < r->n_questions && !rc; q++) {
+    const struct pp_open_jev_question *x = &r->questions[q];
+    size_t start = qpre[q] >= 0 ? qlen[q] : root;
+    int32_t parent = qpre[q] >= 0 ? qpre[q] : root ? (int32_t)idx_root : -1;
+    for (size_t i = x->first_seq; i < x->first_seq + x->n_seqs && !rc; i++) {
+      size_t n;
+      uint32_t row;
+      const int32_t *ids = seq_ids(r, i, &n);
+      rc = proto_program_add_row(p, ids + start, NULL, (uint32_t)(n - start), parent, &row);
+      if (!rc)
+        rc = proto_program_add_readout(p, PROTO_READOUT_HEAD, row, -1, NULL, 0, head, NULL);
+      if (rc)
+        rc = cm_diag_set(diag, rc, "program: sequence %zu: %s", i, cm_strerror(rc));
+    }
+  }
+out:
+  free(qlen);
+  free(qpre);
+  free(pick);
+  return rc;
 }
 
 static int finish(const void *model, void *ctx, const struct proto_result *result,

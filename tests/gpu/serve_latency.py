@@ -238,9 +238,10 @@ class Trio:
             c.close()
 
     def exec_timings(self):
-        """{request_id: {queue_us, vision_us, ...}} from the executor log."""
+        """{request_id: {queue_us, vision_us, ...}} from the executor log (a program's request id
+        is the client's x-request-id, then @worker#job)."""
         out = {}
-        for m in re.finditer(r"timings request=(\S+) (.*)", self.tail("ex", 1 << 26)):
+        for m in re.finditer(r"timings request=([^@\s]+)\S* (.*)", self.tail("ex", 1 << 26)):
             out[m.group(1)] = {k: int(v) for k, v in (x.split("=") for x in m.group(2).split())}
         return out
 

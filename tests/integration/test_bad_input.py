@@ -280,7 +280,11 @@ def test(t):
     m = json.load(open(manifest))
     m["limits"]["max_body_bytes"] = 1000
     json.dump(m, open(manifest, "w"))
+    # a changed manifest is another directory digest: both processes load it again (a
+    # preprocessor sends programs only to executors of a directory it loads)
     t.kill("pp")
+    t.kill("ex")
+    t.start_executor()
     t.start_preprocessor(name="pp", credits=2)
     end = time.time() + 60
     while time.time() < end:

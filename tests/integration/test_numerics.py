@@ -66,10 +66,16 @@ def ask(t, fx, want_numerics):
 
 
 def restart_executor(t, model, extra):
-    """A new executor on the same URL; returns once the preprocessor sends it a request."""
+    """A new executor on the same URL; returns once the preprocessor sends it a request. Another
+    model directory gets a preprocessor that loads it too: programs go only to executors whose
+    directory digest is one the preprocessor loads (recipe/serving.md)."""
     t.kill("ex")
     t.procs["ex"].wait()
     t.wait_health(503)
+    if model != t.model:
+        t.kill("pp")
+        t.model = model
+        t.start_preprocessor(credits=2)
     argv = [t.bin("executor/server/s1-executor"), "--model", model, "--device", "cpu",
             "--listen", t.ex_url] + extra
     t.start("ex", argv)

@@ -1,10 +1,12 @@
 """Replay: an executor started with --record writes every program and its result; s1-replay re-runs
-them against the model directory and finds them identical (exit 0); against a model directory with
-another head it reports the difference (exit 1)."""
+them against the model directory and finds them identical (exit 0), also all at once through one
+scheduler (--batch: the programs mixed in steps); against a model directory with another head it
+reports the difference (exit 1)."""
 import copy
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -60,6 +62,16 @@ def test(t):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = r.stdout.decode()
     assert r.returncode == 0 and "3 records, 3 identical, 0 differ" in out, out
+    # the scheduler with the three programs at once, twice: they share steps (a budget of 300
+    # tokens and 4 rows per launch spread their rows over several), and every result is the one
+    # recorded alone
+    r = subprocess.run([t.bin("executor/server/s1-replay"), rec, "--model", t.model, "--batch",
+                        "--repeat", "2", "--max-batch-tokens", "300", "--max-seqs", "4"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out_b = r.stdout.decode()
+    m = re.search(r"(\d+) steps, (\d+) program-steps", out_b)
+    assert r.returncode == 0 and "6 records, 6 identical, 0 differ" in out_b and m, out_b
+    assert int(m.group(2)) > int(m.group(1)) * 1.5, out_b  # programs mixed in steps
     r = subprocess.run([t.bin("executor/server/s1-replay"), rec, "--model", other],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out2 = r.stdout.decode()

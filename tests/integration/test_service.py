@@ -32,8 +32,14 @@ def test(t):
     assert h1["x-request-id"] == "client-id-42"
     assert h1["cache-control"] == "no-store" and h1["x-content-type-options"] == "nosniff", h1
     timing = h1["server-timing"]
-    assert re.fullmatch(r"queue;dur=[0-9.]+, preprocess;dur=[0-9.]+, execute;dur=[0-9.]+, "
-                        r"finish;dur=[0-9.]+, numerics;desc=fp32", timing), timing
+    m = re.fullmatch(r"queue;dur=[0-9.]+, preprocess;dur=[0-9.]+, execute;dur=([0-9.]+), "
+                     r"finish;dur=[0-9.]+, ex-queue;dur=([0-9.]+), vision;dur=([0-9.]+), "
+                     r"prefix;dur=([0-9.]+), rows;dur=([0-9.]+), heads;dur=([0-9.]+), "
+                     r"ex-wait;dur=([0-9.]+), numerics;desc=fp32", timing)
+    assert m, timing
+    # the executor's parts fit in its round trip; this request ran rows and a head
+    ex = [float(x) for x in m.groups()]
+    assert sum(ex[1:]) <= ex[0] + 0.01 and ex[4] > 0 and ex[5] > 0, timing
     s, h2, b2 = t.post(trio.VALID)
     trio.check_valid_answer(s, h2, b2)
     s, h3, b3 = t.post(trio.VALID)

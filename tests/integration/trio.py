@@ -8,6 +8,7 @@ Every test calls Trio.stop() (also on failure) and prints the process logs then.
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -51,6 +52,38 @@ class Trio:
         if self.model is None:
             self.model = out
         return out
+
+    def make_demo_model(self, family, name=None):
+        """A small random model directory of a family by its recipe/FAMILY/make-demo-model (OmniJev
+        with the derived Qwen3.5 tokenizer of this build folder, made here when missing)."""
+        out = os.path.join(self.tmp, name or family)
+        maker = os.path.join(HERE, "..", "..", "recipe", family, "make-demo-model")
+        if family == "omnijev":
+            tok = os.path.join(self.build, "tests", "omnijev", "qwen35_tokenizer.json")
+            run(["sh", os.path.join(HERE, "..", "oracle", "qwen35_tokenizer.sh"), tok])
+            run([maker, tok, out, "--build", self.build])
+        else:
+            run([maker, out, "--build", self.build])
+        return out
+
+    def start_ex(self, name, model, url, record=None):
+        """One more executor: `model` on `url` (ipc:// or tcp://)."""
+        argv = [self.bin("executor/server/s1-executor"), "--model", model, "--device", "cpu",
+                "--listen", url]
+        if record:
+            argv += ["--record", record]
+        return self.start(name, argv)
+
+    def start_pp(self, name, executors, models, credits=2, prefix=()):
+        """A preprocessor dialling every URL of `executors`, loading every dir of `models`;
+        `prefix` is put before the command (e.g. ip netns exec NS)."""
+        argv = list(prefix) + [self.bin("preprocessor/s1-preprocessor"), "--frontend", self.fe_url,
+                               "--credits", str(credits), "--id", name]
+        for u in executors:
+            argv += ["--executor", u]
+        for m in models:
+            argv += ["--model", m]
+        return self.start(name, argv)
 
     def start(self, name, argv):
         log = open(os.path.join(self.tmp, name + ".log"), "ab")
@@ -132,6 +165,15 @@ class Trio:
             body = json.dumps(body)
         return self.http("POST", "/v1/systemone", body, h, timeout)
 
+    def metric(self, name):
+        """The value of one /metrics line (e.g. 's1_requests_total{status="200"}'), 0 if absent."""
+        s, _, m = self.http("GET", "/metrics", timeout=10)
+        assert s == 200, s
+        for line in m.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return 0.0
+
     def kill(self, name, sig=signal.SIGKILL):
         p = self.procs.get(name)
         if p and p.poll() is None:
@@ -145,7 +187,7 @@ class Trio:
         return p.returncode if p else None
 
     def stop(self, failed=False):
-        for name in ("fe", "pp", "pp2", "ex"):
+        for name in ["fe"] + [n for n in self.procs if n.startswith("pp")] + ["ex"]:
             self.kill(name, signal.SIGTERM)
         for name, p in self.procs.items():
             if p.poll() is None:
@@ -159,11 +201,32 @@ class Trio:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+TIMING_KEYS = rb"latency_s|latency_total_s|latency_ms|inference_seconds"
+
+
+def norm_timing(body):
+    """The answer bytes with the values of the timing fields (OmniJev latency_s / latency_total_s,
+    Open-Jev metadata.inference_seconds) set to 0: every other byte must repeat exactly."""
+    return re.sub(rb'("(?:' + TIMING_KEYS + rb')": )[-0-9.eE+]+', rb"\g<1>0", body)
+
+
 def check_answer(method, path, status, headers, body, request_body=None):
     """Checks one answer against frontend/openapi.json (openapi_check.Contract.check): the status
     documented for the route, the documented headers, the content type and the body's schema; for
     a 200 of POST /v1/systemone also the request against its family's request schema."""
     return openapi_check.check(method, path, status, headers, body, request_body)
+
+
+def send_and_leave(port, data, keep=False):
+    """A client that goes away: sends the raw request bytes on a new connection and never reads
+    the answer; closes the connection at once, or (keep) returns the socket for the caller to
+    close later. Nothing is read, so there is no answer to check."""
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(data)
+    if keep:
+        return c
+    c.close()
+    return None
 
 
 def run(argv):

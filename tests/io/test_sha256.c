@@ -1,5 +1,5 @@
-/* Unit test of SHA-256: FIPS 180-4 / NIST example vectors, streamed vs one-shot, and a file read
- * across the 1 MiB block boundary. */
+/* Unit test of SHA-256: FIPS 180-4 / NIST example vectors, streamed vs one-shot, a copied state
+ * finished midway, and a file read across the 1 MiB block boundary. */
 #include "cm_sha256.h"
 
 #include <stdio.h>
@@ -51,6 +51,23 @@ int main(void) {
   cm_sha256_fini(&h);
   cm_sha256_hex(d, hex);
   CHECK(strcmp(hex, want) == 0);
+  /* a copy finishes the digest of what was seen so far while the original goes on: "abc" then
+   * "abc" + m2 from one stream */
+  struct cm_sha256 s = {0}, c = {0};
+  CHECK(cm_sha256_init(&s) == 0 && cm_sha256_update(&s, "abc", 3) == 0);
+  CHECK(cm_sha256_copy(&c, &s) == 0 && cm_sha256_final(&c, d) == 0);
+  cm_sha256_hex(d, hex);
+  CHECK(strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
+  CHECK(cm_sha256_update(&s, m2, strlen(m2)) == 0 && cm_sha256_copy(&c, &s) == 0);
+  CHECK(cm_sha256_final(&c, d) == 0);
+  uint8_t d3[CM_SHA256_BYTES];
+  char *cat = malloc(3 + strlen(m2));
+  memcpy(cat, "abc", 3);
+  memcpy(cat + 3, m2, strlen(m2));
+  CHECK(cm_sha256_buf(cat, 3 + strlen(m2), d3) == 0 && memcmp(d, d3, sizeof d) == 0);
+  free(cat);
+  cm_sha256_fini(&c);
+  cm_sha256_fini(&s);
 
   char path[] = "/tmp/s1-sha-XXXXXX";
   int fd = mkstemp(path);

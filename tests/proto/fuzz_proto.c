@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = size - 1;
   enum proto_kind k;
   proto_peek(d, n, &k, NULL);
-  switch (data[0] % 6) {
+  switch (data[0] % 8) {
   case 0: ROUND(proto_job, proto_job_decode, proto_job_encode, proto_job_fini); break;
   case 1: ROUND(proto_ask, proto_ask_decode, proto_ask_encode, proto_ask_fini); break;
   case 2: ROUND(proto_status, proto_status_decode, proto_status_encode, proto_status_fini); break;
@@ -40,6 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 4:
     ROUND(proto_program, proto_program_decode, proto_program_encode, proto_program_fini);
     break;
+  case 5: ROUND(proto_cancel, proto_cancel_decode, proto_cancel_encode, proto_cancel_fini); break;
+  case 7: ROUND(proto_ack, proto_ack_decode, proto_ack_encode, proto_ack_fini); break;
   default:
     ROUND(proto_result, proto_result_decode, proto_result_encode, proto_result_fini);
     break;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <msgpack.h>
+
 #include "proto_job.h"
 #include "proto_program.h"
 #include "proto_status.h"
@@ -44,13 +46,13 @@ static void test_job(void) {
   /* another version: byte after "v" key. Layout: map, "v"(2 bytes), PROTO_VERSION */
   memcpy(longer, b.data, b.len);
   CHECK((unsigned char)longer[3] == PROTO_VERSION);
-  longer[3] = PROTO_VERSION - 1; /* the version before REPLY/RESULT.numerics */
+  longer[3] = PROTO_VERSION - 1; /* the version before CANCEL and the executor counters */
   CHECK(proto_job_decode(longer, b.len, &d, &diag) == -CM_EVERSION);
-  CHECK(diag.msg && strstr(diag.msg, "version 2"));
+  CHECK(diag.msg && strstr(diag.msg, "version 3"));
   cm_diag_fini(&diag);
   longer[3] = PROTO_VERSION + 1;
   CHECK(proto_job_decode(longer, b.len, &d, &diag) == -CM_EVERSION);
-  CHECK(diag.msg && strstr(diag.msg, "version 4"));
+  CHECK(diag.msg && strstr(diag.msg, "version 5"));
   cm_diag_fini(&diag);
   /* the wrong kind */
   CHECK(proto_ask_decode(b.data, b.len, &(struct proto_ask){0}, &diag) == -CM_EFORMAT);
@@ -118,7 +120,7 @@ static void test_ask(void) {
 }
 
 static void test_status(void) {
-  struct proto_model m[2] = {{"Qwen/Qwen3.5-9B", "r1", "{\"id\":\"x\"}"}, {"b", NULL, "{}"}};
+  struct proto_model m[2] = {{"Qwen/Qwen3.5-9B", "r1", "{\"id\":\"x\"}", 2}, {"b", NULL, "{}", 0}};
   struct proto_status s = {.worker = "w", .state = PROTO_STATE_READY, .executors_total = 2,
                            .executors_ready = 1, .credits = 4, .models = m, .n_models = 2};
   struct proto_bytes b = {0};
@@ -128,6 +130,7 @@ static void test_status(void) {
   CHECK(d.state == PROTO_STATE_READY && d.executors_total == 2 && d.executors_ready == 1);
   CHECK(d.credits == 4 && d.n_models == 2 && strcmp(d.models[0].id, "Qwen/Qwen3.5-9B") == 0);
   CHECK(d.models[1].revision == NULL && strcmp(d.models[1].describe, "{}") == 0);
+  CHECK(d.models[0].executors_ready == 2 && d.models[1].executors_ready == 0);
   proto_status_fini(&d);
   proto_bytes_free(&b);
   /* a draining preprocessor, and a state past the last one */
@@ -142,19 +145,154 @@ static void test_status(void) {
   CHECK(proto_status_encode(&s, &b) == -EINVAL);
   s.state = PROTO_STATE_READY;
   s.reason = NULL;
+  /* a model with more ready executors than the preprocessor has is refused by the encoder */
+  m[1].executors_ready = 3;
+  CHECK(proto_status_encode(&s, &b) == -EINVAL);
+  m[1].executors_ready = 0;
   struct proto_health h = {.state = PROTO_STATE_UNAVAILABLE, .model_id = "m", .revision = "r",
-                           .reason = "retired", .programs = 12, .numerics = "bf16"};
+                           .reason = "retired", .programs = 12, .instance = "host:42",
+                           .numerics = "bf16"};
+  uint64_t *hv = (uint64_t *)&h.stats;
+  for (int i = 0; i < PROTO_EXEC_STATS; i++)
+    hv[i] = 1000 + (uint64_t)i;
+  h.stats.pool_reserved_bytes = UINT64_MAX; /* the last counter, the largest value */
   CHECK(proto_health_encode(&h, &b) == 0);
   struct proto_health hd = {0};
   CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0);
   CHECK(hd.state == PROTO_STATE_UNAVAILABLE && hd.programs == 12 && strcmp(hd.reason, "retired") == 0);
   CHECK(hd.numerics && strcmp(hd.numerics, "bf16") == 0);
+  CHECK(hd.instance && strcmp(hd.instance, "host:42") == 0);
+  CHECK(hd.stats.steps == 1000 && hd.stats.cancelled == 1005 && hd.stats.prefix_hits == 1006);
+  CHECK(hd.stats.vision_entries == 1018 && hd.stats.pool_reserved_bytes == UINT64_MAX);
+  CHECK(memcmp(&hd.stats, &h.stats, sizeof(h.stats)) == 0);
+  CHECK(hd.digest == NULL);
   proto_health_fini(&hd);
   proto_bytes_free(&b);
+  char digest[] = "59a752822553da912e8301c7f68058e92b7b2b0692c4d1d6588f763c5cc9a1bb";
+  h.digest = digest;
+  CHECK(proto_health_encode(&h, &b) == 0);
+  CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0);
+  CHECK(hd.digest && strcmp(hd.digest, digest) == 0 && strcmp(hd.instance, "host:42") == 0);
+  h.digest = NULL;
+  proto_health_fini(&hd);
+  proto_bytes_free(&b);
+  h.instance = NULL; /* unknown: nil */
+  CHECK(proto_health_encode(&h, &b) == 0);
+  CHECK(proto_health_decode(b.data, b.len, &hd, NULL) == 0 && hd.instance == NULL);
+  proto_health_fini(&hd);
+  proto_bytes_free(&b);
+  /* a STATUS carrying two executors' counters */
+  struct proto_exec_report er[2] = {{"a:1", h.stats}, {"b:2", {0}}};
+  er[1].stats.deadline_dropped = 7;
+  s.executors = er;
+  s.n_executors = 2;
+  CHECK(proto_status_encode(&s, &b) == 0);
+  CHECK(proto_status_decode(b.data, b.len, &d, NULL) == 0 && d.n_executors == 2);
+  CHECK(strcmp(d.executors[0].instance, "a:1") == 0 && strcmp(d.executors[1].instance, "b:2") == 0);
+  CHECK(memcmp(&d.executors[0].stats, &h.stats, sizeof(h.stats)) == 0);
+  CHECK(d.executors[1].stats.deadline_dropped == 7 && d.executors[1].stats.steps == 0);
+  proto_status_fini(&d);
+  proto_bytes_free(&b);
+  er[1].instance = NULL; /* an executor without an id is refused by the encoder */
+  CHECK(proto_status_encode(&s, &b) == -EINVAL);
+  s.n_executors = PROTO_MAX_EXECUTORS + 1;
+  CHECK(proto_status_encode(&s, &b) == -EINVAL);
   CHECK(proto_simple_encode(PROTO_KIND_ACK, &b) == 0);
   CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_ACK, NULL) == 0);
   CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_HEALTH, NULL) == -CM_EFORMAT);
+  /* the plain ACK is an ACK without cancellations, byte for byte */
+  struct proto_ack ad = {.n_cancel = 7};
+  CHECK(proto_ack_decode(b.data, b.len, &ad, NULL) == 0 && ad.n_cancel == 0);
+  struct proto_bytes b2 = {0};
+  CHECK(proto_ack_encode(&ad, &b2) == 0 && b2.len == b.len && memcmp(b2.data, b.data, b.len) == 0);
+  proto_ack_fini(&ad);
+  proto_bytes_free(&b2);
   proto_bytes_free(&b);
+  uint64_t ids[3] = {1, 0xffffffffffffffffull, 42};
+  struct proto_ack a = {.cancel = ids, .n_cancel = 3};
+  CHECK(proto_ack_encode(&a, &b) == 0);
+  CHECK(proto_ack_decode(b.data, b.len, &ad, NULL) == 0 && ad.n_cancel == 3);
+  CHECK(ad.cancel[0] == 1 && ad.cancel[1] == ids[1] && ad.cancel[2] == 42);
+  proto_ack_fini(&ad);
+  /* an ACK that cancels something is not a plain ACK */
+  struct cm_diag diag = {0};
+  CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_ACK, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "cancel"));
+  cm_diag_fini(&diag);
+  proto_bytes_free(&b);
+  a.n_cancel = PROTO_MAX_CANCEL + 1;
+  CHECK(proto_ack_encode(&a, &b) == -EINVAL);
+  /* another kind is refused; a cancelled id that is not an unsigned integer names the field */
+  s.n_executors = 0;
+  CHECK(proto_status_encode(&s, &b) == 0);
+  CHECK(proto_ack_decode(b.data, b.len, &ad, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+  proto_bytes_free(&b);
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 3);
+  msgpack_pack_str_with_body(&pk, "v", 1);
+  msgpack_pack_uint32(&pk, PROTO_VERSION);
+  msgpack_pack_str_with_body(&pk, "k", 1);
+  msgpack_pack_str_with_body(&pk, "ack", 3);
+  msgpack_pack_str_with_body(&pk, "cancel", 6);
+  msgpack_pack_array(&pk, 2);
+  msgpack_pack_uint64(&pk, 5);
+  msgpack_pack_int64(&pk, -5);
+  CHECK(proto_ack_decode(sb.data, sb.size, &ad, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "ack.cancel[]"));
+  cm_diag_fini(&diag);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+/* A HEALTH_REPLY written with msgpack-c directly, with n_stats counters. */
+static void health_with(int n_stats, struct proto_bytes *ret) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  const char *keys[] = {"v", "k", "state", "model", "revision", "reason", "programs", "instance",
+                        "stats", "numerics"};
+  msgpack_pack_map(&pk, 10);
+  for (int i = 0; i < 10; i++) {
+    msgpack_pack_str_with_body(&pk, keys[i], strlen(keys[i]));
+    if (i == 0)
+      msgpack_pack_uint32(&pk, PROTO_VERSION);
+    else if (i == 1)
+      msgpack_pack_str_with_body(&pk, "health_reply", 12);
+    else if (i == 2 || i == 6)
+      msgpack_pack_uint32(&pk, 1);
+    else if (i < 8 || i == 9)
+      msgpack_pack_nil(&pk);
+    else {
+      msgpack_pack_array(&pk, (size_t)n_stats);
+      for (int k = 0; k < n_stats; k++)
+        msgpack_pack_uint64(&pk, (uint64_t)k);
+    }
+  }
+  ret->len = sb.size;
+  ret->data = msgpack_sbuffer_release(&sb);
+}
+
+static void test_health_stats(void) {
+  struct proto_bytes b = {0};
+  struct proto_health h = {0};
+  struct cm_diag diag = {0};
+  health_with(PROTO_EXEC_STATS, &b);
+  CHECK(proto_health_decode(b.data, b.len, &h, &diag) == 0 && h.stats.step_programs == 1 &&
+        h.stats.pool_reserved_bytes == PROTO_EXEC_STATS - 1);
+  proto_health_fini(&h);
+  proto_bytes_free(&b);
+  int bad[] = {PROTO_EXEC_STATS - 1, PROTO_EXEC_STATS + 1, 0};
+  for (int i = 0; i < 3; i++) {
+    health_with(bad[i], &b);
+    CHECK(proto_health_decode(b.data, b.len, &h, &diag) == -CM_EFORMAT);
+    CHECK(diag.msg && strstr(diag.msg, "health.stats"));
+    cm_diag_fini(&diag);
+    proto_bytes_free(&b);
+  }
 }
 
 static void test_program(void) {
@@ -241,6 +379,76 @@ static void test_program(void) {
   proto_bytes_free(&b);
 }
 
+static void test_cancel(void) {
+  struct proto_cancel c = {.request_id = "rid-9"};
+  struct proto_bytes b = {0};
+  CHECK(proto_cancel_encode(&c, &b) == 0);
+  enum proto_kind k;
+  CHECK(proto_peek(b.data, b.len, &k, NULL) == 0 && k == PROTO_KIND_CANCEL);
+  CHECK(strcmp(proto_kind_name(k), "cancel") == 0);
+  struct proto_cancel d = {0};
+  struct cm_diag diag = {0};
+  CHECK(proto_cancel_decode(b.data, b.len, &d, &diag) == 0 && strcmp(d.request_id, "rid-9") == 0);
+  proto_cancel_fini(&d);
+  proto_cancel_fini(&d); /* twice: zeroed */
+  CHECK(d.request_id == NULL);
+  CHECK(proto_cancel_decode(b.data, b.len - 1, &d, &diag) == -CM_EFORMAT);
+  cm_diag_fini(&diag);
+  /* another kind's bytes, and a CANCEL read as another kind */
+  CHECK(proto_simple_decode(b.data, b.len, PROTO_KIND_ACK, NULL) == -CM_EFORMAT);
+  proto_bytes_free(&b);
+  CHECK(proto_simple_encode(PROTO_KIND_ACK, &b) == 0);
+  CHECK(proto_cancel_decode(b.data, b.len, &d, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "expected \"cancel\""));
+  cm_diag_fini(&diag);
+  proto_bytes_free(&b);
+  /* encoder limits: NULL, empty, one byte over PROTO_MAX_ID_BYTES */
+  char long_id[PROTO_MAX_ID_BYTES + 2];
+  memset(long_id, 'a', sizeof(long_id) - 1);
+  long_id[sizeof(long_id) - 1] = 0;
+  CHECK(proto_cancel_encode(&(struct proto_cancel){NULL}, &b) == -EINVAL);
+  CHECK(proto_cancel_encode(&(struct proto_cancel){""}, &b) == -EINVAL);
+  CHECK(proto_cancel_encode(&(struct proto_cancel){long_id}, &b) == -EINVAL);
+  long_id[PROTO_MAX_ID_BYTES] = 0;
+  CHECK(proto_cancel_encode(&(struct proto_cancel){long_id}, &b) == 0);
+  CHECK(proto_cancel_decode(b.data, b.len, &d, NULL) == 0 && strlen(d.request_id) == 256);
+  proto_cancel_fini(&d);
+  proto_bytes_free(&b);
+  /* hand-made: {"v":2,"k":"cancel","rid":X} with X empty, nil, an integer, a NUL inside; an
+   * unknown extra key; "rid" twice; "rid" missing */
+  const unsigned char head[] = {0x83, 0xa1, 'v', PROTO_VERSION, 0xa1, 'k', 0xa6, 'c', 'a', 'n',
+                                'c', 'e', 'l', 0xa3, 'r', 'i', 'd'};
+  struct {
+    const unsigned char tail[12];
+    size_t n;
+    const char *names;
+  } bad[] = {{{0xa0}, 1, "empty"},          {{0xc0}, 1, "cancel.rid"},
+             {{0x05}, 1, "cancel.rid"},     {{0xa3, 'a', 0, 'b'}, 4, "cancel.rid"},
+             {{0xa1, 'a', 0xa1, 'x', 1}, 5, "unknown key"},
+             {{0xa1, 'a', 0xa3, 'r', 'i', 'd', 0xa1, 'b'}, 8, "duplicate"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    unsigned char m[64];
+    memcpy(m, head, sizeof(head));
+    memcpy(m + sizeof(head), bad[i].tail, bad[i].n);
+    if (bad[i].n >= 5)
+      m[0] = 0x84; /* one more entry */
+    CHECK(proto_cancel_decode(m, sizeof(head) + bad[i].n, &d, &diag) == -CM_EFORMAT);
+    CHECK(diag.msg && strstr(diag.msg, bad[i].names));
+    if (!diag.msg || !strstr(diag.msg, bad[i].names))
+      fprintf(stderr, "case %zu: %s\n", i, diag.msg ? diag.msg : "(none)");
+    cm_diag_fini(&diag);
+  }
+  unsigned char ok[sizeof(head) + 2];
+  memcpy(ok, head, sizeof(head));
+  ok[sizeof(head)] = 0xa1, ok[sizeof(head) + 1] = 'z';
+  CHECK(proto_cancel_decode(ok, sizeof(ok), &d, NULL) == 0 && strcmp(d.request_id, "z") == 0);
+  proto_cancel_fini(&d);
+  ok[0] = 0x82; /* the map ends before "rid": missing */
+  CHECK(proto_cancel_decode(ok, sizeof(head) - 4, &d, &diag) == -CM_EFORMAT);
+  CHECK(diag.msg && strstr(diag.msg, "cancel.rid: missing"));
+  cm_diag_fini(&diag);
+}
+
 /* Hand-made msgpack: unknown key, duplicate key, wrong type, deep nesting, huge counts. */
 static void test_refusals(void) {
   struct cm_diag diag = {0};
@@ -297,6 +505,8 @@ static void test_http_mapping(void) {
   CHECK(cm_error_http(-CM_ETIMEOUT, &t) == 504 && strcmp(t, "timeout") == 0);
   CHECK(cm_error_http(-ENOMEM, &t) == 500 && strcmp(t, "internal") == 0);
   CHECK(cm_error_http(-CM_EPROGRAM, &t) == 500 && strcmp(t, "internal") == 0);
+  CHECK(cm_error_http(-CM_ECANCELLED, &t) == 499 && strcmp(t, "cancelled") == 0);
+  CHECK(strcmp(cm_strerror(-CM_ECANCELLED), "cancelled") == 0);
   CHECK(cm_error_http(0, &t) == 200 && t == NULL);
 }
 
@@ -305,6 +515,8 @@ int main(void) {
   test_ask();
   test_status();
   test_program();
+  test_cancel();
+  test_health_stats();
   test_refusals();
   test_http_mapping();
   if (failures)

@@ -21,6 +21,11 @@ struct stages {
   int n;         /* stages seen */
 };
 
+/* stop after the first block (the executor's deadline check between blocks) */
+static bool stop_after_block0(void *user) {
+  return ((struct stages *)user)->n >= 2;
+}
+
 static void on_stage(void *user, int stage, const float *x, int64_t rows, int cols) {
   struct stages *s = user;
   if (stage < 0 || stage >= 16)
@@ -86,7 +91,7 @@ static void run_case(const char *dir, const char *cfg_name, const struct ex_visi
   size_t n_out = (size_t)n_merged * O;
   float *out = malloc(n_out * sizeof(float) + 1);
   struct stages st = {0};
-  struct ex_vision_trace tr = {on_stage, &st};
+  struct ex_vision_trace tr = {.fn = on_stage, .user = &st};
   int r = pix && out ? ex_vision_forward_trace(v, pix, n, grid, n_img, out, &tr, &d) : -1;
   CHECK(r == 0, "%s/%s: forward returned %d: %s", cfg_name, cname, r, d.msg ? d.msg : "");
   cm_diag_fini(&d);
@@ -123,6 +128,22 @@ static void run_case(const char *dir, const char *cfg_name, const struct ex_visi
       CHECK(e <= TOL, "%s/%s: stage %zu rel err %.3g > %g", cfg_name, cname, k, e, TOL);
       free(sref);
     }
+  }
+  /* the same forward told to stop after block 0: -CM_ETIMEOUT, no further block, nothing written */
+  if (v->cfg.depth > 1 && pix && out) {
+    struct stages st2 = {0};
+    struct ex_vision_trace stop = {.fn = on_stage, .user = &st2, .stop = stop_after_block0};
+    memset(out, 0xff, n_out * sizeof(float));
+    int r2 = ex_vision_forward_trace(v, pix, n, grid, n_img, out, &stop, &d);
+    CHECK(r2 == -CM_ETIMEOUT && st2.n == 2 && d.msg && strstr(d.msg, "stopped after 1 of"),
+          "%s/%s: stopped forward returned %d after %d stages: %s", cfg_name, cname, r2, st2.n,
+          d.msg ? d.msg : "");
+    uint32_t u;
+    memcpy(&u, out, sizeof(u));
+    CHECK(u == 0xffffffffu, "%s/%s: a stopped forward wrote its output", cfg_name, cname);
+    cm_diag_fini(&d);
+    for (int k = 0; k < 16; k++)
+      free(st2.x[k]);
   }
   for (int k = 0; k < 16; k++)
     free(st.x[k]);
