@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints the tables of notes/2026-12-02-omnijev-gpu.md from the committed run folders, so every
 number in the note is read from raw files: the OmniJev-4B latency before (2026-12-01, part1) and
-after (2026-12-02 run1, run2) this branch's work, and Open-Jev-9B (run1). Stdlib only; the table
+after (2026-12-02 run1) this branch's first two steps, and Open-Jev-9B (run1). Stdlib only; the table
 layout is issue18_tables.py's.
 
 usage: gpuperf_tables.py BEFORE_RUN_DIR AFTER_RUN_DIR
@@ -33,18 +33,15 @@ def main():
             "Before (2026-12-01 part1): OmniJev-4B at concurrency 1")
     a = omni_peer(os.path.join(after, "run1", "omnijev-peer-timing.jsonl"))
     latency(after, "run1", "omnijev4b", [("peer base (ms, same run)", a("base"))],
-            "Run 1 (2026-12-02): OmniJev-4B at concurrency 1, LoRA through cuBLASLt without "
-            "split-K, readouts batched")
-    latency(after, "run2", "omnijev4b", [("peer base (ms, run 1)", a("base"))],
-            "Run 2 (2026-12-02): the same with split-K pinned for the LoRA down products "
-            "(s1 alone; peer from run 1)")
+            "After (2026-12-02 run1): OmniJev-4B at concurrency 1, kept LoRA through cuBLASLt "
+            "without split-K, readouts batched")
     oj = load_jsonl(os.path.join(after, "run1", "open_jev_peer.jsonl"))
 
     def ojp(name):
         v = [r["median_ms"] for r in oj if r.get("kind") == "timing" and r["workload"] == name]
         return v or None
     latency(after, "run1", "open_jev9b", [("peer (ms)", ojp)],
-            "Open-Jev-9B at concurrency 1 (run 1; the peer did not run)")
+            "Open-Jev-9B at concurrency 1 (run1; its peer failed to start)")
     return 0
 
 
