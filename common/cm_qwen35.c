@@ -1,9 +1,10 @@
-/* Qwen3.5 tensor inventory from config.json and the weights check (see cm_qwen35.h).
+/* The config.json reader, the Qwen3.5 tensor inventory and the weights check (see cm_qwen35.h).
  * Names and shapes follow spec qwen3_5.md §2.3-2.5; the key layout is the ConditionalGeneration one
  * (model.language_model.*, model.visual.*, lm_head.weight). */
 #include "cm_qwen35.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,160 @@ static bool get_bool(json_object *obj, const char *key, bool *ret) {
   *ret = json_object_get_boolean(v);
   return true;
 }
+
+static json_object *member(json_object *obj, const char *key) {
+  json_object *v = NULL;
+  if (obj && json_object_is_type(obj, json_type_object) && json_object_object_get_ex(obj, key, &v))
+    return v;
+  return NULL;
+}
+
+/* obj[key] as a number (int or double) into *ret; false when absent or another type. */
+static bool get_number(json_object *obj, const char *key, double *ret) {
+  json_object *v = member(obj, key);
+  if (!v || !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+    return false;
+  *ret = json_object_get_double(v);
+  return true;
+}
+
+/* A token id from the top level, else the text config; -1 when absent or not an integer. */
+static int64_t get_token_id(json_object *top, json_object *text, const char *key) {
+  json_object *v = member(top, key);
+  if (!v)
+    v = member(text, key);
+  if (!v || !json_object_is_type(v, json_type_int))
+    return -1;
+  return json_object_get_int64(v);
+}
+
+/* ---------- vision_config ---------- */
+
+/* Messages name the file when there is one: "FILE: vision_config...", else "vision_config...". */
+#define VFILE(file) (file) ? (file) : "", (file) ? ": " : ""
+
+static int vision_int(json_object *obj, const char *file, const char *key, bool required,
+                      int64_t def, int64_t lo, int64_t hi, int64_t *ret, struct cm_diag *diag) {
+  json_object *val;
+  if (!json_object_object_get_ex(obj, key, &val) || json_object_is_type(val, json_type_null)) {
+    if (required)
+      return cm_diag_set(diag, -CM_EMISSING, "%s%svision_config: missing \"%s\"", VFILE(file),
+                         key);
+    *ret = def;
+    return 0;
+  }
+  if (!json_object_is_type(val, json_type_int))
+    return cm_diag_set(diag, -CM_EFORMAT, "%s%svision_config.%s: expected an integer, got %s",
+                       VFILE(file), key, json_object_to_json_string(val));
+  int64_t x = json_object_get_int64(val);
+  if (x < lo || x > hi)
+    return cm_diag_set(diag, -CM_EFORMAT, "%s%svision_config.%s = %lld: outside [%lld, %lld]",
+                       VFILE(file), key, (long long)x, (long long)lo, (long long)hi);
+  *ret = x;
+  return 0;
+}
+
+/* The keys of vision_config that decide tensor shapes (the inventory's part). */
+static int vision_dims(json_object *obj, const char *file, struct cm_qwen35_dims *c,
+                       struct cm_diag *diag) {
+  int r;
+  if ((r = vision_int(obj, file, "depth", true, 0, 0, 256, &c->v_depth, diag)) ||
+      (r = vision_int(obj, file, "hidden_size", true, 0, 1, 65536, &c->v_hidden, diag)) ||
+      (r = vision_int(obj, file, "intermediate_size", true, 0, 1, 262144, &c->v_intermediate,
+                      diag)) ||
+      (r = vision_int(obj, file, "out_hidden_size", true, 0, 1, 65536, &c->v_out_hidden, diag)) ||
+      (r = vision_int(obj, file, "in_channels", false, 3, 1, 16, &c->v_in_channels, diag)) ||
+      (r = vision_int(obj, file, "patch_size", false, 16, 1, 64, &c->v_patch, diag)) ||
+      (r = vision_int(obj, file, "temporal_patch_size", false, 2, 1, 16, &c->v_temporal, diag)) ||
+      (r = vision_int(obj, file, "spatial_merge_size", false, 2, 1, 8, &c->v_merge, diag)) ||
+      (r = vision_int(obj, file, "num_position_embeddings", false, 2304, 1, 1 << 20, &c->v_n_pos,
+                      diag)))
+    return r;
+  c->v_patch_dim = c->v_in_channels * c->v_temporal * c->v_patch * c->v_patch;
+  c->has_vision_config = true;
+  return 0;
+}
+
+static int vision_rope(json_object *obj, double *ret_theta, struct cm_diag *diag) {
+  json_object *rp, *val;
+  *ret_theta = 10000.0;
+  if (!json_object_object_get_ex(obj, "rope_parameters", &rp) ||
+      json_object_is_type(rp, json_type_null))
+    return 0;
+  if (!json_object_is_type(rp, json_type_object))
+    return cm_diag_set(diag, -CM_EFORMAT, "vision_config.rope_parameters: expected an object");
+  if (json_object_object_get_ex(rp, "rope_type", &val)) {
+    const char *t = json_object_get_string(val);
+    if (!json_object_is_type(val, json_type_string) || strcmp(t, "axial") != 0)
+      return cm_diag_set(diag, -CM_EUNSUPPORTED,
+                         "vision_config.rope_parameters.rope_type %s: only \"axial\" is supported",
+                         json_object_to_json_string(val));
+  }
+  if (json_object_object_get_ex(rp, "rope_theta", &val)) {
+    if (!json_object_is_type(val, json_type_int) && !json_object_is_type(val, json_type_double))
+      return cm_diag_set(diag, -CM_EFORMAT, "vision_config.rope_parameters.rope_theta: expected a "
+                                            "number");
+    double th = json_object_get_double(val);
+    if (!(th > 1.0 && th < 1e12))
+      return cm_diag_set(diag, -CM_EFORMAT, "vision_config.rope_parameters.rope_theta = %g: out of "
+                                            "range", th);
+    *ret_theta = th;
+  }
+  return 0;
+}
+
+int cm_qwen35_vision_read(json_object *obj, struct cm_qwen35_dims *dims, struct cm_diag *diag) {
+  struct cm_qwen35_dims c = *dims;
+  json_object *val;
+  int r;
+  if (!obj || !json_object_is_type(obj, json_type_object))
+    return cm_diag_set(diag, -CM_EFORMAT, "vision_config: expected a JSON object");
+  if (json_object_object_get_ex(obj, "model_type", &val)) {
+    const char *t = json_object_get_string(val);
+    if (!json_object_is_type(val, json_type_string) ||
+        (strcmp(t, "qwen3_5_vision") != 0 && strcmp(t, "qwen3_5") != 0))
+      return cm_diag_set(diag, -CM_EUNSUPPORTED, "vision_config.model_type %s: expected "
+                         "\"qwen3_5_vision\" or \"qwen3_5\"", json_object_to_json_string(val));
+  }
+  if ((r = vision_dims(obj, NULL, &c, diag)) ||
+      (r = vision_int(obj, NULL, "num_heads", true, 0, 1, 4096, &c.v_num_heads, diag)))
+    return r;
+  if (c.v_hidden % c.v_num_heads != 0)
+    return cm_diag_set(diag, -CM_EFORMAT, "vision_config: hidden_size %lld is not a multiple of "
+                       "num_heads %lld", (long long)c.v_hidden, (long long)c.v_num_heads);
+  c.v_head_dim = c.v_hidden / c.v_num_heads;
+  if (c.v_head_dim % 4 != 0)
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "vision_config: head_dim %lld (hidden_size / "
+                       "num_heads) is not a multiple of 4, which the 2-D rotary needs",
+                       (long long)c.v_head_dim);
+  c.v_pos_side = lround(sqrt((double)c.v_n_pos));
+  if (c.v_pos_side * c.v_pos_side != c.v_n_pos)
+    return cm_diag_set(diag, -CM_EFORMAT, "vision_config.num_position_embeddings %lld is not a "
+                       "square", (long long)c.v_n_pos);
+  c.v_gelu_erf = false;
+  if (json_object_object_get_ex(obj, "hidden_act", &val)) {
+    const char *a = json_object_get_string(val);
+    if (json_object_is_type(val, json_type_string) && strcmp(a, "gelu_pytorch_tanh") == 0)
+      c.v_gelu_erf = false;
+    else if (json_object_is_type(val, json_type_string) && strcmp(a, "gelu") == 0)
+      c.v_gelu_erf = true;
+    else
+      return cm_diag_set(diag, -CM_EUNSUPPORTED, "vision_config.hidden_act %s: supported are "
+                         "\"gelu_pytorch_tanh\" and \"gelu\"", json_object_to_json_string(val));
+  }
+  if (json_object_object_get_ex(obj, "deepstack_visual_indexes", &val) &&
+      !json_object_is_type(val, json_type_null) &&
+      (!json_object_is_type(val, json_type_array) || json_object_array_length(val) != 0))
+    return cm_diag_set(diag, -CM_EUNSUPPORTED, "vision_config.deepstack_visual_indexes %s: "
+                       "Qwen3.5 has no deepstack; only [] is supported",
+                       json_object_to_json_string(val));
+  if ((r = vision_rope(obj, &c.v_rope_theta, diag)))
+    return r;
+  *dims = c;
+  return 0;
+}
+
+/* ---------- config.json ---------- */
 
 void cm_qwen35_dims_fini(struct cm_qwen35_dims *dims) {
   if (!dims)
@@ -84,20 +239,10 @@ int cm_qwen35_dims_read(json_object *config, const char *file, struct cm_qwen35_
   DIM(tc, tp, "linear_key_head_dim", -1, lin_k_dim);
   DIM(tc, tp, "linear_value_head_dim", -1, lin_v_dim);
   DIM(tc, tp, "linear_conv_kernel_dim", 4, conv_kernel);
-  if (vc) {
-    dims->has_vision_config = true;
-    DIM(vc, "vision_config.", "depth", -1, v_depth);
-    DIM(vc, "vision_config.", "hidden_size", -1, v_hidden);
-    DIM(vc, "vision_config.", "intermediate_size", -1, v_intermediate);
-    DIM(vc, "vision_config.", "in_channels", 3, v_in_channels);
-    DIM(vc, "vision_config.", "patch_size", 16, v_patch);
-    DIM(vc, "vision_config.", "temporal_patch_size", 2, v_temporal);
-    DIM(vc, "vision_config.", "spatial_merge_size", 2, v_merge);
-    DIM(vc, "vision_config.", "num_position_embeddings", -1, v_n_pos);
-    DIM(vc, "vision_config.", "out_hidden_size", -1, v_out_hidden);
-  }
 #undef DIM
   if (rc)
+    return rc;
+  if (vc && (rc = vision_dims(vc, file, dims, diag)))
     return rc;
   if (dims->n_heads % dims->n_kv_heads || dims->lin_v_heads % dims->lin_k_heads)
     return cm_diag_set(diag, -CM_EFORMAT,
@@ -157,21 +302,38 @@ int cm_qwen35_dims_read(json_object *config, const char *file, struct cm_qwen35_
   if (json_object_object_get_ex(rope, "partial_rotary_factor", &jf) ||
       json_object_object_get_ex(tc, "partial_rotary_factor", &jf))
     prf = json_object_get_double(jf);
-  int64_t half_rd = (int64_t)(dims->head_dim * prf) / 2, sum = 0;
+  dims->rot_dims = (int64_t)((double)dims->head_dim * prf);
+  int64_t half_rd = dims->rot_dims / 2, sum = 0;
   if (!json_object_object_get_ex(rope, "mrope_section", &sec) ||
       !json_object_is_type(sec, json_type_array) || json_object_array_length(sec) != 3) {
     rc = cm_diag_set(diag, -CM_EFORMAT, "%s: key '%s%s.mrope_section' must list 3 sizes", file, tp,
                      rope_key);
     goto fail;
   }
-  for (size_t i = 0; i < 3; i++)
-    sum += json_object_get_int64(json_object_array_get_idx(sec, i));
+  for (size_t i = 0; i < 3; i++) {
+    dims->mrope_section[i] = json_object_get_int64(json_object_array_get_idx(sec, i));
+    sum += dims->mrope_section[i];
+  }
   if (sum != half_rd) {
-    rc = cm_diag_set(diag, -CM_EFORMAT,
+    rc = cm_diag_set(diag, -CM_EUNSUPPORTED,
                      "%s: key '%s%s.mrope_section' sums to %lld, rotary dims / 2 is %lld", file, tp,
                      rope_key, (long long)sum, (long long)half_rd);
     goto fail;
   }
+  json_object *rt = member(rope, "rope_type");
+  if (!rt)
+    rt = member(rope, "type");
+  dims->rope_type = rt ? json_object_get_string(rt) : NULL;
+  dims->has_rope_theta =
+      get_number(rope, "rope_theta", &dims->rope_theta) || get_number(tc, "rope_theta", &dims->rope_theta);
+  dims->rms_eps = 1e-6;
+  get_number(tc, "rms_norm_eps", &dims->rms_eps);
+  json_object *act = member(tc, "hidden_act");
+  dims->hidden_act = act ? json_object_get_string(act) : NULL;
+  json_object *bias = member(tc, "attention_bias");
+  dims->attention_bias = bias && json_object_get_boolean(bias);
+  dims->image_token_id = get_token_id(config, tc, "image_token_id");
+  dims->vision_start_token_id = get_token_id(config, tc, "vision_start_token_id");
   bool tied = false;
   if (!get_bool(config, "tie_word_embeddings", &tied))
     get_bool(tc, "tie_word_embeddings", &tied);

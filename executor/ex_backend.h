@@ -1,13 +1,29 @@
 /* The small backend interface the one Qwen3.5 model code path runs on: one function pointer per
  * op, with the same arguments as the float32 CPU ops in cpu/ (the reference). A CUDA backend fills
- * the same table with launchers over device buffers; memory placement stays the caller's. */
+ * the same table with launchers over device buffers; memory placement stays the caller's. The
+ * argument types of the ops (GDN shapes, GELU forms) are defined here, and the backends' op
+ * headers (cpu/, cuda/) include this file: the interface depends on no implementation. */
 #ifndef S1_EX_BACKEND_H
 #define S1_EX_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu_gdn.h"
+/* Shapes shared by the GDN ops: Hk q/k heads of dk, Hv value heads of dv, Hv a multiple of Hk;
+ * value head h reads q/k head h / (Hv/Hk). */
+struct ex_gdn_dims {
+  size_t n_k_heads; /* Hk: linear_num_key_heads */
+  size_t n_v_heads; /* Hv: linear_num_value_heads */
+  size_t dk;        /* linear_key_head_dim */
+  size_t dv;        /* linear_value_head_dim */
+};
+
+/* The GELU forms of the vision tower (cpu/vision_gelu.h and its CUDA twin). */
+enum ex_gelu_kind {
+  EX_GELU_ERF,  /* 0.5·x·(1 + erf(x/√2)) */
+  EX_GELU_TANH, /* 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
+  EX_GELU_COUNT,
+};
 
 struct ex_backend {
   const char *name; /* "cpu", "cuda" */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_gdn.h" /* ex_cpu_gdn_chunked_scratch: the scratch of gdn_chunked */
 #include "ex_qwen35.h"
 
 /* ---- state ---- */

@@ -42,9 +42,11 @@ struct ex_qwen35_config {
 };
 
 /* Parses a config.json object (Qwen3_5ForConditionalGeneration with text_config, or a text-only
- * Qwen3_5ForCausalLM config). Refuses what the reference does not implement: non-interleaved or
- * non-default rotary, mrope sections not summing to rot_dims/2, attention bias, an activation
- * other than silu, Hv not a multiple of Hk, more than EX_QWEN35_MAX_LAYERS layers.
+ * Qwen3_5ForCausalLM config) with the one config reader, cm_qwen35_dims_read (common/cm_qwen35.h:
+ * keys, defaults, and its refusals: non-interleaved mRoPE, mrope sections not summing to
+ * rot_dims/2, head counts that do not divide, a bad vision_config), and refuses besides what this
+ * forward does not implement: non-default rotary, attention bias, an activation other than silu,
+ * a value above 2^24, more than EX_QWEN35_MAX_LAYERS layers, a conv kernel above 16.
  * Returns 0; -CM_EMISSING (a key absent), -CM_EFORMAT (wrong type or value),
  * -CM_EUNSUPPORTED. `diag` names the key. Source: spec/qwen3_5.md §1.1, §2.7. */
 int ex_qwen35_config_parse(json_object *cfg, struct ex_qwen35_config *ret_cfg,

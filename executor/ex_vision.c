@@ -12,120 +12,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cm_qwen35.h"
 #include "cpu/cpu_act.h"
 #include "cpu/cpu_matmul.h"
 #include "cpu/vision_attention.h"
+#include "cpu/vision_gelu.h"
 #include "cpu/vision_layer_norm.h"
 #include "cpu/vision_pos_interp.h"
 #include "cpu/vision_rotary.h"
 
 /* ---------- config ---------- */
 
-static int json_int(struct json_object *obj, const char *key, bool required, int def, int lo, int hi,
-                    int *ret, struct cm_diag *diag) {
-  struct json_object *val;
-  if (!json_object_object_get_ex(obj, key, &val) || json_object_is_type(val, json_type_null)) {
-    if (required)
-      return cm_diag_set(diag, -CM_EMISSING, "vision_config: missing \"%s\"", key);
-    *ret = def;
-    return 0;
-  }
-  if (!json_object_is_type(val, json_type_int))
-    return cm_diag_set(diag, -CM_EFORMAT, "vision_config.%s: expected an integer, got %s", key,
-                       json_object_to_json_string(val));
-  int64_t x = json_object_get_int64(val);
-  if (x < lo || x > hi)
-    return cm_diag_set(diag, -CM_EFORMAT, "vision_config.%s = %lld: outside [%d, %d]", key,
-                       (long long)x, lo, hi);
-  *ret = (int)x;
-  return 0;
-}
-
-static int parse_rope(struct json_object *obj, float *ret_theta, struct cm_diag *diag) {
-  struct json_object *rp, *val;
-  *ret_theta = 10000.0f;
-  if (!json_object_object_get_ex(obj, "rope_parameters", &rp) ||
-      json_object_is_type(rp, json_type_null))
-    return 0;
-  if (!json_object_is_type(rp, json_type_object))
-    return cm_diag_set(diag, -CM_EFORMAT, "vision_config.rope_parameters: expected an object");
-  if (json_object_object_get_ex(rp, "rope_type", &val)) {
-    const char *t = json_object_get_string(val);
-    if (!json_object_is_type(val, json_type_string) || strcmp(t, "axial") != 0)
-      return cm_diag_set(diag, -CM_EUNSUPPORTED,
-                         "vision_config.rope_parameters.rope_type %s: only \"axial\" is supported",
-                         json_object_to_json_string(val));
-  }
-  if (json_object_object_get_ex(rp, "rope_theta", &val)) {
-    if (!json_object_is_type(val, json_type_int) && !json_object_is_type(val, json_type_double))
-      return cm_diag_set(diag, -CM_EFORMAT, "vision_config.rope_parameters.rope_theta: expected a "
-                                            "number");
-    double th = json_object_get_double(val);
-    if (!(th > 1.0 && th < 1e12))
-      return cm_diag_set(diag, -CM_EFORMAT, "vision_config.rope_parameters.rope_theta = %g: out of "
-                                            "range", th);
-    *ret_theta = (float)th;
-  }
-  return 0;
-}
-
+/* The tower's view of a vision_config object: read by the one config reader,
+ * cm_qwen35_vision_read (common/cm_qwen35.h), copied here with the forward's types. */
 int ex_vision_config_parse(struct json_object *obj, struct ex_vision_config *ret_cfg,
                            struct cm_diag *diag) {
+  struct cm_qwen35_dims d = {0};
+  int r = cm_qwen35_vision_read(obj, &d, diag);
+  if (r)
+    return r;
   struct ex_vision_config c = {0};
-  struct json_object *val;
-  int r;
-  if (!obj || !json_object_is_type(obj, json_type_object))
-    return cm_diag_set(diag, -CM_EFORMAT, "vision_config: expected a JSON object");
-  if (json_object_object_get_ex(obj, "model_type", &val)) {
-    const char *t = json_object_get_string(val);
-    if (!json_object_is_type(val, json_type_string) ||
-        (strcmp(t, "qwen3_5_vision") != 0 && strcmp(t, "qwen3_5") != 0))
-      return cm_diag_set(diag, -CM_EUNSUPPORTED, "vision_config.model_type %s: expected "
-                         "\"qwen3_5_vision\" or \"qwen3_5\"", json_object_to_json_string(val));
-  }
-  if ((r = json_int(obj, "depth", true, 0, 0, 256, &c.depth, diag)) ||
-      (r = json_int(obj, "hidden_size", true, 0, 1, 65536, &c.hidden_size, diag)) ||
-      (r = json_int(obj, "num_heads", true, 0, 1, 4096, &c.num_heads, diag)) ||
-      (r = json_int(obj, "intermediate_size", true, 0, 1, 262144, &c.intermediate_size, diag)) ||
-      (r = json_int(obj, "out_hidden_size", true, 0, 1, 65536, &c.out_hidden_size, diag)) ||
-      (r = json_int(obj, "in_channels", false, 3, 1, 16, &c.in_channels, diag)) ||
-      (r = json_int(obj, "patch_size", false, 16, 1, 64, &c.patch_size, diag)) ||
-      (r = json_int(obj, "temporal_patch_size", false, 2, 1, 16, &c.temporal_patch_size, diag)) ||
-      (r = json_int(obj, "spatial_merge_size", false, 2, 1, 8, &c.spatial_merge_size, diag)) ||
-      (r = json_int(obj, "num_position_embeddings", false, 2304, 1, 1 << 20,
-                    &c.num_position_embeddings, diag)))
-    return r;
-  if (c.hidden_size % c.num_heads != 0)
-    return cm_diag_set(diag, -CM_EFORMAT, "vision_config: hidden_size %d is not a multiple of "
-                       "num_heads %d", c.hidden_size, c.num_heads);
-  c.head_dim = c.hidden_size / c.num_heads;
-  if (c.head_dim % 4 != 0)
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "vision_config: head_dim %d (hidden_size / "
-                       "num_heads) is not a multiple of 4, which the 2-D rotary needs", c.head_dim);
-  c.pos_side = (int)lround(sqrt((double)c.num_position_embeddings));
-  if (c.pos_side * c.pos_side != c.num_position_embeddings)
-    return cm_diag_set(diag, -CM_EFORMAT, "vision_config.num_position_embeddings %d is not a "
-                       "square", c.num_position_embeddings);
-  c.patch_dim = c.in_channels * c.temporal_patch_size * c.patch_size * c.patch_size;
-  c.block_act = EX_GELU_TANH;
-  if (json_object_object_get_ex(obj, "hidden_act", &val)) {
-    const char *a = json_object_get_string(val);
-    if (json_object_is_type(val, json_type_string) && strcmp(a, "gelu_pytorch_tanh") == 0)
-      c.block_act = EX_GELU_TANH;
-    else if (json_object_is_type(val, json_type_string) && strcmp(a, "gelu") == 0)
-      c.block_act = EX_GELU_ERF;
-    else
-      return cm_diag_set(diag, -CM_EUNSUPPORTED, "vision_config.hidden_act %s: supported are "
-                         "\"gelu_pytorch_tanh\" and \"gelu\"", json_object_to_json_string(val));
-  }
-  if (json_object_object_get_ex(obj, "deepstack_visual_indexes", &val) &&
-      !json_object_is_type(val, json_type_null) &&
-      (!json_object_is_type(val, json_type_array) || json_object_array_length(val) != 0))
-    return cm_diag_set(diag, -CM_EUNSUPPORTED, "vision_config.deepstack_visual_indexes %s: "
-                       "Qwen3.5 has no deepstack; only [] is supported",
-                       json_object_to_json_string(val));
-  if ((r = parse_rope(obj, &c.rope_theta, diag)))
-    return r;
+  /* every value is within int: cm_qwen35_vision_read bounds each key */
+  c.depth = (int)d.v_depth;
+  c.hidden_size = (int)d.v_hidden;
+  c.num_heads = (int)d.v_num_heads;
+  c.head_dim = (int)d.v_head_dim;
+  c.intermediate_size = (int)d.v_intermediate;
+  c.out_hidden_size = (int)d.v_out_hidden;
+  c.in_channels = (int)d.v_in_channels;
+  c.patch_size = (int)d.v_patch;
+  c.temporal_patch_size = (int)d.v_temporal;
+  c.spatial_merge_size = (int)d.v_merge;
+  c.patch_dim = (int)d.v_patch_dim;
+  c.num_position_embeddings = (int)d.v_n_pos;
+  c.pos_side = (int)d.v_pos_side;
+  c.block_act = d.v_gelu_erf ? EX_GELU_ERF : EX_GELU_TANH;
+  c.rope_theta = (float)d.v_rope_theta;
   c.norm_eps = 1e-6f;
   *ret_cfg = c;
   return 0;

@@ -13,7 +13,7 @@
 
 #include "cm_error.h"
 #include "cm_safetensors.h"
-#include "cpu/vision_gelu.h"
+#include "ex_backend.h" /* enum ex_gelu_kind */
 
 struct json_object;
 
@@ -42,15 +42,10 @@ struct ex_vision_config {
   float norm_eps;              /* LayerNorm eps, 1e-6 (fixed in transformers, not in the config) */
 };
 
-/* Parses a `vision_config` JSON object. Required: depth, hidden_size, num_heads, intermediate_size,
- * out_hidden_size. Optional with the transformers defaults: in_channels 3, patch_size 16,
- * temporal_patch_size 2, spatial_merge_size 2, num_position_embeddings 2304, hidden_act
- * "gelu_pytorch_tanh" (or "gelu"), rope_parameters {rope_type "axial", rope_theta 10000}.
- * Accepted model_type: "qwen3_5_vision", "qwen3_5" (older checkpoints), or absent.
- * Returns: 0; -CM_EMISSING (a required key); -CM_EFORMAT (a key of the wrong JSON type or out of
- * range, head_dim not a multiple of 4, num_position_embeddings not a square); -CM_EUNSUPPORTED
- * (another hidden_act, rope_type or model_type, non-empty deepstack_visual_indexes). `diag` names
- * the key. *ret_cfg is written only on success. Source: configuration_qwen3_5.py (5.17). */
+/* Parses a `vision_config` JSON object with the one config reader, cm_qwen35_vision_read
+ * (common/cm_qwen35.h: the keys, defaults and refusals are listed there), into the tower's types;
+ * norm_eps is 1e-6 (fixed in transformers). Returns 0 or cm_qwen35_vision_read's error; `diag`
+ * names the key. *ret_cfg is written only on success. Source: configuration_qwen3_5.py (5.17). */
 int ex_vision_config_parse(struct json_object *obj, struct ex_vision_config *ret_cfg,
                            struct cm_diag *diag);
 

@@ -103,7 +103,8 @@ int fe_metrics_render(const struct fe_metrics *m, const struct proto_exec_report
   struct out o = {.s = malloc(4096), .cap = 4096};
   if (!o.s)
     return -ENOMEM;
-  put(&o, "# HELP s1_requests_total Requests on /v1/systemone by HTTP status.\n"
+  put(&o, "# HELP s1_requests_total Answers by HTTP status: every answer on /v1/systemone, the "
+          "HTTP layer's refusals, and 404/405 on any path.\n"
           "# TYPE s1_requests_total counter\n");
   for (int c = 1; c < 6; c++)
     for (int k = 0; k < 100; k++)

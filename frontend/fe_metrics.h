@@ -28,7 +28,8 @@ enum fe_cancel {
 };
 
 struct fe_metrics {
-  uint64_t by_status[6][100];          /* requests answered on /v1/systemone by status [1xx..5xx] */
+  uint64_t by_status[6][100];          /* answers by status [1xx..5xx]: every one on
+                                          /v1/systemone, the HTTP layer's refusals, 404/405 */
   struct fe_hist stage[FE_STAGE_COUNT]; /* latency histograms */
   uint64_t tokens;                     /* input tokens of answered requests */
   uint64_t decisions;                  /* questions answered */

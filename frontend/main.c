@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_nng.h"
 #include "cm_runtime.h"
 #include "cm_version.h"
 #include "fe_http1.h"
@@ -275,6 +276,20 @@ static void respond_plain_error(h2o_req_t *req, int status, const char *type, co
 static char *request_id(h2o_req_t *req);
 static void new_request_id(char *buf, size_t cap);
 
+/* A 404 (no route at the path) or 405 (the route takes other methods; `allow` names them, NULL
+ * for a 404), counted in /metrics whatever the path: a client sending to the wrong place shows
+ * there. */
+static void respond_route_error(h2o_req_t *req, int status, const char *allow, const char *rid) {
+  fe_metrics_count_status(&g.metrics, status);
+  if (allow)
+    add_hdr(req, "allow", allow, strlen(allow));
+  char msg[96] = "path: no such route (see GET /openapi.json)";
+  if (status != 404)
+    snprintf(msg, sizeof(msg), "method: %.*s is not allowed here; use %s",
+             (int)(req->method.len > 16 ? 16 : req->method.len), req->method.base, allow);
+  respond_plain_error(req, status, status == 404 ? "not_found" : "method_not_allowed", msg, rid);
+}
+
 /* ---- h2o's own answers and refused framing ------------------------------------------------ */
 
 /* h2o answers a few requests itself, as text/plain: an oversize body (413, refused while
@@ -288,7 +303,8 @@ struct h2o_error_shape {
 };
 static const struct h2o_error_shape h2o_errors[] = {
     {400, "{\"error\":{\"type\":\"bad_request\",\"message\":\"request: refused by the HTTP layer\"}}"},
-    {404, "{\"error\":{\"type\":\"not_found\",\"message\":\"no such route\"}}"},
+    {404, "{\"error\":{\"type\":\"not_found\",\"message\":\"path: no such route (see GET "
+          "/openapi.json)\"}}"},
     {413, "{\"error\":{\"type\":\"too_large\",\"message\":\"body: larger than the limit\"}}"},
     {417, "{\"error\":{\"type\":\"expectation_failed\",\"message\":\"Expect: only 100-continue "
           "is supported\"}}"},
@@ -1218,15 +1234,11 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   if (on_post_route) {
     if (is_post)
       handle_post(req, rid);
-    else {
-      add_hdr(req, "allow", "POST", 4);
-      respond_plain_error(req, 405, "method_not_allowed", "use POST", rid);
-    }
+    else
+      respond_route_error(req, 405, "POST", rid);
   } else if (on_get_route) {
-    if (!is_get && !is_head) {
-      add_hdr(req, "allow", "GET, HEAD", 9);
-      respond_plain_error(req, 405, "method_not_allowed", "use GET or HEAD", rid);
-    }
+    if (!is_get && !is_head)
+      respond_route_error(req, 405, "GET, HEAD", rid);
     else if (path.base[1] == 'h')
       handle_health(req, rid);
     else if (path.base[1] == 'v')
@@ -1236,12 +1248,10 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
   } else if (asset) {
     if (is_get || is_head)
       handle_static(req, rid, asset);
-    else {
-      add_hdr(req, "allow", "GET, HEAD", 9);
-      respond_plain_error(req, 405, "method_not_allowed", "use GET or HEAD", rid);
-    }
+    else
+      respond_route_error(req, 405, "GET, HEAD", rid);
   } else {
-    respond_plain_error(req, 404, "not_found", "no such route", rid);
+    respond_route_error(req, 404, NULL, rid);
   }
   return 0;
 }
@@ -1284,17 +1294,6 @@ static int listen_http(const char *hostport) {
   g.listener = h2o_evloop_socket_create(g.ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
   h2o_socket_read_start(g.listener, on_accept);
   return 0;
-}
-
-/* nng_listen, with an ipc socket made 0600 (its directory is private already: cm_ipc_check). */
-static int listen_private(nng_socket sock, const char *url) {
-  nng_listener l;
-  int rv = nng_listener_create(&l, sock, url);
-  if (!rv && strncmp(url, "ipc://", 6) == 0)
-    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
-  if (!rv)
-    rv = nng_listener_start(l, 0);
-  return rv;
 }
 
 static void usage(void) {
@@ -1426,7 +1425,7 @@ int main(int argc, char **argv) {
   if ((rv = nng_rep0_open(&g.pool)) ||
       (rv = nng_socket_set_size(g.pool, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) ||
       (rv = nng_pipe_notify(g.pool, NNG_PIPE_EV_REM_POST, on_pipe_event, NULL)) ||
-      (rv = listen_private(g.pool, pool_url))) {
+      (rv = cm_listen_private(g.pool, pool_url))) {
     fprintf(stderr, "s1-frontend: cannot listen on %s: %s\n", pool_url, nng_strerror(rv));
     return 1;
   }

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_alloc.h"
 #include "cm_runtime.h"
 #include "cm_version.h"
 #include "pp_family.h"
@@ -139,6 +140,13 @@ out:
   nng_aio_free(aio);
   nng_ctx_close(ctx);
   return rv;
+}
+
+/* proto_program_encode_into's allocator: a message of n bytes, the program encoded straight into
+ * its body (no second copy of the ~14 MB of an OmniJev image's pixels). */
+static void *alloc_msg(void *arg, size_t n) {
+  nng_msg **m = arg;
+  return nng_msg_alloc(m, n) ? NULL : nng_msg_body(*m);
 }
 
 /* ---- replies -------------------------------------------------------------------------------- */
@@ -473,8 +481,45 @@ static void *status_thread(void *arg) {
 
 /* ---- one job -------------------------------------------------------------------------------- */
 
+#define NAMES_MAX 16         /* model names (ids and aliases) an unknown-model error lists */
+#define NAMES_MAX_BYTES 1024 /* and at most these bytes of them, then "…" */
+
+/* The loaded models' names for an error: "\"A\" (aliases \"a1\", \"a2\"), \"B\"", at most
+ * NAMES_MAX names and NAMES_MAX_BYTES bytes, then "…". Writes buf (cap > NAMES_MAX_BYTES + 8). */
+static void loaded_names(char *buf, size_t cap) {
+  size_t n = 0, names = 0;
+  buf[0] = 0;
+  for (int i = 0; i < g.n_models; i++) {
+    const struct pp_model_desc *d = &g.models[i].desc;
+    for (size_t a = 0; a <= d->n_aliases; a++) {
+      const char *name = a == 0 ? d->id : d->aliases[a - 1];
+      const char *lead = a == 0 ? (i ? ", " : "") : a == 1 ? " (aliases " : ", ";
+      const char *tail = a > 0 && a == d->n_aliases ? ")" : "";
+      size_t piece = strlen(lead) + strlen(name) + 2 + strlen(tail);
+      if (names == NAMES_MAX || n + piece > NAMES_MAX_BYTES) {
+        snprintf(buf + n, cap - n, "%s…%s", n ? ", " : "", a > 0 ? ")" : "");
+        return;
+      }
+      n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\"%s", lead, name, tail);
+      names++;
+    }
+  }
+}
+
+/* Bytes of s within max_bytes, cut at a UTF-8 code point boundary. */
+static int utf8_prefix(const char *s, size_t max_bytes) {
+  size_t n = strnlen(s, max_bytes + 1);
+  if (n > max_bytes) {
+    n = max_bytes;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+      n--;
+  }
+  return (int)n;
+}
+
 static const struct model *route(json_object *root, const char *header_model,
                                  struct cm_diag *diag, int *ret_code) {
+  char names[NAMES_MAX_BYTES + 16];
   json_object *mv = NULL;
   const char *name = header_model;
   if (json_object_object_get_ex(root, "model", &mv) && mv) {
@@ -487,8 +532,9 @@ static const struct model *route(json_object *root, const char *header_model,
   if (!name) {
     if (g.n_models == 1)
       return &g.models[0];
-    *ret_code = cm_diag_set(diag, -CM_EREQUEST, "model: required, %d models are loaded",
-                            g.n_models);
+    loaded_names(names, sizeof(names));
+    *ret_code = cm_diag_set(diag, -CM_EREQUEST, "model: required, %d models are loaded: %s",
+                            g.n_models, names);
     return NULL;
   }
   for (int i = 0; i < g.n_models; i++) {
@@ -499,7 +545,9 @@ static const struct model *route(json_object *root, const char *header_model,
       if (strcmp(d->aliases[a], name) == 0)
         return &g.models[i];
   }
-  *ret_code = cm_diag_set(diag, -CM_EREQUEST, "model: unknown model \"%.200s\"", name);
+  loaded_names(names, sizeof(names));
+  *ret_code = cm_diag_set(diag, -CM_EREQUEST, "model: unknown model \"%.*s\"; loaded: %s",
+                          utf8_prefix(name, 200), name, names);
   return NULL;
 }
 
@@ -524,37 +572,36 @@ static int slot_op(struct job_slot *js, nng_ctx ctx, void (*op)(nng_ctx, nng_aio
   return nng_aio_result(js->aio);
 }
 
-/* One attempt: the program to executor ex and its result back, within timeout_ms in all.
- * Ownership: *ret_msg is the caller's (nng_msg_free). Returns 0 or an nng error (NNG_ECANCELED
- * when the job was cancelled or the executor's connection dropped; the slot's flags say which). */
-static int exec_roundtrip(struct job_slot *js, int ex, const struct proto_bytes *b,
-                          int64_t timeout_ms, nng_msg **ret_msg) {
+/* One attempt: the encoded program *msg to executor ex and its result back, within timeout_ms in
+ * all. Ownership: *msg is used up once a send was tried (nng's after a successful send, freed
+ * after a failed one, whose REQ header may hold this attempt's id): *msg = NULL then; *ret_msg is
+ * the caller's (nng_msg_free).
+ * Returns 0 or an nng error (NNG_ECANCELED when the job was cancelled or the executor's
+ * connection dropped; the slot's flags say which). */
+static int exec_roundtrip(struct job_slot *js, int ex, nng_msg **msg, int64_t timeout_ms,
+                          nng_msg **ret_msg) {
   struct executor *e = &g.ex[ex];
   nng_ctx ctx;
-  nng_msg *m = NULL;
   int64_t end = mono_us() + timeout_ms * 1000;
   int rv = nng_ctx_open(&ctx, e->sock);
   if (rv)
     return rv;
-  if ((rv = nng_msg_alloc(&m, 0)) || (rv = nng_msg_append(m, b->data, b->len))) {
-    nng_msg_free(m);
-    nng_ctx_close(ctx);
-    return rv;
-  }
   pthread_mutex_lock(&js->mu);
   js->ex = ex;
   js->lost = atomic_load(&e->pipes) <= 0; /* gone before this attempt could be flagged */
   pthread_mutex_unlock(&js->mu);
   atomic_fetch_add(&e->in_flight, 1);
   nng_aio_set_timeout(js->aio, (nng_duration)timeout_ms);
-  nng_aio_set_msg(js->aio, m);
+  nng_aio_set_msg(js->aio, *msg);
+  nng_msg *sent = *msg;
+  *msg = NULL;
   if ((rv = slot_op(js, ctx, nng_ctx_send)) == 0) {
     int64_t left_ms = (end - mono_us()) / 1000;
     nng_aio_set_timeout(js->aio, (nng_duration)(left_ms > 0 ? left_ms : 1));
     if ((rv = slot_op(js, ctx, nng_ctx_recv)) == 0)
       *ret_msg = nng_aio_get_msg(js->aio);
   } else {
-    nng_msg_free(m); /* a failed send leaves the message with us */
+    nng_msg_free(sent); /* a failed send leaves the message with us */
   }
   atomic_fetch_sub(&e->in_flight, 1);
   pthread_mutex_lock(&js->mu);
@@ -569,7 +616,8 @@ static void handle_job(struct job_slot *js, const struct proto_job *job, struct 
   json_object *root = NULL;
   struct proto_program prog = {0};
   struct proto_result res = {0};
-  struct proto_bytes pb = {0};
+  nng_msg *pm = NULL; /* the encoded program */
+  size_t n_pm = 0;
   void *ctx = NULL;
   nng_msg *m = NULL;
   const struct model *md = NULL;
@@ -620,7 +668,7 @@ static void handle_job(struct job_slot *js, const struct proto_job *job, struct 
            g.worker_id, (unsigned long long)job->job_id);
   pthread_mutex_unlock(&js->mu);
   if ((code = proto_program_set_ids(&prog, md->desc.id, js->program_id)) ||
-      (code = proto_program_encode(&prog, &pb))) {
+      (code = proto_program_encode_into(&prog, alloc_msg, &pm, &n_pm))) {
     code = cm_diag_set(&diag, code == -ENOMEM ? -ENOMEM : -CM_EINTERNAL,
                        "the compiled program is invalid or too large");
     goto out;
@@ -658,7 +706,13 @@ static void handle_job(struct job_slot *js, const struct proto_job *job, struct 
     if (attempts++)
       fprintf(stderr, "s1-preprocessor: request %s: failing over to executor %s\n",
               job->request_id, g.ex[ex].url);
-    int rv = exec_roundtrip(js, ex, &pb, left_ms, &m);
+    /* the program is encoded straight into the message; a failover encodes it again (the
+     * same bytes): the first attempt's message is used up */
+    if (!pm && proto_program_encode_into(&prog, alloc_msg, &pm, &n_pm)) {
+      code = cm_diag_set(&diag, -ENOMEM, "the program could not be encoded again for failover");
+      goto out;
+    }
+    int rv = exec_roundtrip(js, ex, &pm, left_ms, &m);
     if (rv == NNG_ECANCELED) {
       pthread_mutex_lock(&js->mu);
       bool was_lost = js->lost && !js->cancelled;
@@ -744,7 +798,7 @@ out:
   if (md && ctx)
     md->fam->ctx_free(ctx);
   nng_msg_free(m);
-  proto_bytes_free(&pb);
+  nng_msg_free(pm);
   proto_program_fini(&prog);
   proto_result_fini(&res);
   json_object_put(root);
@@ -793,8 +847,11 @@ static void *worker_thread(void *arg) {
     nng_aio_set_msg(aio, m);
     nng_ctx_send(ctx, aio);
     nng_aio_wait(aio);
-    if (nng_aio_result(aio)) {
+    int rv = nng_aio_result(aio);
+    if (rv) {
       nng_msg_free(m);
+      if (rv == NNG_ECLOSED)
+        break; /* the drain closed the socket: nothing more can be delivered */
       continue; /* frontend not there (yet): the reply, if any, goes with the next ask */
     }
     proto_reply_fini(&ask.reply);
@@ -888,6 +945,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
   if (cm_version_requested(argc, argv, "s1-preprocessor"))
     return 0;
+  cm_alloc_keep_large(); /* large request buffers reused, not re-mapped (cm_alloc.h) */
   static const struct option opts[] = {
       {"frontend", required_argument, 0, 'f'}, {"executor", required_argument, 0, 'e'},
       {"model", required_argument, 0, 'm'},    {"credits", required_argument, 0, 'k'},
@@ -1015,9 +1073,18 @@ int main(int argc, char **argv) {
   int64_t end = mono_us() + DRAIN_MAX_US;
   while (atomic_load(&g.workers_running) > 0 && mono_us() < end)
     usleep(10000);
-  if (atomic_load(&g.workers_running) > 0)
-    fprintf(stderr, "s1-preprocessor: drain: %d worker(s) still busy after %d s; closing\n",
-            atomic_load(&g.workers_running), DRAIN_MAX_US / 1000000);
+  if (atomic_load(&g.workers_running) > 0) {
+    fprintf(stderr, "s1-preprocessor: drain: %d worker(s) still busy after %d s; cancelling their "
+            "jobs and closing\n", atomic_load(&g.workers_running), DRAIN_MAX_US / 1000000);
+    /* a job still at an executor would hold its worker (and the exit) until its own deadline:
+     * cancel it as a client that left is (cancel_job), so the stop stays within systemd's 60 s */
+    for (int i = 0; i < g.credits; i++) {
+      pthread_mutex_lock(&g.slots[i].mu);
+      uint64_t id = g.slots[i].job_id;
+      pthread_mutex_unlock(&g.slots[i].mu);
+      cancel_job(id);
+    }
+  }
   nng_close(g.front);
   for (int i = 0; i < g.credits; i++)
     pthread_join(workers[i], NULL);

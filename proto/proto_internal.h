@@ -45,11 +45,18 @@ int rd_array(const msgpack_object *o, size_t max, const char *where,
 
 /* Writer: an sbuffer whose allocation failures are remembered (msgpack's packer ignores them). */
 struct wr {
-  msgpack_sbuffer sb; /* growing output */
-  msgpack_packer pk;  /* packer writing into sb through wr_write */
-  bool failed;        /* an allocation failed; wr_finish returns -ENOMEM */
+  msgpack_sbuffer sb; /* growing output (wr_init) */
+  msgpack_packer pk;  /* packer writing through wr_write */
+  bool failed;        /* an allocation failed (or the fixed buffer overflowed) */
+  uint8_t *fixed;     /* wr_init_fixed: the caller's buffer of `cap` bytes; NULL otherwise */
+  size_t cap, len;    /* fixed buffer size; bytes written (or counted, wr_init_count) */
+  bool count_only;    /* wr_init_count: nothing is stored, len counts the bytes */
 };
 void wr_init(struct wr *w);
+/* A writer that only counts (w->len), and one that fills buf[cap] (w->failed when it would
+ * overflow): together an exact-size encode in one allocation, no growing buffer. */
+void wr_init_count(struct wr *w);
+void wr_init_fixed(struct wr *w, void *buf, size_t cap);
 void wr_begin(struct wr *w, size_t n_fields, enum proto_kind kind); /* map header + v + k */
 void wr_key(struct wr *w, const char *key);
 void wr_str(struct wr *w, const char *s); /* nil for NULL */

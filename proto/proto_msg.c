@@ -286,15 +286,38 @@ int rd_array(const msgpack_object *o, size_t max, const char *where,
 
 static int wr_write(void *data, const char *buf, size_t len) {
   struct wr *w = data;
-  if (!w->failed && msgpack_sbuffer_write(&w->sb, buf, len) != 0)
+  if (w->failed)
+    return 0;
+  if (w->count_only) {
+    w->len += len;
+  } else if (w->fixed) {
+    if (len > w->cap - w->len) {
+      w->failed = true;
+      return 0;
+    }
+    memcpy(w->fixed + w->len, buf, len);
+    w->len += len;
+  } else if (msgpack_sbuffer_write(&w->sb, buf, len) != 0) {
     w->failed = true;
+  }
   return 0;
 }
 
 void wr_init(struct wr *w) {
+  memset(w, 0, sizeof(*w));
   msgpack_sbuffer_init(&w->sb);
-  w->failed = false;
   msgpack_packer_init(&w->pk, w, wr_write);
+}
+
+void wr_init_count(struct wr *w) {
+  wr_init(w);
+  w->count_only = true;
+}
+
+void wr_init_fixed(struct wr *w, void *buf, size_t cap) {
+  wr_init(w);
+  w->fixed = buf;
+  w->cap = cap;
 }
 
 void wr_key(struct wr *w, const char *key) {

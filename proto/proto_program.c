@@ -52,23 +52,37 @@ static int32_t *make_pos(const struct proto_program *p, const int32_t *pos, uint
   return q;
 }
 
-int proto_program_add_image(struct proto_program *p, const float *pixels, uint32_t n_patches,
-                            const int32_t grid_thw[3], uint32_t *ret_index) {
+/* add_image and take_image: `owned` set: *owned moves in (then NULL), else `pixels` is copied. */
+static int put_image(struct proto_program *p, const float *pixels, float **owned,
+                     uint32_t n_patches, const int32_t grid_thw[3], uint32_t *ret_index) {
   if (!pixels || n_patches == 0 || n_patches > PROTO_MAX_PATCHES ||
       p->n_images >= PROTO_MAX_IMAGES)
     return -EINVAL;
   if (grow((void **)&p->images, &p->cap_images, p->n_images, sizeof(*p->images)))
     return -ENOMEM;
   struct proto_image *im = &p->images[p->n_images];
-  im->pixels = dup_mem(pixels, (size_t)n_patches * PROTO_PATCH_DIM * sizeof(float));
-  if (!im->pixels)
+  if (owned) {
+    im->pixels = *owned;
+    *owned = NULL;
+  } else if (!(im->pixels = dup_mem(pixels, (size_t)n_patches * PROTO_PATCH_DIM * sizeof(float)))) {
     return -ENOMEM;
+  }
   im->n_patches = n_patches;
   memcpy(im->grid_thw, grid_thw, sizeof(im->grid_thw));
   if (ret_index)
     *ret_index = p->n_images;
   p->n_images++;
   return 0;
+}
+
+int proto_program_add_image(struct proto_program *p, const float *pixels, uint32_t n_patches,
+                            const int32_t grid_thw[3], uint32_t *ret_index) {
+  return put_image(p, pixels, NULL, n_patches, grid_thw, ret_index);
+}
+
+int proto_program_take_image(struct proto_program *p, float **pixels, uint32_t n_patches,
+                             const int32_t grid_thw[3], uint32_t *ret_index) {
+  return put_image(p, pixels ? *pixels : NULL, pixels, n_patches, grid_thw, ret_index);
 }
 
 int proto_program_add_prefix(struct proto_program *p, const int32_t *ids, const int32_t *pos,
@@ -232,61 +246,94 @@ int proto_program_check(const struct proto_program *p, struct cm_diag *diag) {
   return 0;
 }
 
-int proto_program_encode(const struct proto_program *p, struct proto_bytes *ret_bytes) {
+/* Packs the program through w (any writer; run once to count, once to fill). */
+static void pack_program(struct wr *w, const struct proto_program *p) {
+  wr_begin(w, 7, PROTO_KIND_PROGRAM);
+  wr_key(w, "model");
+  wr_str(w, p->model_id);
+  wr_key(w, "rid");
+  wr_str(w, p->request_id);
+  wr_key(w, "deadline_us");
+  msgpack_pack_int64(&w->pk, p->deadline_us);
+  wr_key(w, "images");
+  msgpack_pack_array(&w->pk, p->n_images);
+  for (uint32_t i = 0; i < p->n_images; i++) {
+    const struct proto_image *im = &p->images[i];
+    msgpack_pack_array(&w->pk, 5);
+    msgpack_pack_uint32(&w->pk, im->n_patches);
+    for (int a = 0; a < 3; a++)
+      msgpack_pack_int32(&w->pk, im->grid_thw[a]);
+    wr_bin(w, im->pixels, (size_t)im->n_patches * PROTO_PATCH_DIM * sizeof(float));
+  }
+  wr_key(w, "prefixes");
+  msgpack_pack_array(&w->pk, p->n_prefixes);
+  for (uint32_t i = 0; i < p->n_prefixes; i++) {
+    const struct proto_prefix *x = &p->prefixes[i];
+    msgpack_pack_array(&w->pk, 5);
+    msgpack_pack_uint32(&w->pk, x->n_tokens);
+    msgpack_pack_int32(&w->pk, x->parent);
+    wr_bin(w, x->ids, (size_t)x->n_tokens * 4);
+    wr_bin(w, x->pos, (size_t)x->n_tokens * 12);
+    wr_bin(w, x->images, (size_t)x->n_images * 4);
+  }
+  wr_key(w, "rows");
+  msgpack_pack_array(&w->pk, p->n_rows);
+  for (uint32_t i = 0; i < p->n_rows; i++) {
+    const struct proto_row *x = &p->rows[i];
+    msgpack_pack_array(&w->pk, 4);
+    msgpack_pack_uint32(&w->pk, x->n_tokens);
+    msgpack_pack_int32(&w->pk, x->prefix);
+    wr_bin(w, x->ids, (size_t)x->n_tokens * 4);
+    wr_bin(w, x->pos, (size_t)x->n_tokens * 12);
+  }
+  wr_key(w, "readouts");
+  msgpack_pack_array(&w->pk, p->n_readouts);
+  for (uint32_t i = 0; i < p->n_readouts; i++) {
+    const struct proto_readout *x = &p->readouts[i];
+    msgpack_pack_array(&w->pk, 5);
+    msgpack_pack_uint32(&w->pk, (uint32_t)x->kind);
+    msgpack_pack_uint32(&w->pk, x->row);
+    msgpack_pack_int32(&w->pk, x->position);
+    wr_bin(w, x->ids, (size_t)x->n_ids * 4);
+    wr_str(w, x->head);
+  }
+}
+
+int proto_program_encode_into(const struct proto_program *p, void *(*alloc)(void *arg, size_t n),
+                              void *arg, size_t *ret_len) {
   if (proto_program_check(p, NULL))
     return -EINVAL;
   struct wr w;
-  wr_init(&w);
-  wr_begin(&w, 7, PROTO_KIND_PROGRAM);
-  wr_key(&w, "model");
-  wr_str(&w, p->model_id);
-  wr_key(&w, "rid");
-  wr_str(&w, p->request_id);
-  wr_key(&w, "deadline_us");
-  msgpack_pack_int64(&w.pk, p->deadline_us);
-  wr_key(&w, "images");
-  msgpack_pack_array(&w.pk, p->n_images);
-  for (uint32_t i = 0; i < p->n_images; i++) {
-    const struct proto_image *im = &p->images[i];
-    msgpack_pack_array(&w.pk, 5);
-    msgpack_pack_uint32(&w.pk, im->n_patches);
-    for (int a = 0; a < 3; a++)
-      msgpack_pack_int32(&w.pk, im->grid_thw[a]);
-    wr_bin(&w, im->pixels, (size_t)im->n_patches * PROTO_PATCH_DIM * sizeof(float));
+  wr_init_count(&w);
+  pack_program(&w, p);
+  size_t n = w.len;
+  void *buf = alloc(arg, n);
+  if (!buf)
+    return -ENOMEM;
+  wr_init_fixed(&w, buf, n);
+  pack_program(&w, p);
+  if (w.failed || w.len != n)
+    return -EINVAL; /* cannot happen: both passes pack the same program */
+  *ret_len = n;
+  return 0;
+}
+
+static void *alloc_heap(void *arg, size_t n) {
+  void **ret = arg;
+  return *ret = malloc(n ? n : 1);
+}
+
+int proto_program_encode(const struct proto_program *p, struct proto_bytes *ret_bytes) {
+  void *buf = NULL;
+  size_t n = 0;
+  int r = proto_program_encode_into(p, alloc_heap, &buf, &n);
+  if (r) {
+    free(buf);
+    return r;
   }
-  wr_key(&w, "prefixes");
-  msgpack_pack_array(&w.pk, p->n_prefixes);
-  for (uint32_t i = 0; i < p->n_prefixes; i++) {
-    const struct proto_prefix *x = &p->prefixes[i];
-    msgpack_pack_array(&w.pk, 5);
-    msgpack_pack_uint32(&w.pk, x->n_tokens);
-    msgpack_pack_int32(&w.pk, x->parent);
-    wr_bin(&w, x->ids, (size_t)x->n_tokens * 4);
-    wr_bin(&w, x->pos, (size_t)x->n_tokens * 12);
-    wr_bin(&w, x->images, (size_t)x->n_images * 4);
-  }
-  wr_key(&w, "rows");
-  msgpack_pack_array(&w.pk, p->n_rows);
-  for (uint32_t i = 0; i < p->n_rows; i++) {
-    const struct proto_row *x = &p->rows[i];
-    msgpack_pack_array(&w.pk, 4);
-    msgpack_pack_uint32(&w.pk, x->n_tokens);
-    msgpack_pack_int32(&w.pk, x->prefix);
-    wr_bin(&w, x->ids, (size_t)x->n_tokens * 4);
-    wr_bin(&w, x->pos, (size_t)x->n_tokens * 12);
-  }
-  wr_key(&w, "readouts");
-  msgpack_pack_array(&w.pk, p->n_readouts);
-  for (uint32_t i = 0; i < p->n_readouts; i++) {
-    const struct proto_readout *x = &p->readouts[i];
-    msgpack_pack_array(&w.pk, 5);
-    msgpack_pack_uint32(&w.pk, (uint32_t)x->kind);
-    msgpack_pack_uint32(&w.pk, x->row);
-    msgpack_pack_int32(&w.pk, x->position);
-    wr_bin(&w, x->ids, (size_t)x->n_ids * 4);
-    wr_str(&w, x->head);
-  }
-  return wr_finish(&w, ret_bytes);
+  ret_bytes->data = buf;
+  ret_bytes->len = n;
+  return 0;
 }
 
 /* Reads the fixed-size array element `o` as [count] entries. */

@@ -106,6 +106,10 @@ struct proto_result {
  * Returns 0; -EINVAL (index out of range, n == 0, a limit above), -ENOMEM. */
 int proto_program_add_image(struct proto_program *p, const float *pixels, uint32_t n_patches,
                             const int32_t grid_thw[3], uint32_t *ret_index);
+/* proto_program_add_image without the copy: the program takes the malloc'd pixel buffer
+ * *pixels ([n_patches, 1536]) and sets *pixels = NULL; on failure it stays the caller's. */
+int proto_program_take_image(struct proto_program *p, float **pixels, uint32_t n_patches,
+                             const int32_t grid_thw[3], uint32_t *ret_index);
 int proto_program_add_prefix(struct proto_program *p, const int32_t *ids, const int32_t *pos,
                              uint32_t n, int32_t parent, const uint32_t *images,
                              uint32_t n_images, uint32_t *ret_index);
@@ -127,6 +131,14 @@ int proto_program_check(const struct proto_program *p, struct cm_diag *diag);
  * decode (heap copies, aligned; written only on success; runs proto_program_check).
  * Returns 0; -EINVAL / -CM_EFORMAT (named field), -CM_EVERSION, -ENOMEM. */
 int proto_program_encode(const struct proto_program *p, struct proto_bytes *ret_bytes);
+/* proto_program_encode into memory the caller provides, in one exact-size allocation: the bytes
+ * are counted first (the large bins are not copied to count them), then alloc(arg, n) must
+ * return n writable bytes (e.g. a transport message's body, so the program is not copied again;
+ * NULL: -ENOMEM), which are filled with the same bytes proto_program_encode gives.
+ * Ownership: the buffer stays the caller's, also on failure. Returns 0 (*ret_len = n); -EINVAL
+ * (the program fails proto_program_check); -ENOMEM. */
+int proto_program_encode_into(const struct proto_program *p, void *(*alloc)(void *arg, size_t n),
+                              void *arg, size_t *ret_len);
 int proto_program_decode(const void *data, size_t n_bytes, struct proto_program *ret,
                          struct cm_diag *diag);
 void proto_program_fini(struct proto_program *p);

@@ -7,14 +7,7 @@
 
 #include <stddef.h>
 
-/* Shapes shared by the GDN ops: Hk q/k heads of dk, Hv value heads of dv, Hv a multiple of Hk;
- * value head h reads q/k head h / (Hv/Hk). */
-struct ex_gdn_dims {
-  size_t n_k_heads; /* Hk: linear_num_key_heads */
-  size_t n_v_heads; /* Hv: linear_num_value_heads */
-  size_t dk;        /* linear_key_head_dim */
-  size_t dv;        /* linear_value_head_dim */
-};
+#include "ex_backend.h" /* struct ex_gdn_dims */
 
 /* In place on the conv output's q and k parts, and from the raw b and a projections:
  * q ← q · rsqrt(Σq² + 1e-6) / √dk, k ← k · rsqrt(Σk² + 1e-6) (per head vector);

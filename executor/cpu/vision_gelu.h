@@ -6,11 +6,7 @@
 
 #include <stddef.h>
 
-enum ex_gelu_kind {
-  EX_GELU_ERF,  /* 0.5·x·(1 + erf(x/√2)) */
-  EX_GELU_TANH, /* 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
-  EX_GELU_COUNT,
-};
+#include "ex_backend.h" /* enum ex_gelu_kind */
 
 /* y = gelu(x) elementwise.
  * Shapes: x, y [n] (y may alias x). Units: none. Ownership: caller's host buffers.

@@ -39,7 +39,7 @@ struct exc_vision_block {
 /* Whether the engine's ref-bf16 numerics turn on round_bf16 in the tower (s1-forward --device
  * cuda and s1-executor): off. The rounded kernels match the CPU twin's bf16 forms bit for bit
  * (tests/cuda/test_vision_ops), and on the CPU they bring the tiny image prompt nearer transformers
- * bf16 on the CPU (1.66e-2 → 1.38e-2), but on the H200 (2026-11-30, tests/gpu-runs/) they moved it
+ * bf16 on the CPU (1.66e-2 → 1.38e-2), but on the H200 (2026-11-30, notes/gpu-runs/) they moved it
  * away from transformers bf16 on CUDA: 1.75e-2 without, 4.30e-2 with. Which CUDA step of the
  * reference differs (its sdpa path for these head sizes, its GELU) is not found yet. */
 #define EXC_VISION_ROUND_BF16 false

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cm_nng.h"
+#include "cm_alloc.h"
 #include "cm_runtime.h"
 #include "cm_version.h"
 #include "ex_head.h"
@@ -261,17 +263,6 @@ static bool size_arg(const char *s, size_t *ret) {
   return true;
 }
 
-/* nng_listen, with an ipc socket made 0600 (its directory is private already: cm_ipc_check). */
-static int listen_private(nng_socket sock, const char *url) {
-  nng_listener l;
-  int rv = nng_listener_create(&l, sock, url);
-  if (!rv && strncmp(url, "ipc://", 6) == 0)
-    rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
-  if (!rv)
-    rv = nng_listener_start(l, 0);
-  return rv;
-}
-
 /* A byte count with an optional binary suffix (K, M, G), 0 allowed (off). */
 static bool bytes_arg(const char *s, size_t *ret) {
   char *end = NULL;
@@ -427,6 +418,7 @@ static void intake(struct ex_sched *sched, bool wait) {
 int main(int argc, char **argv) {
   if (cm_version_requested(argc, argv, "s1-executor"))
     return 0;
+  cm_alloc_keep_large(); /* large request buffers reused, not re-mapped (cm_alloc.h) */
   static const struct option opts[] = {
       {"model", required_argument, 0, 'm'},  {"device", required_argument, 0, 'd'},
       {"listen", required_argument, 0, 'l'}, {"record", required_argument, 0, 'r'},
@@ -545,7 +537,7 @@ int main(int argc, char **argv) {
   int rv;
   if ((rv = nng_rep0_open(&g.sock)) != 0 ||
       (rv = nng_socket_set_size(g.sock, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES)) != 0 ||
-      (rv = listen_private(g.sock, url)) != 0) {
+      (rv = cm_listen_private(g.sock, url)) != 0) {
     fprintf(stderr, "s1-executor: cannot listen on %s: %s\n", url, nng_strerror(rv));
     return 1;
   }

@@ -177,21 +177,27 @@ static bool has_reserved(const char *s, size_t n) {
   return false;
 }
 
-/* A user string: type, length and reserved-marker checks. `what` names the field. */
-static int user_text(json_object *v, const char *what, const char **ret_s, size_t *ret_n,
-                     struct cm_diag *diag) {
+/* A user string: type, length and reserved-marker checks. `what` names the field, `noun` (""
+ * or "a key ") what of it the message is about. */
+static int user_text_of(json_object *v, const char *what, const char *noun, const char **ret_s,
+                        size_t *ret_n, struct cm_diag *diag) {
   if (!json_object_is_type(v, json_type_string))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s must be a string", what);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s: %smust be a string", what, noun);
   const char *s = json_object_get_string(v);
   size_t n = (size_t)json_object_get_string_len(v);
   if (n_code_points(s, n) > PP_OMNIJEV_MAX_TEXT_CHARS)
-    return cm_diag_set(diag, -CM_ELIMIT, "%s is longer than %d characters", what,
+    return cm_diag_set(diag, -CM_ELIMIT, "%s: %slonger than %d characters", what, noun,
                        PP_OMNIJEV_MAX_TEXT_CHARS);
   if (has_reserved(s, n))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s contains reserved marker text", what);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s: %scontains reserved marker text", what, noun);
   *ret_s = s;
   *ret_n = n;
   return 0;
+}
+
+static int user_text(json_object *v, const char *what, const char **ret_s, size_t *ret_n,
+                     struct cm_diag *diag) {
+  return user_text_of(v, what, "", ret_s, ret_n, diag);
 }
 
 static char *dup_n(const char *s, size_t n) {
@@ -208,7 +214,8 @@ static char *option_text(const char *s, size_t n) {
   return dup_n(s, prefix_bytes(s, n, PP_OMNIJEV_OPTION_CHARS));
 }
 
-/* Checks that obj has only the allowed members. */
+/* Checks that obj (the field `what`, "body" at the top) has only the allowed members; the
+ * message names the first other one (its first 48 code points) and the allowed ones. */
 static int allow_only(json_object *obj, const char *const *allowed, size_t n_allowed,
                       const char *what, struct cm_diag *diag) {
   json_object_object_foreach(obj, key, val) {
@@ -216,8 +223,16 @@ static int allow_only(json_object *obj, const char *const *allowed, size_t n_all
     bool ok = false;
     for (size_t i = 0; i < n_allowed && !ok; i++)
       ok = strcmp(key, allowed[i]) == 0;
-    if (!ok)
-      return cm_diag_set(diag, -CM_EREQUEST, "%s: unknown field \"%s\"", what, key);
+    if (!ok) {
+      char list[128] = "";
+      size_t n = 0;
+      for (size_t i = 0; i < n_allowed && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i ? ", " : "", allowed[i]);
+      bool top = strcmp(what, "body") == 0;
+      return cm_diag_set(diag, -CM_EREQUEST, "%s%s%.*s: unknown field; %s takes %s",
+                         top ? "" : what, top ? "" : ".",
+                         (int)prefix_bytes(key, strlen(key), 48), key, what, list);
+    }
   }
   return 0;
 }
@@ -227,7 +242,7 @@ static int region_text(json_object *region, const char *what, char **ret, struct
   static const char *const allowed[] = {"box"};
   json_object *box = NULL;
   if (!json_object_is_type(region, json_type_object))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s.region must be an object {\"box\": [x1, y1, x2, y2]}",
+    return cm_diag_set(diag, -CM_EREQUEST, "%s.region: must be an object {\"box\": [x1, y1, x2, y2]}",
                        what);
   size_t n_sub = strlen(what) + sizeof ".region";
   char *sub = malloc(n_sub);
@@ -240,7 +255,7 @@ static int region_text(json_object *region, const char *what, char **ret, struct
     return rc;
   if (!json_object_object_get_ex(region, "box", &box) || !json_object_is_type(box, json_type_array) ||
       json_object_array_length(box) != 4)
-    return cm_diag_set(diag, -CM_EREQUEST, "%s.region.box must be an array of 4 numbers", what);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s.region.box: must be an array of 4 numbers", what);
   /* Python round(float(x)) of each number (tests/oracle/omnijev_compile.py render_region): the
    * nearest double, rounded half to even, written as its exact integer (%.0f of an integral
    * double is exact in glibc; 309 digits at most). Integers at the 64-bit bounds are values
@@ -250,7 +265,7 @@ static int region_text(json_object *region, const char *what, char **ret, struct
   for (size_t i = 0; i < 4; i++) {
     json_object *c = json_object_array_get_idx(box, i);
     if (!json_object_is_type(c, json_type_double) && !json_object_is_type(c, json_type_int))
-      return cm_diag_set(diag, -CM_EREQUEST, "%s.region.box[%zu] must be a number", what, i);
+      return cm_diag_set(diag, -CM_EREQUEST, "%s.region.box[%zu]: must be a number", what, i);
     double x = json_object_get_double(c);
     if (!isfinite(x)) /* 1e999 parses as infinity; Python's round() raises OverflowError */
       return cm_diag_set(diag, -CM_EREQUEST, "%s.region.box[%zu]: cannot convert float infinity "
@@ -282,16 +297,16 @@ static int from_criteria(struct pp_omnijev_question *q, json_object *crit, bool 
                          const char *what, struct cm_diag *diag) {
   char name[PP_OMNIJEV_MAX_ID_CHARS * 4 + 64];
   if (!json_object_is_type(crit, json_type_object))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s.criteria must be an object", what);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s.criteria: must be an object", what);
   if ((size_t)json_object_object_length(crit) > PP_OMNIJEV_MAX_OPTIONS)
-    return cm_diag_set(diag, -CM_ELIMIT, "%s.criteria has more than %d entries", what,
+    return cm_diag_set(diag, -CM_ELIMIT, "%s.criteria: has more than %d entries", what,
                        PP_OMNIJEV_MAX_OPTIONS);
   json_object_object_foreach(crit, key, rubric) {
     const char *k, *r = NULL;
     size_t nk, nr = 0;
     json_object *kv = json_object_new_string(key);
-    snprintf(name, sizeof name, "%s.criteria key", what);
-    int rc = kv ? user_text(kv, name, &k, &nk, diag) : -ENOMEM;
+    snprintf(name, sizeof name, "%s.criteria", what);
+    int rc = kv ? user_text_of(kv, name, "a key ", &k, &nk, diag) : -ENOMEM;
     if (rc) {
       json_object_put(kv);
       return rc;
@@ -301,7 +316,7 @@ static int from_criteria(struct pp_omnijev_question *q, json_object *crit, bool 
       json_object_put(kv);
       if (json_object_is_type(rubric, json_type_string))
         return rc;
-      return cm_diag_set(diag, -CM_EREQUEST, "%s must be a string or null", name);
+      return cm_diag_set(diag, -CM_EREQUEST, "%s: must be a string or null", name);
     }
     char *text;
     if (!with_rubric || !r || !nr) {
@@ -331,23 +346,23 @@ static int choice_options(struct pp_omnijev_question *q, json_object *opts, cons
   static const char *const allowed[] = {"key", "text", "region", "abstain"};
   char name[PP_OMNIJEV_MAX_ID_CHARS * 4 + 64];
   if (!json_object_is_type(opts, json_type_array))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s.options must be an array", what);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s.options: must be an array", what);
   size_t n = json_object_array_length(opts);
   if (n > PP_OMNIJEV_MAX_ROWS)
-    return cm_diag_set(diag, -CM_ELIMIT, "%s.options has more than %d entries", what,
+    return cm_diag_set(diag, -CM_ELIMIT, "%s.options: has more than %d entries", what,
                        PP_OMNIJEV_MAX_ROWS);
   for (size_t i = 0; i < n; i++) {
     json_object *e = json_object_array_get_idx(opts, i), *v = NULL;
     snprintf(name, sizeof name, "%s.options[%zu]", what, i);
     if (!json_object_is_type(e, json_type_object))
-      return cm_diag_set(diag, -CM_EREQUEST, "%s must be an object", name);
+      return cm_diag_set(diag, -CM_EREQUEST, "%s: must be an object", name);
     int rc = allow_only(e, allowed, 4, name, diag);
     if (rc)
       return rc;
     bool abstain = false;
     if (json_object_object_get_ex(e, "abstain", &v)) {
       if (!json_object_is_type(v, json_type_boolean))
-        return cm_diag_set(diag, -CM_EREQUEST, "%s.abstain must be a boolean", name);
+        return cm_diag_set(diag, -CM_EREQUEST, "%s.abstain: must be a boolean", name);
       abstain = json_object_get_boolean(v);
     }
     const char *key = NULL, *text = NULL;
@@ -372,7 +387,7 @@ static int choice_options(struct pp_omnijev_question *q, json_object *opts, cons
     }
     if (q->n_options == PP_OMNIJEV_MAX_OPTIONS) {
       free(rendered);
-      return cm_diag_set(diag, -CM_ELIMIT, "%s has more than %d options", what,
+      return cm_diag_set(diag, -CM_ELIMIT, "%s: has more than %d options", what,
                          PP_OMNIJEV_MAX_OPTIONS);
     }
     if (!rendered)
@@ -394,10 +409,10 @@ static int score_levels(struct pp_omnijev_question *q, json_object *levels, cons
                         struct cm_diag *diag) {
   char name[PP_OMNIJEV_MAX_ID_CHARS * 4 + 64];
   if (!json_object_is_type(levels, json_type_array))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s.levels must be an array of strings", what);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s.levels: must be an array of strings", what);
   size_t n = json_object_array_length(levels);
   if (n > PP_OMNIJEV_MAX_OPTIONS)
-    return cm_diag_set(diag, -CM_ELIMIT, "%s.levels has more than %d entries", what,
+    return cm_diag_set(diag, -CM_ELIMIT, "%s.levels: has more than %d entries", what,
                        PP_OMNIJEV_MAX_OPTIONS);
   for (size_t i = 0; i < n; i++) {
     const char *s;
@@ -423,10 +438,10 @@ static int parse_question(const char *id, json_object *qo, const char *head,
   snprintf(what, sizeof what, "questions.%s", id);
   q->id = id;
   if (!json_object_is_type(qo, json_type_object))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s must be an object", what);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s: must be an object", what);
   json_object *t = NULL, *ins = NULL, *v = NULL, *w = NULL;
   if (!json_object_object_get_ex(qo, "type", &t) || !json_object_is_type(t, json_type_string))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s.type must be \"noul\", \"choice\" or \"score\"",
+    return cm_diag_set(diag, -CM_EREQUEST, "%s.type: must be \"noul\", \"choice\" or \"score\"",
                        what);
   const char *ts = json_object_get_string(t);
   int rc;
@@ -440,7 +455,7 @@ static int parse_question(const char *id, json_object *qo, const char *head,
     q->type = PP_OMNIJEV_SCORE;
     rc = allow_only(qo, allow_score, 4, what, diag);
   } else {
-    return cm_diag_set(diag, -CM_EREQUEST, "%s.type must be \"noul\", \"choice\" or \"score\"",
+    return cm_diag_set(diag, -CM_EREQUEST, "%s.type: must be \"noul\", \"choice\" or \"score\"",
                        what);
   }
   if (rc)
@@ -450,7 +465,7 @@ static int parse_question(const char *id, json_object *qo, const char *head,
   const char *is;
   size_t ni;
   if (!json_object_object_get_ex(qo, "instructions", &ins))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s is required", name);
+    return cm_diag_set(diag, -CM_EREQUEST, "%s: required", name);
   if ((rc = user_text(ins, name, &is, &ni, diag)))
     return rc;
   q->keys = calloc(PP_OMNIJEV_MAX_OPTIONS, sizeof *q->keys);
@@ -471,7 +486,7 @@ static int parse_question(const char *id, json_object *qo, const char *head,
     bool has_list = json_object_object_get_ex(qo, list, &v);
     bool has_crit = json_object_object_get_ex(qo, "criteria", &w);
     if (has_list == has_crit)
-      return cm_diag_set(diag, -CM_EREQUEST, "%s needs exactly one of \"%s\" and \"criteria\"",
+      return cm_diag_set(diag, -CM_EREQUEST, "%s: needs exactly one of \"%s\" and \"criteria\"",
                          what, list);
     if (has_crit)
       rc = from_criteria(q, w, q->type == PP_OMNIJEV_CHOICE, what, diag);
@@ -480,7 +495,7 @@ static int parse_question(const char *id, json_object *qo, const char *head,
     else
       rc = score_levels(q, v, what, diag);
     if (!rc && q->type == PP_OMNIJEV_SCORE && q->n_options == 0)
-      rc = cm_diag_set(diag, -CM_EREQUEST, "%s has no levels", what);
+      rc = cm_diag_set(diag, -CM_EREQUEST, "%s: has no levels", what);
     break;
   }
   }
@@ -522,47 +537,47 @@ static int check_top(json_object *body, json_object **ret_images, json_object **
   static const char *const allow_state[] = {"images", "video"};
   json_object *state = NULL, *images = NULL, *qs = NULL;
   if (!json_object_is_type(body, json_type_object))
-    return cm_diag_set(diag, -CM_EREQUEST, "request must be a JSON object");
-  int rc = allow_only(body, allow_top, 3, "request", diag);
+    return cm_diag_set(diag, -CM_EREQUEST, "body: must be a JSON object");
+  int rc = allow_only(body, allow_top, 3, "body", diag);
   if (rc)
     return rc;
   if (!json_object_object_get_ex(body, "state", &state) || !json_object_is_type(state, json_type_object))
-    return cm_diag_set(diag, -CM_EREQUEST, "state must be an object with \"images\"");
+    return cm_diag_set(diag, -CM_EREQUEST, "state: must be an object with \"images\"");
   if ((rc = allow_only(state, allow_state, 2, "state", diag)))
     return rc;
   *ret_video = NULL;
   json_object_object_get_ex(state, "video", ret_video);
   if (!json_object_object_get_ex(state, "images", &images) ||
       !json_object_is_type(images, json_type_array) || json_object_array_length(images) < 1)
-    return cm_diag_set(diag, -CM_EREQUEST, "state.images must hold at least one image");
+    return cm_diag_set(diag, -CM_EREQUEST, "state.images: must hold at least one image");
   size_t n_images = json_object_array_length(images);
   if (*ret_video && n_images != 1)
-    return cm_diag_set(diag, -CM_EREQUEST, "state.images must hold exactly one image (the mosaic) "
+    return cm_diag_set(diag, -CM_EREQUEST, "state.images: must hold exactly one image (the mosaic) "
                        "with state.video");
   if (n_images > PP_OMNIJEV_MAX_STILLS)
-    return cm_diag_set(diag, -CM_ELIMIT, "state.images holds %zu images, at most %d (one panel)",
+    return cm_diag_set(diag, -CM_ELIMIT, "state.images: holds %zu images, at most %d (one panel)",
                        n_images, PP_OMNIJEV_MAX_STILLS);
   for (size_t i = 0; i < n_images; i++) {
     json_object *url = json_object_array_get_idx(images, i);
     if (!json_object_is_type(url, json_type_string))
-      return cm_diag_set(diag, -CM_EREQUEST, "state.images[%zu] must be a data URL string", i);
+      return cm_diag_set(diag, -CM_EREQUEST, "state.images[%zu]: must be a data URL string", i);
     const char *u = json_object_get_string(url);
     if (strncmp(u, "data:image/png;base64,", 22) != 0 &&
         strncmp(u, "data:image/jpeg;base64,", 23) != 0)
-      return cm_diag_set(diag, -CM_EREQUEST, "state.images[%zu] must be a data:image/png;base64 or "
+      return cm_diag_set(diag, -CM_EREQUEST, "state.images[%zu]: must be a data:image/png;base64 or "
                          "data:image/jpeg;base64 URL", i);
   }
   if (!json_object_object_get_ex(body, "questions", &qs) || !json_object_is_type(qs, json_type_object))
-    return cm_diag_set(diag, -CM_EREQUEST, "questions must be an object");
+    return cm_diag_set(diag, -CM_EREQUEST, "questions: must be an object");
   size_t nq = (size_t)json_object_object_length(qs);
   if (nq == 0)
-    return cm_diag_set(diag, -CM_EREQUEST, "questions must not be empty");
+    return cm_diag_set(diag, -CM_EREQUEST, "questions: must not be empty");
   if (nq > PP_OMNIJEV_MAX_QUESTIONS)
-    return cm_diag_set(diag, -CM_ELIMIT, "more than %d questions", PP_OMNIJEV_MAX_QUESTIONS);
+    return cm_diag_set(diag, -CM_ELIMIT, "questions: more than %d questions", PP_OMNIJEV_MAX_QUESTIONS);
   json_object_object_foreach(qs, id, val) {
     (void)val;
     if (n_code_points(id, strlen(id)) > PP_OMNIJEV_MAX_ID_CHARS)
-      return cm_diag_set(diag, -CM_ELIMIT, "question id longer than %d characters",
+      return cm_diag_set(diag, -CM_ELIMIT, "questions: a question id is longer than %d characters",
                          PP_OMNIJEV_MAX_ID_CHARS);
   }
   *ret_images = images;
@@ -602,27 +617,27 @@ static int video_head(json_object *video, struct video_form *ret_form, char **re
   json_object *v = NULL, *ts = NULL;
   int64_t n = 0, cols = 0, tile = 0;
   if (!json_object_is_type(video, json_type_object))
-    return cm_diag_set(diag, -CM_EREQUEST, "state.video must be an object {n_frames, cols, tile, "
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video: must be an object {n_frames, cols, tile, "
                        "timestamps, duration}");
   int rc = allow_only(video, allowed, 5, "state.video", diag);
   if (rc)
     return rc;
   if (!json_object_object_get_ex(video, "n_frames", &v) || !int_in(v, 1, PP_OMNIJEV_MAX_FRAMES, &n))
-    return cm_diag_set(diag, -CM_EREQUEST, "state.video.n_frames must be an integer from 1 to %d",
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.n_frames: must be an integer from 1 to %d",
                        PP_OMNIJEV_MAX_FRAMES);
   if (!json_object_object_get_ex(video, "cols", &v) || !int_in(v, 1, n, &cols))
-    return cm_diag_set(diag, -CM_EREQUEST, "state.video.cols must be an integer from 1 to n_frames");
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.cols: must be an integer from 1 to n_frames");
   if (!json_object_object_get_ex(video, "tile", &v) || !int_in(v, 32, PP_OMNIJEV_MAX_TILE, &tile))
-    return cm_diag_set(diag, -CM_EREQUEST, "state.video.tile must be an integer from 32 to %d",
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.tile: must be an integer from 32 to %d",
                        PP_OMNIJEV_MAX_TILE);
   if (!json_object_object_get_ex(video, "timestamps", &ts) ||
       !json_object_is_type(ts, json_type_array) || json_object_array_length(ts) != (size_t)n)
-    return cm_diag_set(diag, -CM_EREQUEST, "state.video.timestamps must be an array of n_frames "
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.timestamps: must be an array of n_frames "
                        "integers");
   if (!json_object_object_get_ex(video, "duration", &v) ||
       !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)) ||
       !(json_object_get_double(v) >= 1.0 && json_object_get_double(v) <= 1e9))
-    return cm_diag_set(diag, -CM_EREQUEST, "state.video.duration must be a number of seconds from "
+    return cm_diag_set(diag, -CM_EREQUEST, "state.video.duration: must be a number of seconds from "
                        "1 to 1e9");
   double duration = json_object_get_double(v);
   struct pp_buf b = {0};
@@ -637,7 +652,7 @@ static int video_head(json_object *video, struct video_form *ret_form, char **re
   for (int64_t k = 0; !rc && k < n; k++) {
     int64_t t = 0;
     if (!int_in(json_object_array_get_idx(ts, (size_t)k), 0, 1000000000, &t)) {
-      rc = cm_diag_set(diag, -CM_EREQUEST, "state.video.timestamps[%d] must be an integer from 0 "
+      rc = cm_diag_set(diag, -CM_EREQUEST, "state.video.timestamps[%d]: must be an integer from 0 "
                        "to 1e9", (int)k);
       break;
     }
@@ -662,7 +677,7 @@ static int video_frames(const struct pp_omnijev_model *m, const struct pp_rgb *m
                         struct cm_diag *diag) {
   uint32_t rows = (f->n_frames + f->cols - 1) / f->cols;
   if ((uint64_t)f->cols * f->tile > mosaic->width || (uint64_t)rows * f->tile > mosaic->height)
-    return cm_diag_set(diag, -CM_EREQUEST, "state.images[0]: a %ux%u mosaic cannot hold %u frames "
+    return cm_diag_set(diag, -CM_EREQUEST, "a %ux%u mosaic cannot hold %u frames "
                        "of %u px in %u columns", mosaic->width, mosaic->height, f->n_frames,
                        f->tile, f->cols);
   struct pp_rgb frame = {f->tile, f->tile, malloc((size_t)f->tile * f->tile * 3)};
@@ -818,7 +833,7 @@ int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
       goto out;
     n_rows += q->n_options ? q->n_options : 1;
     if (n_rows > PP_OMNIJEV_MAX_ROWS) {
-      rc = cm_diag_set(diag, -CM_ELIMIT, "more than %d options in all", PP_OMNIJEV_MAX_ROWS);
+      rc = cm_diag_set(diag, -CM_ELIMIT, "questions: more than %d options in all", PP_OMNIJEV_MAX_ROWS);
       goto out;
     }
   }
@@ -934,12 +949,12 @@ int pp_omnijev_compile(const struct pp_omnijev_model *model, json_object *body,
   if (rc)
     goto out;
   if (usage > PP_OMNIJEV_MAX_INPUT_TOKENS) {
-    rc = cm_diag_set(diag, -CM_ELIMIT, "%llu input tokens, more than %d",
+    rc = cm_diag_set(diag, -CM_ELIMIT, "questions: %llu input tokens, more than %d",
                      (unsigned long long)usage, PP_OMNIJEV_MAX_INPUT_TOKENS);
     goto out;
   }
   if (text_tokens > PP_OMNIJEV_MAX_OPTION_TOKENS) {
-    rc = cm_diag_set(diag, -CM_ELIMIT, "%zu option-text tokens, more than %d", text_tokens,
+    rc = cm_diag_set(diag, -CM_ELIMIT, "questions: %zu option-text tokens, more than %d", text_tokens,
                      PP_OMNIJEV_MAX_OPTION_TOKENS);
     goto out;
   }

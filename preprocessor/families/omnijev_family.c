@@ -104,8 +104,9 @@ static void ctx_free(void *p) {
   free(c);
 }
 
-/* Appends the request's image, prefix, rows and per-question readouts to `p`. */
-static int build_program(const struct pp_omnijev_request *r, struct proto_program *p,
+/* Appends the request's image, prefix, rows and per-question readouts to `p`; the images' pixel
+ * buffers move into the program (r->images[k].pixel_values becomes NULL). */
+static int build_program(struct pp_omnijev_request *r, struct proto_program *p,
                          int32_t *readout_of) {
   uint32_t pre;
   bool any = false;
@@ -122,7 +123,7 @@ static int build_program(const struct pp_omnijev_request *r, struct proto_progra
   uint32_t img[PP_OMNIJEV_MAX_FRAMES];
   int rc = 0;
   for (size_t k = 0; !rc && k < r->n_images; k++)
-    rc = proto_program_add_image(p, r->images[k].pixel_values, r->images[k].n_patches,
+    rc = proto_program_take_image(p, &r->images[k].pixel_values, r->images[k].n_patches,
                                  r->images[k].grid_thw, &img[k]);
   if (!rc)
     rc = proto_program_add_prefix(p, r->prefix_ids, r->prefix_pos, (uint32_t)r->n_prefix, -1,

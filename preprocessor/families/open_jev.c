@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,57 @@
 
 static const char msg_instructions[] =
     "instructions and descriptions must be text, an object, or an array";
+
+/* ---- error paths ----------------------------------------------------------------------------- */
+
+/* A request error names its field first (spec/wire.md), then the reference's wording verbatim:
+ * "questions.big.criteria: Choice requires between 1 and 255 candidates". An object key in the
+ * path is cut to its first PATH_KEY_CHARS code points (as pp_json's paths), so the message stays
+ * bounded whatever the client sends. */
+#define PATH_KEY_CHARS 48
+
+/* Byte length of the first PATH_KEY_CHARS code points of the UTF-8 string k. */
+static int key_bytes(const char *k) {
+  size_t n = 0, chars = 0;
+  while (k[n] && chars < PATH_KEY_CHARS) {
+    n++;
+    while (((unsigned char)k[n] & 0xC0) == 0x80)
+      n++;
+    chars++;
+  }
+  return (int)n;
+}
+
+/* Where a refusal is: root ("state", "questions", "model", "body"), then optionally the question
+ * id, a field of the question, an object key and an array index below it. */
+struct where {
+  const char *root;  /* top-level field */
+  const char *qid;   /* question id, NULL for a request-level error */
+  const char *field; /* "type", "instructions", "criteria" or NULL */
+  const char *key;   /* a key below field (criteria key, "true"/"false"), or NULL */
+  bool has_index;    /* whether index names an element below field */
+  size_t index;      /* that index (a score level) */
+};
+
+#define AT(r, ...) ((struct where){.root = (r), __VA_ARGS__})
+
+/* Records code with "PATH: text" in diag; returns code. */
+static int refuse(struct cm_diag *diag, int code, struct where w, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int refuse(struct cm_diag *diag, int code, struct where w, const char *fmt, ...) {
+  char text[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  char idx[32] = "";
+  if (w.has_index)
+    snprintf(idx, sizeof(idx), "[%zu]", w.index);
+  return cm_diag_set(diag, code, "%s%s%.*s%s%s%s%.*s%s: %s", w.root, w.qid ? "." : "",
+                     w.qid ? key_bytes(w.qid) : 0, w.qid ? w.qid : "", w.field ? "." : "",
+                     w.field ? w.field : "", w.key ? "." : "", w.key ? key_bytes(w.key) : 0,
+                     w.key ? w.key : "", idx, text);
+}
 
 /* ---- model ----------------------------------------------------------------------------------- */
 
@@ -130,11 +182,23 @@ static int render(struct pp_buf *b, json_object *v, struct cm_diag *diag) {
   return pp_pyjson_dump(b, v, true, diag);
 }
 
+/* render(v) of the field at w: a render failure (a non-finite number) names the field. */
+static int render_at(struct pp_buf *b, json_object *v, struct where w, struct cm_diag *diag) {
+  struct cm_diag d = {0};
+  int rc = render(b, v, &d);
+  if (rc && d.msg)
+    refuse(diag, rc, w, "%s", d.msg);
+  else if (rc)
+    cm_diag_set(diag, rc, "%s", cm_strerror(rc));
+  cm_diag_fini(&d);
+  return rc;
+}
+
 /* _description: type check, then render (non-finite numbers fail the render). */
-static int description(struct pp_buf *b, json_object *v, struct cm_diag *diag) {
+static int description(struct pp_buf *b, json_object *v, struct where w, struct cm_diag *diag) {
   if (!is_description(v))
-    return cm_diag_set(diag, -CM_EREQUEST, "%s", msg_instructions);
-  return render(b, v, diag);
+    return refuse(diag, -CM_EREQUEST, w, "%s", msg_instructions);
+  return render_at(b, v, w, diag);
 }
 
 static char *take(struct pp_buf *b, size_t *ret_len) {
@@ -165,8 +229,8 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
   int rc = 0;
   q->id = id;
   if (!json_object_is_type(def, json_type_object))
-    return cm_diag_set(diag, -CM_EREQUEST,
-                       "question IDs must be strings and definitions must be mappings");
+    return refuse(diag, -CM_EREQUEST, AT("questions", .qid = id),
+                  "question IDs must be strings and definitions must be mappings");
   json_object_object_get_ex(def, "type", &type);
   const char *ts = json_object_is_type(type, json_type_string) ? json_object_get_string(type) : "";
   size_t tl = json_object_is_type(type, json_type_string) ? (size_t)json_object_get_string_len(type)
@@ -178,9 +242,10 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
   else if (tl == 4 && memcmp(ts, "noul", 4) == 0)
     q->type = PP_OPEN_JEV_NOUL;
   else
-    return cm_diag_set(diag, -CM_EREQUEST, "question type must be choice, score, or noul");
+    return refuse(diag, -CM_EREQUEST, AT("questions", .qid = id, .field = "type"),
+                  "question type must be choice, score, or noul");
   json_object_object_get_ex(def, "instructions", &instr);
-  rc = description(&b, instr, diag);
+  rc = description(&b, instr, AT("questions", .qid = id, .field = "instructions"), diag);
   if (rc)
     goto fail;
   json_object_object_get_ex(def, "criteria", &crit);
@@ -188,16 +253,17 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
     size_t n = json_object_is_type(crit, json_type_object) ? (size_t)json_object_object_length(crit)
                                                            : 0;
     if (n < 1 || n > PP_OPEN_JEV_MAX_CHOICE) {
-      rc = cm_diag_set(diag, -CM_EREQUEST, "Choice requires between 1 and %d candidates",
-                       PP_OPEN_JEV_MAX_CHOICE);
+      rc = refuse(diag, -CM_EREQUEST, AT("questions", .qid = id, .field = "criteria"),
+                  "Choice requires between 1 and %d candidates", PP_OPEN_JEV_MAX_CHOICE);
       goto fail;
     }
     q->n_seqs = n;
   } else if (q->type == PP_OPEN_JEV_SCORE) {
     size_t n = json_object_is_type(crit, json_type_array) ? json_object_array_length(crit) : 0;
     if (n < PP_OPEN_JEV_MIN_SCORE || n > PP_OPEN_JEV_MAX_SCORE) {
-      rc = cm_diag_set(diag, -CM_EREQUEST, "Score requires an array of %d to %d descriptive levels",
-                       PP_OPEN_JEV_MIN_SCORE, PP_OPEN_JEV_MAX_SCORE);
+      rc = refuse(diag, -CM_EREQUEST, AT("questions", .qid = id, .field = "criteria"),
+                  "Score requires an array of %d to %d descriptive levels", PP_OPEN_JEV_MIN_SCORE,
+                  PP_OPEN_JEV_MAX_SCORE);
       goto fail;
     }
     q->n_seqs = n;
@@ -222,15 +288,16 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
     /* each description: type check, then render (non-finite numbers fail), in key order */
     size_t i = 0;
     json_object_object_foreach(crit, key, val) {
+      struct where w = AT("questions", .qid = id, .field = "criteria", .key = key);
       if (val != NULL && !is_description(val)) {
-        rc = cm_diag_set(diag, -CM_EREQUEST, "%s", msg_instructions);
+        rc = refuse(diag, -CM_EREQUEST, w, "%s", msg_instructions);
         goto fail;
       }
       rc = pp_buf_puts(&b, key);
       if (!rc && val != NULL)
         rc = pp_buf_put(&b, ": ", 2);
       if (!rc && val != NULL)
-        rc = render(&b, val, diag);
+        rc = render_at(&b, val, w, diag);
       if (rc)
         goto fail;
       t->options[i] = take(&b, &t->opt_len[i]);
@@ -241,7 +308,8 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
     }
   } else if (q->type == PP_OPEN_JEV_SCORE) {
     for (size_t i = 0; i < q->n_seqs; i++) {
-      rc = description(&b, json_object_array_get_idx(crit, i), diag);
+      rc = description(&b, json_object_array_get_idx(crit, i),
+                       AT("questions", .qid = id, .field = "criteria", .has_index = true, .index = i), diag);
       if (rc)
         goto fail;
       t->options[i] = take(&b, &t->opt_len[i]);
@@ -255,18 +323,21 @@ static int compile_question(const char *id, json_object *def, struct pp_open_jev
     if (!json_object_is_type(crit, json_type_object) || json_object_object_length(crit) != 2 ||
         !json_object_object_get_ex(crit, "true", &yes) ||
         !json_object_object_get_ex(crit, "false", &no)) {
-      rc = cm_diag_set(diag, -CM_EREQUEST, "Noul criteria must contain true and false descriptions");
+      rc = refuse(diag, -CM_EREQUEST, AT("questions", .qid = id, .field = "criteria"),
+                  "Noul criteria must contain true and false descriptions");
       goto fail;
     }
     rc = pp_buf_put(&b, t->question, t->q_len);
     if (!rc)
       rc = pp_buf_puts(&b, "\nYes means: ");
     if (!rc)
-      rc = description(&b, yes, diag);
+      rc = description(&b, yes, AT("questions", .qid = id, .field = "criteria", .key = "true"),
+                       diag);
     if (!rc)
       rc = pp_buf_puts(&b, "\nNo means: ");
     if (!rc)
-      rc = description(&b, no, diag);
+      rc = description(&b, no, AT("questions", .qid = id, .field = "criteria", .key = "false"),
+                       diag);
     if (rc)
       goto fail;
     free(t->question);
@@ -332,10 +403,11 @@ void pp_open_jev_request_free(struct pp_open_jev_request *req) {
 }
 
 /* The reference's max_length check: batches of candidate_batches(records, 32), each batch's
- * longest sequence checked before it runs; the first failing batch names its longest. */
+ * longest sequence checked before it runs; the first failing batch names its longest (the first
+ * of equal length), and the message its question and option. */
 static int check_lengths(const struct pp_open_jev_model *m, const struct pp_open_jev_request *r,
                          struct cm_diag *diag) {
-  size_t size = 0, longest = 0;
+  size_t size = 0, longest = 0, longest_seq = 0;
   for (size_t qi = 0; qi <= r->n_questions; qi++) {
     const struct pp_open_jev_question *q = qi < r->n_questions ? &r->questions[qi] : NULL;
     size_t n = q ? q->n_seqs : 0;
@@ -349,8 +421,10 @@ static int check_lengths(const struct pp_open_jev_model *m, const struct pp_open
       for (size_t j = 0; j < count; j++) {
         size_t s = q->first_seq + start + j;
         size_t len = r->seq_off[s + 1] - r->seq_off[s];
-        if (len > longest)
+        if (len > longest) {
           longest = len;
+          longest_seq = s;
+        }
       }
       size += count;
     }
@@ -358,10 +432,27 @@ static int check_lengths(const struct pp_open_jev_model *m, const struct pp_open
   if (size > 0 && longest > (size_t)m->max_length)
     goto fail;
   return 0;
-fail:
-  return cm_diag_set(diag, -CM_ELIMIT, "Input length %zu exceeds max_length=%lld; no silent "
-                                       "truncation",
-                     longest, (long long)m->max_length);
+fail:;
+  size_t qi = 0;
+  while (qi + 1 < r->n_questions && r->questions[qi + 1].first_seq <= longest_seq)
+    qi++;
+  const struct pp_open_jev_question *q = &r->questions[qi];
+  size_t j = longest_seq - q->first_seq;
+  struct where w = AT("questions", .qid = q->id);
+  if (q->type == PP_OPEN_JEV_SCORE) {
+    w.field = "criteria";
+    w.has_index = true;
+    w.index = j;
+  } else if (q->type == PP_OPEN_JEV_CHOICE) {
+    struct json_object_iterator it = json_object_iter_begin(q->criteria);
+    for (size_t k = 0; k < j; k++)
+      json_object_iter_next(&it);
+    w.field = "criteria";
+    w.key = json_object_iter_peek_name(&it);
+  }
+  return refuse(diag, -CM_ELIMIT, w, "Input length %zu exceeds max_length=%lld; no silent "
+                                     "truncation",
+                longest, (long long)m->max_length);
 }
 
 int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bool keep_prompts,
@@ -379,7 +470,11 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
   if (!json_object_is_type(body, json_type_object) ||
       !json_object_object_get_ex(body, "state", &jstate) ||
       !json_object_object_get_ex(body, "questions", &jq)) {
-    rc = cm_diag_set(diag, -CM_EREQUEST, "request requires state and questions");
+    rc = refuse(diag, -CM_EREQUEST,
+                AT(!json_object_is_type(body, json_type_object) ? "body"
+                   : !json_object_object_get_ex(body, "state", NULL) ? "state"
+                                                                     : "questions"),
+                "request requires state and questions");
     goto out;
   }
   /* 2. model */
@@ -393,28 +488,28 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
         ok = strlen(m->aliases[i]) == len && memcmp(name, m->aliases[i], len) == 0;
     }
     if (!ok) {
-      rc = cm_diag_set(diag, -CM_EREQUEST, "requested model is not loaded; see /v1/models");
+      rc = refuse(diag, -CM_EREQUEST, AT("model"), "requested model is not loaded; see /v1/models");
       goto out;
     }
   }
   /* 3. questions container and limit */
   if (!json_object_is_type(jq, json_type_object) ||
       json_object_object_length(jq) > PP_OPEN_JEV_MAX_QUESTIONS) {
-    rc = cm_diag_set(diag, -CM_ELIMIT,
-                     "questions must be an object within the server question limit");
+    rc = refuse(diag, -CM_ELIMIT, AT("questions"),
+                "questions must be an object within the server question limit");
     goto out;
   }
   /* 4. compile: state, then every question */
   if (!is_description(jstate)) {
-    rc = cm_diag_set(diag, -CM_EREQUEST, "state must be text, a JSON object, or an array");
+    rc = refuse(diag, -CM_EREQUEST, AT("state"), "state must be text, a JSON object, or an array");
     goto out;
   }
-  rc = render(&state, jstate, diag);
+  rc = render_at(&state, jstate, AT("state"), diag);
   if (rc)
     goto out;
   r->n_questions = (size_t)json_object_object_length(jq);
   if (r->n_questions == 0) {
-    rc = cm_diag_set(diag, -CM_EREQUEST, "questions must be a nonempty mapping");
+    rc = refuse(diag, -CM_EREQUEST, AT("questions"), "questions must be a nonempty mapping");
     goto out;
   }
   r->questions = calloc(r->n_questions, sizeof *r->questions);
@@ -434,7 +529,7 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
   }
   /* 5. candidate total */
   if (n_seqs > PP_OPEN_JEV_MAX_SEQUENCES) {
-    rc = cm_diag_set(diag, -CM_ELIMIT, "request exceeds the candidate limit");
+    rc = refuse(diag, -CM_ELIMIT, AT("questions"), "request exceeds the candidate limit");
     goto out;
   }
   /* s1serve bound on the text to tokenize, before any tokenization */
@@ -447,9 +542,9 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
       break;
   }
   if (total > PP_OPEN_JEV_MAX_PROMPT_BYTES) {
-    rc = cm_diag_set(diag, -CM_ELIMIT,
-                     "request prompts exceed %zu bytes in total (the server's tokenization limit)",
-                     PP_OPEN_JEV_MAX_PROMPT_BYTES);
+    rc = refuse(diag, -CM_ELIMIT, AT("questions"),
+                "request prompts exceed %zu bytes in total (the server's tokenization limit)",
+                PP_OPEN_JEV_MAX_PROMPT_BYTES);
     goto out;
   }
   /* tokenize every chat-wrapped prompt */
@@ -488,8 +583,8 @@ int pp_open_jev_compile(const struct pp_open_jev_model *m, json_object *body, bo
   /* 6. max_length, per reference batch; then the program's token bound (s1serve) */
   rc = check_lengths(m, r, diag);
   if (!rc && r->seq_off[n_seqs] > PP_OPEN_JEV_MAX_TOTAL_TOKENS)
-    rc = cm_diag_set(diag, -CM_ELIMIT, "request has %zu tokens over all sequences; the server "
-                                       "limit is %d", r->seq_off[n_seqs], PP_OPEN_JEV_MAX_TOTAL_TOKENS);
+    rc = refuse(diag, -CM_ELIMIT, AT("questions"), "request has %zu tokens over all sequences; "
+                "the server limit is %d", r->seq_off[n_seqs], PP_OPEN_JEV_MAX_TOTAL_TOKENS);
 out:
   if (texts)
     for (size_t i = 0; i < r->n_questions; i++)
@@ -661,7 +756,11 @@ int pp_open_jev_finish(const struct pp_open_jev_model *m, const struct pp_open_j
       for (size_t i = 0; i < n; i++)
         row[i] = (double)scores[q->first_seq + i];
     }
-    rc = pp_open_jev_softmax(row, n, m->temperature, p, diag);
+    struct cm_diag d = {0};
+    rc = pp_open_jev_softmax(row, n, m->temperature, p, &d);
+    if (rc) /* the formatter's checks name the question */
+      refuse(diag, rc, AT("questions", .qid = q->id), "%s", d.msg ? d.msg : cm_strerror(rc));
+    cm_diag_fini(&d);
     rc = rc ? rc : put_key(&b, q->id, qi == 0);
     rc = rc ? rc : put_answer(&b, q, p, diag);
   }

@@ -89,10 +89,12 @@ void pp_open_jev_model_fini(struct pp_open_jev_model *model);
  * max_length per reference batch (§4.4, §6.4).
  * Shapes: one sequence per choice option / score level, one per noul question.
  * Ownership: takes a new reference to `body`; *ret_req is heap-owned (pp_open_jev_request_free).
- * Returns: 0; -CM_EREQUEST with the spec's 422 message in diag (e.g. "question type must be
- * choice, score, or noul"; "Out of range float values are not JSON compliant" for a non-finite
- * number rendered); -CM_ELIMIT ("request exceeds the candidate limit", "Input length L exceeds
- * max_length=M; no silent truncation", prompt bytes, total tokens); -ENOMEM.
+ * Returns: 0; -CM_EREQUEST with the spec's 422 message in diag after the field's path (e.g.
+ * "questions.q.type: question type must be choice, score, or noul";
+ * "state: Out of range float values are not JSON compliant" for a non-finite number rendered);
+ * -CM_ELIMIT ("questions: request exceeds the candidate limit", "questions.q.criteria.k: Input
+ * length L exceeds max_length=M; no silent truncation" naming the batch's longest sequence,
+ * prompt bytes, total tokens); -ENOMEM. A path's object keys are cut to 48 code points.
  * Source: upstream jev/api.py at 3308a15 through the fork wording (spec §8.4). */
 int pp_open_jev_compile(const struct pp_open_jev_model *model, json_object *body, bool keep_prompts,
                         struct pp_open_jev_request **ret_req, struct cm_diag *diag);
@@ -121,7 +123,8 @@ int pp_open_jev_program(const struct pp_open_jev_request *req, bool share, const
  * Units: inference_seconds is written to metadata as given.
  * Ownership: *ret_json is a malloc'd NUL-terminated string, length *ret_n.
  * Returns: 0; -CM_EINTERNAL for a non-finite score (500); -CM_EREQUEST for the reference's checks
- * ("probabilities must be finite and in [0, 1]", "probabilities must sum to one"); -ENOMEM.
+ * ("questions.q: probabilities must be finite and in [0, 1]", "questions.q: probabilities must
+ * sum to one"); -ENOMEM.
  * Source: jev/metrics.py softmax (max-subtracted float64), formatter (re-division by the sum). */
 int pp_open_jev_finish(const struct pp_open_jev_model *model, const struct pp_open_jev_request *req,
                        const float *scores, double inference_seconds, char **ret_json,

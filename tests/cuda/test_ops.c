@@ -55,7 +55,7 @@ static float bf(float x) {
 #define BF16_REL (1.0 / 128)
 #define BF16_ABS 1e-6
 /* ref-bf16 variants against the CPU's bf16 forms: the fraction of bit-equal outputs required
- * (measured 2026-11-30 on the H200: see tests/gpu-runs/); a missing rounding step gives ~0.7. */
+ * (measured 2026-11-30 on the H200: see notes/gpu-runs/); a missing rounding step gives ~0.7. */
 #define BF16_EXACT 0.99
 
 static void test_embed(struct xt_rng *r) {

@@ -33,6 +33,7 @@ NOT_SCHEMA = {
         "json_int_below_64_bits_in_instructions",
         "json_overflow_float_in_state",     # 1e400 is a number to JSON Schema
         "json_overflow_float_in_instructions",
+        "path_criteria_key_in_order",       # 1e400 again, in a later question's option
         "max_length_one_less",              # tokens
         "max_length_second_batch",
     },

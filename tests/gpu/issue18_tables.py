@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints the markdown tables of notes/issue18-gpu-runs.md from a committed issue-18 run folder
-(tests/gpu-runs/<date>-H200-issue18/: part1 and part2 as scripts/gpu-issue18 wrote them), so every
+(notes/gpu-runs/<date>-H200-issue18/: part1 and part2 as scripts/gpu-issue18 wrote them), so every
 number in the note is read from the raw files. Stdlib only.
 
 usage: issue18_tables.py RUN_DIR

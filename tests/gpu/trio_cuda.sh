@@ -15,7 +15,7 @@ fi
 rm -rf "$work"
 mkdir -p "$work/bin"
 for t in frontend/s1-frontend preprocessor/s1-preprocessor executor/server/s1-executor \
-         executor/mkmodel/s1-mkmodel executor/export/s1-export; do
+         tools/mkmodel/s1-mkmodel tools/export/s1-export; do
   ln -s "$build/$t" "$work/bin/"
 done
 python3 "$here/trio_cuda_stage.py" "$build" "$shared" "$tok35" "$work/stage"

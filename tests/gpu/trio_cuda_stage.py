@@ -31,7 +31,7 @@ import trio_cuda_check as check  # noqa: E402
 import test_omnijev_e2e as omni  # noqa: E402
 import test_jemm_e2e as jemm  # noqa: E402
 
-TOOLS = {"s1-mkmodel": "executor/mkmodel/s1-mkmodel", "s1-export": "executor/export/s1-export"}
+TOOLS = {"s1-mkmodel": "tools/mkmodel/s1-mkmodel", "s1-export": "tools/export/s1-export"}
 
 
 def requests(family):

@@ -5,6 +5,7 @@
 #include "image_test.h"
 #include "pp_image.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <time.h>
 
@@ -88,6 +89,106 @@ static void test_base64(void) {
   size_t n = 0;
   CHECK(b64("QUJD", 4, &l, out, &n, msg) == -CM_ELIMIT && !strcmp(msg, "image 4 exceeds 2 bytes"));
   CHECK(b64("QUI=", 4, &l, out, &n, msg) == 0 && n == 2);
+}
+
+/* Bulk base64: seeded random bytes of 0..4000 bytes (and 3 MB) encoded here with the standard
+ * alphabet, some with whitespace (ASCII and Unicode, as str.split() has it) or excess padding
+ * inserted, must decode to the same bytes (the quads go through EVP_DecodeBlock, the tail and the
+ * whitespace through our code); one byte outside the alphabet anywhere ('=' and non-ASCII
+ * included), or data after '=', must fail. */
+static size_t b64_encode_ref(const uint8_t *b, size_t n, char *out) {
+  static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) |
+                 (i + 2 < n ? b[i + 2] : 0);
+    out[o++] = A[v >> 18 & 63];
+    out[o++] = A[v >> 12 & 63];
+    out[o++] = i + 1 < n ? A[v >> 6 & 63] : '=';
+    out[o++] = i + 2 < n ? A[v & 63] : '=';
+  }
+  return o;
+}
+
+static void test_base64_bulk(void) {
+  static const char *const WS[] = {" ", "\n", "\r\n", "\t", "\x1f", "\xc2\xa0", "\xe3\x80\x80",
+                                   "\xe2\x80\xa8"};
+  struct pp_image_limits l = lim_default();
+  uint64_t seed = 0x9e3779b97f4a7c15u;
+  size_t max_n = 3u << 20;
+  uint8_t *raw = malloc(max_n);
+  char *enc = malloc(max_n / 3 * 4 + 8), *text = malloc(max_n / 3 * 4 * 3 + 64);
+  CHECK(raw && enc && text);
+  if (!raw || !enc || !text)
+    return;
+  int fails = 0;
+  for (int t = 0; t < 400 && fails < 5; t++) {
+    size_t n = t == 399 ? max_n : (size_t)(t * 10 + t % 7);
+    for (size_t i = 0; i < n; i++) {
+      seed = seed * 6364136223846793005u + 1442695040888963407u;
+      raw[i] = (uint8_t)(seed >> 56);
+    }
+    size_t ne = b64_encode_ref(raw, n, enc), nt = 0;
+    int mode = t % 4; /* 0 plain, 1 whitespace, 2 excess padding, 3 both */
+    for (size_t i = 0; i < ne; i++) {
+      seed = seed * 6364136223846793005u + 1442695040888963407u;
+      if ((mode & 1) && (seed >> 60) == 0) {
+        const char *w = WS[(seed >> 40) % 8];
+        memcpy(text + nt, w, strlen(w));
+        nt += strlen(w);
+      }
+      text[nt++] = enc[i];
+    }
+    if ((mode & 2) && ne % 4 == 0 && (ne == 0 || enc[ne - 1] != '=' || enc[ne - 2] != '='))
+      text[nt++] = '=';
+    struct cm_diag d = {0};
+    uint8_t *out = NULL;
+    size_t n_out = 0;
+    int rc = pp_image_b64_decode(text, nt, 0, &l, &out, &n_out, &d);
+    if (rc || n_out != n || (n && memcmp(out, raw, n))) {
+      fprintf(stderr, "base64 bulk case %d (%zu bytes, mode %d): rc %d, %zu bytes\n", t, n, mode,
+              rc, n_out);
+      fails++;
+    }
+    free(out);
+    cm_diag_fini(&d);
+    if (ne >= 8) { /* one bad character, then data after padding */
+      seed = seed * 6364136223846793005u + 1442695040888963407u;
+      size_t at = (size_t)(seed >> 33) % nt;
+      while (text[at] == '=' || (unsigned char)text[at] >= 0x80 || strchr(" \n\r\t\x1f", text[at]))
+        at = (at + 1) % nt;
+      char keep = text[at];
+      unsigned char bad; /* any byte but the alphabet and ASCII whitespace ('=' included) */
+      do {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        bad = (unsigned char)(seed >> 56);
+      } while (isalnum(bad) || bad == '+' || bad == '/' || bad == ' ' ||
+               (bad >= 0x09 && bad <= 0x0d) || (bad >= 0x1c && bad <= 0x1f) ||
+               (bad == '=' && at + 4 >= nt)); /* '=' near the end could be valid padding */
+      text[at] = (char)bad;
+      rc = pp_image_b64_decode(text, nt, 0, &l, &out, &n_out, &d);
+      text[at] = keep;
+      if (rc != -CM_EFORMAT || !d.msg || strncmp(d.msg, "image 0 could not be decoded", 28) ||
+          (bad < 0x80 && bad != '=' && strlen(d.msg) != 28)) {
+        fprintf(stderr, "base64 bulk case %d: a bad character at %zu gave rc %d\n", t, at, rc);
+        fails++;
+      }
+      cm_diag_fini(&d);
+      if (enc[ne - 1] == '=') {
+        text[nt] = 'Q';
+        rc = pp_image_b64_decode(text, nt + 1, 0, &l, &out, &n_out, &d);
+        if (rc != -CM_EFORMAT) {
+          fprintf(stderr, "base64 bulk case %d: data after padding gave rc %d\n", t, rc);
+          fails++;
+        }
+        cm_diag_fini(&d);
+      }
+    }
+  }
+  CHECK(fails == 0);
+  free(raw);
+  free(enc);
+  free(text);
 }
 
 /* Runs the full bytes -> image path and checks the code and exact message. */
@@ -408,6 +509,7 @@ int main(int argc, char **argv) {
   }
   dir = argv[1];
   test_base64();
+  test_base64_bulk();
   test_bad_images();
   test_smart_resize();
   test_patchify();

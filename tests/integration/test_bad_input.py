@@ -2,6 +2,7 @@
 type in the one error shape, and a correct request between any two of them is answered."""
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -95,6 +96,43 @@ CASES = [
 ]
 
 
+DESC = "instructions and descriptions must be text, an object, or an array"
+# The exact message of every 4xx that is not invalid_json (whose text gives a byte offset): the
+# field first, then the reference's wording (spec/open_jev.md §8.4) or the service's own.
+MESSAGES = {
+    "body is an array": "body: must be a JSON object",
+    "body is a string": "body: must be a JSON object",
+    "missing state": "state: request requires state and questions",
+    "state null": "state: state must be text, a JSON object, or an array",
+    "state number": "state: state must be text, a JSON object, or an array",
+    "missing questions": "questions: request requires state and questions",
+    "empty questions": "questions: questions must be a nonempty mapping",
+    "questions array": "questions: questions must be an object within the server question limit",
+    "question not object":
+        "questions.q: question IDs must be strings and definitions must be mappings",
+    "unknown type": "questions.q.type: question type must be choice, score, or noul",
+    "type missing": "questions.q.type: question type must be choice, score, or noul",
+    "instructions missing": "questions.q.instructions: " + DESC,
+    "instructions number": "questions.q.instructions: " + DESC,
+    "choice no options": "questions.q.criteria: Choice requires between 1 and 255 candidates",
+    "choice 256 options": "questions.q.criteria: Choice requires between 1 and 255 candidates",
+    "choice option number": "questions.q.criteria.a: " + DESC,
+    "score 1 level": "questions.q.criteria: Score requires an array of 2 to 10 descriptive levels",
+    "score 11 levels":
+        "questions.q.criteria: Score requires an array of 2 to 10 descriptive levels",
+    "noul half criteria":
+        "questions.q.criteria: Noul criteria must contain true and false descriptions",
+    "wrong model": None,  # lists the loaded model: built from /v1/models in test()
+    "model not a string": "model: must be a string or null",
+    # the batch's longest sequence is the first option's (both are as long)
+    "oversize prompt": re.compile(r"questions\.q\.criteria\.a: Input length \d+ exceeds "
+                                  r"max_length=4096; no silent truncation\Z"),
+    "text/plain": "Content-Type: must be application/json",
+    "no content type": "Content-Type: must be application/json",
+    "application/xml": "Content-Type: must be application/json",
+}
+
+
 def post_oversize(t):
     """Announces a 5 MiB body and sends none of it: the limit is checked while reading, so the
     413 arrives before any body byte."""
@@ -145,6 +183,8 @@ def test(t):
     t.make_model()
     t.start_all(credits=2)
     assert len(CASES) >= 40, len(CASES)
+    MESSAGES["wrong model"] = 'model: unknown model "gpt-4"; loaded: %s' % trio.loaded_models(t)
+    assert '"%s" (aliases "' % trio.MODEL_ID in MESSAGES["wrong model"], MESSAGES["wrong model"]
     n_ok = 0
     for name, body, ctype, status, etype in CASES:
         headers = {"Content-Type": ctype} if ctype else {}
@@ -159,6 +199,12 @@ def test(t):
         e = json.loads(b)
         assert list(e.keys()) == ["error"] and e["error"]["type"] == etype, (name, e)
         assert isinstance(e["error"]["message"], str) and e["error"]["message"], (name, e)
+        want = MESSAGES.get(name)
+        assert want is not None or etype in ("invalid_json", "too_large"), name
+        if isinstance(want, str):
+            assert e["error"]["message"] == want, (name, e["error"]["message"], want)
+        elif want is not None:
+            assert want.match(e["error"]["message"]), (name, e["error"]["message"])
         assert h.get("x-request-id") and h.get("server-timing"), (name, h)
         assert h.get("content-type") == "application/json", (name, h)
         # the service keeps answering correct requests in between (one sequence each; the full
@@ -242,9 +288,14 @@ def test(t):
     assert revision, h
     s, h, b = t.http("POST", "/health")
     assert s == 405 and h.get("allow") == "GET, HEAD", (s, h)
+    assert json.loads(b)["error"] == {"type": "method_not_allowed",
+                                      "message": "method: POST is not allowed here; use GET, HEAD"}, b
     s, h, b = t.http("POST", "/nope", "{}", {"Content-Type": "application/json"})
-    assert s == 404 and json.loads(b)["error"]["type"] == "not_found", (s, b)
+    assert s == 404 and json.loads(b)["error"] == {
+        "type": "not_found", "message": "path: no such route (see GET /openapi.json)"}, (s, b)
     assert h.get("x-model-revision") == revision, h
+    s, h, b = t.http("GET", "/v1/nope")
+    assert s == 404 and json.loads(b)["error"]["type"] == "not_found", (s, b)
     for path in ("/health", "/v1/models"):
         s, h, b = t.http("GET", path)
         assert s == 200 and h.get("x-model-revision") == revision, (path, s, h)
@@ -255,6 +306,10 @@ def test(t):
     assert 's1_requests_total{status="413"} 4' in text, text[:2000]
     assert 's1_requests_total{status="415"} 3' in text, text[:2000]
     assert 's1_requests_total{status="200"} %d' % n_ok in text, text[:2000]
+    # issue 17: wrong paths and methods are counted too (GET /v1/systemone, POST /health; POST
+    # /nope, GET /v1/nope)
+    assert 's1_requests_total{status="405"} 2' in text, text[:2000]
+    assert 's1_requests_total{status="404"} 2' in text, text[:2000]
     # HEAD on the GET routes: the GET answer's status, content type and length, and no body; HEAD
     # elsewhere is refused like any other method, also without a body
     for path, ctype in (("/health", "application/json"), ("/v1/models", "application/json"),
@@ -279,6 +334,9 @@ def test(t):
     manifest = os.path.join(t.model, "s1-model.json")
     m = json.load(open(manifest))
     m["limits"]["max_body_bytes"] = 1000
+    # 16 aliases of 70 bytes: the unknown-model message lists 14 names (1 KiB), then "…"
+    aliases = m["open_jev"]["aliases"]
+    m["open_jev"]["aliases"] = ["alias-%02d-" % i + "x" * 61 for i in range(16)]
     json.dump(m, open(manifest, "w"))
     # a changed manifest is another directory digest: both processes load it again (a
     # preprocessor sends programs only to executors of a directory it loads)
@@ -299,6 +357,13 @@ def test(t):
     assert s == 413 and e["type"] == "too_large" and e["message"].startswith("body:"), b
     s, h, b = t.post(trio.MINI)
     trio.check_mini_answer(s, h, b)
+    s, h, b = t.post(req(model="gpt-4"))
+    e = json.loads(b)["error"]
+    want = 'model: unknown model "gpt-4"; loaded: %s' % trio.loaded_models(t)
+    assert s == 422 and e == {"type": "invalid_request", "message": want}, (s, e, want)
+    assert want.endswith('"alias-12-%s", …)' % ("x" * 61)), want
+    assert len(want.split("; loaded: ", 1)[1].encode()) <= 1024 + len(", …)".encode()), want
+    m["open_jev"]["aliases"] = aliases
     m["limits"]["max_body_bytes"] = "big"
     json.dump(m, open(manifest, "w"))
     r = subprocess.run([t.bin("preprocessor/s1-preprocessor"), "--frontend", t.fe_url,

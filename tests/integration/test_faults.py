@@ -11,8 +11,10 @@ import time
 import trio
 
 
-def slow_request(n_options):
-    return {"state": "a long enough state " * 20,
+def slow_request(n_options, salt=0):
+    """salt leads the state, so that no two salts share a prefix (the executor's prefix cache
+    would make a repeated request fast)."""
+    return {"state": "request %d: " % salt + "a long enough state " * 20,
             "questions": {"q": {"type": "choice", "instructions": "Pick one option.",
                                 "criteria": {"o%d" % i: "option number %d" % i
                                              for i in range(n_options)}}}}
@@ -87,12 +89,12 @@ def queue_bound(t):
     t.start_preprocessor(name="pp", credits=1)
     t.wait_health(200, want="ready")
     t0 = time.time()
-    s, _, b = t.post(slow_request(8))
+    s, _, b = t.post(slow_request(32))
     one = time.time() - t0
     assert s == 200, (s, b[:300])
     slow = []
     def run(i):
-        s, h, b = t.post(slow_request(8), headers={"x-request-id": "slow-%d" % i})
+        s, h, b = t.post(slow_request(32, salt=1 + i), headers={"x-request-id": "slow-%d" % i})
         slow.append((s, b))
     th = [threading.Thread(target=run, args=(i,)) for i in range(3)]
     for x in th:

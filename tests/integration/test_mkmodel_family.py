@@ -28,7 +28,7 @@ MODEL_IDS = {"omnijev": "tinnel123/OmniJev", "open_jev": "s1serve/open-jev-tiny-
 def main():
     build, shared, tok35 = (os.path.abspath(p) for p in sys.argv[1:4])
     tok3 = os.path.join(shared, "tokenizers", "qwen3", "tokenizer.json")
-    mk = [os.path.join(build, "executor", "mkmodel", "s1-mkmodel"), "--shape", "tiny"]
+    mk = [os.path.join(build, "tools", "mkmodel", "s1-mkmodel"), "--shape", "tiny"]
     args = {"omnijev": ["--vision", "--tied", "--seed", "3", "--tokenizer", tok35, "--adapter-rank",
                         "4", "--adapter-alpha", "8", "--adapter-targets", OMNI_T, "--head-width",
                         "32", "--ord-width", "16"],

@@ -106,6 +106,17 @@ def test(t):
     s, _, b = t.http("GET", "/v1/models")
     fams = sorted(m["family"] for m in json.loads(b)["models"])
     assert s == 200 and fams == ["omnijev", "open_jev"], b
+    # issue 17: with two models, a request must name one; a wrong name is answered with the
+    # loaded ids and aliases of both, in load order (the models' list of /v1/models)
+    names = trio.loaded_models(t)
+    assert names.startswith('"%s" (aliases "' % trio.MODEL_ID) and \
+        '"tinnel123/OmniJev"' in names, names
+    for body, want in (({"state": "s", "questions": {}}, "model: required, 2 models are loaded: "),
+                       ({"model": "nope", "state": "s", "questions": {}},
+                        'model: unknown model "nope"; loaded: ')):
+        s, _, b = t.post(json.dumps(body))
+        assert s == 422 and json.loads(b)["error"] == {"type": "invalid_request",
+                                                       "message": want + names}, (s, b, names)
 
     # (2) the reference: each request alone, in turn
     omni_bodies = []

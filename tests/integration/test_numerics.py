@@ -120,7 +120,7 @@ def test(t):
     print("bf16 (--numerics bf16): x-numerics bf16, answers moved by up to %.3g from fp32" % moved)
 
     bdir = os.path.join(t.tmp, "model-bf16")
-    trio.run([t.bin("executor/export/s1-export"), "--family", "open_jev", "--package",
+    trio.run([t.bin("tools/export/s1-export"), "--family", "open_jev", "--package",
               os.path.join(trio.FIXTURES, "package"), "--base", os.path.join(t.tmp, "model-hf"),
               "--numerics", "bf16", "--out", bdir])
     with open(os.path.join(bdir, "s1-model.json")) as f:

@@ -58,21 +58,21 @@ def test(t):
     t.kill("ex", 15)
     files = sorted(os.listdir(rec))
     assert files == ["%08d.%s.msgpack" % (i, k) for i in range(3) for k in ("program", "result")], files
-    r = subprocess.run([t.bin("executor/server/s1-replay"), rec, "--model", t.model],
+    r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", t.model],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = r.stdout.decode()
     assert r.returncode == 0 and "3 records, 3 identical, 0 differ" in out, out
     # the scheduler with the three programs at once, twice: they share steps (a budget of 300
     # tokens and 4 rows per launch spread their rows over several), and every result is the one
     # recorded alone
-    r = subprocess.run([t.bin("executor/server/s1-replay"), rec, "--model", t.model, "--batch",
+    r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", t.model, "--batch",
                         "--repeat", "2", "--max-batch-tokens", "300", "--max-seqs", "4"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out_b = r.stdout.decode()
     m = re.search(r"(\d+) steps, (\d+) program-steps", out_b)
     assert r.returncode == 0 and "6 records, 6 identical, 0 differ" in out_b and m, out_b
     assert int(m.group(2)) > int(m.group(1)) * 1.5, out_b  # programs mixed in steps
-    r = subprocess.run([t.bin("executor/server/s1-replay"), rec, "--model", other],
+    r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", other],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out2 = r.stdout.decode()
     assert r.returncode == 1 and "DIFFERS" in out2 and "0 identical, 3 differ" in out2, out2

@@ -44,10 +44,10 @@ class Trio:
         hf = os.path.join(self.tmp, name + "-hf")
         out = os.path.join(self.tmp, name)
         tokdir = os.path.join(self.shared, "tokenizers", "qwen3")
-        run([self.bin("executor/mkmodel/s1-mkmodel"), "--shape", "tiny", "--seed", str(seed),
+        run([self.bin("tools/mkmodel/s1-mkmodel"), "--shape", "tiny", "--seed", str(seed),
              "--tokenizer", os.path.join(tokdir, "tokenizer.json"), "--out", hf])
         shutil.copy(os.path.join(tokdir, "tokenizer_config.json"), hf)
-        run([self.bin("executor/export/s1-export"), "--family", "open_jev", "--package",
+        run([self.bin("tools/export/s1-export"), "--family", "open_jev", "--package",
              os.path.join(FIXTURES, "package"), "--base", hf, "--out", out])
         if self.model is None:
             self.model = out
@@ -193,7 +193,10 @@ class Trio:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        print(openapi_check.contract().summary())
+        try:
+            print(openapi_check.contract().summary())
+        except AssertionError as e:  # no checker (only the GPU machine's scripts get this far)
+            print("openapi: answers not checked: %s" % e)
         if failed:
             for name, path in self.logs.items():
                 with open(path, errors="replace") as f:
@@ -257,6 +260,22 @@ VALID = {
 
 
 MINI = {"state": "short", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}
+
+
+def loaded_models(t, max_names=16, max_bytes=1024):
+    """What an unknown-model error lists, from /v1/models: each model's id, then its aliases,
+    '"A" (aliases "a1", "a2"), "B"'; at most max_names names and max_bytes bytes, then "…"."""
+    s, _, b = t.http("GET", "/v1/models")
+    assert s == 200, (s, b)
+    out, names = "", 0
+    for i, m in enumerate(json.loads(b)["models"]):
+        for k, name in enumerate([m["id"]] + m["aliases"]):
+            lead = (", " if i else "") if k == 0 else " (aliases " if k == 1 else ", "
+            piece = lead + '"%s"' % name + (")" if k and k == len(m["aliases"]) else "")
+            if names == max_names or len((out + piece).encode()) > max_bytes:
+                return out + (", " if out else "") + "…" + (")" if k else "")
+            out, names = out + piece, names + 1
+    return out
 
 
 def check_mini_answer(status, headers, body):

@@ -153,7 +153,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     base, adapter = os.path.join(work, "base"), os.path.join(work, "adapter")
-    trio.run([os.path.join(build, "executor/mkmodel/s1-mkmodel"), *fix["base"]["mkmodel_args"],
+    trio.run([os.path.join(build, "tools/mkmodel/s1-mkmodel"), *fix["base"]["mkmodel_args"],
               "--tokenizer", os.path.join(tokdir, "tokenizer.json"), "--out", base, "--adapter-out", adapter])
     for name, want in fix["base"]["sha256"].items():
         got = sha256(os.path.join(adapter if name.startswith("adapter") else base, name))
@@ -164,7 +164,7 @@ def main():
     models = {}
     for lora in ("keep", "merge"):
         models[lora] = os.path.join(work, lora)
-        trio.run([os.path.join(build, "executor/export/s1-export"), "--family", "jemm", "--base", base,
+        trio.run([os.path.join(build, "tools/export/s1-export"), "--family", "jemm", "--base", base,
                   "--adapter", adapter, "--lora", lora, "--out", models[lora]])
     served = {}
     for lora, kind, nm in (("keep", "fp32", "fp32"), ("merge", "merged_fp32", "fp32"),

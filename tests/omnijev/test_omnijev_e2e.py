@@ -79,7 +79,7 @@ def make_model(build, tok35, work, fix):
     """s1-mkmodel with the oracle's arguments (hashes checked) + the committed package -> export."""
     base, ckpt, out = (os.path.join(work, n) for n in ("base", "ckpt", "model"))
     a = fix["mkmodel_args"]
-    trio.run([os.path.join(build, "executor/mkmodel/s1-mkmodel"), *a[:6], "--tokenizer", tok35,
+    trio.run([os.path.join(build, "tools/mkmodel/s1-mkmodel"), *a[:6], "--tokenizer", tok35,
               "--out", base, "--adapter-out", ckpt, *a[6:]])
     for name, want in fix["sha256"].items():
         if name.endswith("adapter_config.json"):
@@ -88,7 +88,7 @@ def make_model(build, tok35, work, fix):
         assert got == want, "s1-mkmodel output drifted: %s is %s, the oracle used %s" % (name, got, want)
     for f in os.listdir(os.path.join(FIX, "package")):
         shutil.copy(os.path.join(FIX, "package", f), ckpt)
-    trio.run([os.path.join(build, "executor/export/s1-export"), "--family", "omnijev", "--base", base,
+    trio.run([os.path.join(build, "tools/export/s1-export"), "--family", "omnijev", "--base", base,
               "--checkpoint", ckpt, "--out", out])
     return out
 
@@ -284,7 +284,7 @@ def bad_cases(url):
         ("options and criteria", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x"}], "criteria": {"x": None}}}), 422, "invalid_request", ["exactly one of"]),
         ("levels and criteria", rq({"q": {"type": "score", "instructions": "a", "levels": ["x"], "criteria": {"x": None}}}), 422, "invalid_request", ["questions.q"]),
         ("unknown option field", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x", "color": "red"}]}}), 422, "invalid_request", ["color"]),
-        ("abstain not boolean", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x", "abstain": 1}]}}), 422, "invalid_request", ["abstain must be a boolean"]),
+        ("abstain not boolean", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": "x", "abstain": 1}]}}), 422, "invalid_request", ["questions.q.options[0].abstain: must be a boolean"]),
         ("duplicate keys", rq({"q": {"type": "choice", "instructions": "a", "options": [{"key": "x"}, {"key": "x"}]}}), 422, "invalid_request", ["duplicate key"]),
         ("256 options", rq({"q": {"type": "choice", "instructions": "a", "options": [{"text": str(i)} for i in range(256)]}}), 422, "invalid_request", ["255 options"]),
         ("1200 rows", rq({"q%d" % i: {"type": "choice", "instructions": "a", "options": [{"text": str(j)} for j in range(200)]} for i in range(6)}), 422, "invalid_request", ["1024"]),

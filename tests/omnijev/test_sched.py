@@ -191,7 +191,7 @@ def start(t, model, ex_args, credits=16, timeout_ms=1200000, queue=256):
 
 
 def replay(t, rec, model, extra):
-    r = subprocess.run([t.bin("executor/server/s1-replay"), rec, "--model", model] + extra,
+    r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", model] + extra,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return r.returncode, r.stdout.decode()
 
@@ -358,13 +358,13 @@ def make_jemm(build, shared, work):
         fix = json.load(f)
     tokdir = os.path.join(shared, "tokenizers", "qwen3")
     base, adapter, out = (os.path.join(work, n) for n in ("jemm-base", "jemm-adapter", "jemm"))
-    trio.run([os.path.join(build, "executor/mkmodel/s1-mkmodel"), *fix["base"]["mkmodel_args"],
+    trio.run([os.path.join(build, "tools/mkmodel/s1-mkmodel"), *fix["base"]["mkmodel_args"],
               "--tokenizer", os.path.join(tokdir, "tokenizer.json"), "--out", base,
               "--adapter-out", adapter])
     shutil.copy(os.path.join(tokdir, "tokenizer_config.json"), base)
     with open(os.path.join(adapter, "decision_config.json"), "w") as f:
         json.dump(fix["decision_config"], f)
-    trio.run([os.path.join(build, "executor/export/s1-export"), "--family", "jemm", "--base", base,
+    trio.run([os.path.join(build, "tools/export/s1-export"), "--family", "jemm", "--base", base,
               "--adapter", adapter, "--lora", "keep", "--out", out])
     return out
 
@@ -511,7 +511,7 @@ def part_cancel(t, model, shared, cancel_tool, fails):
     # once, the big one first; the small one finishes first, after a few steps (its image, prefix
     # and row), while the big one takes many (the recorded results are the 1 KiB pool's refusals:
     # only the order counts)
-    r = subprocess.run([t.bin("executor/server/s1-replay"), order_dir, "--model", model,
+    r = subprocess.run([t.bin("tools/s1-replay"), order_dir, "--model", model,
                         "--batch", "--order"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     fin = re.findall(r"finished (\d+): record (\d+) \(request [^)]*\) status (-?\d+), (\d+) steps",
                      r.stdout.decode())

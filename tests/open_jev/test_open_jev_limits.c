@@ -83,15 +83,16 @@ int main(int argc, char **argv) {
   pp_open_jev_request_free(req);
   req = NULL;
   rc = compile(&m, body("s", 1, 257, 255, 2), &req, &d);
-  EXPECT(rc == -CM_ELIMIT && strcmp(d.msg, "request exceeds the candidate limit") == 0,
+  EXPECT(rc == -CM_ELIMIT && strcmp(d.msg, "questions: request exceeds the candidate limit") == 0,
          "65,537 sequences: rc %d %s", rc, d.msg ? d.msg : "");
   /* 9 prompts of a 3.9 MB state: over the 32 MiB of prompt text, refused before tokenizing */
   rc = compile(&m, body("abcdefghijklm ", 280000, 1, 9, 0), &req, &d);
-  EXPECT(rc == -CM_ELIMIT && strstr(d.msg, "prompts exceed"), "prompt bytes: rc %d %s", rc,
+  EXPECT(rc == -CM_ELIMIT && strncmp(d.msg, "questions: request prompts exceed", 33) == 0, "prompt bytes: rc %d %s", rc,
          d.msg ? d.msg : "");
   /* 264 sequences of about 16,000 tokens: each within max_length, together over 4,194,304 */
   rc = compile(&m, body(" word", 16000, 1, 255, 9), &req, &d);
-  EXPECT(rc == -CM_ELIMIT && strstr(d.msg, "tokens over all sequences"), "total tokens: rc %d %s",
+  EXPECT(rc == -CM_ELIMIT && strncmp(d.msg, "questions: request has ", 23) == 0 &&
+             strstr(d.msg, "tokens over all sequences"), "total tokens: rc %d %s",
          rc, d.msg ? d.msg : "");
   pp_open_jev_request_free(req);
   pp_open_jev_model_fini(&m);

@@ -336,28 +336,28 @@ def cases():
         ("reserved_marker_option", {"q": {"type": "choice", "instructions": "a",
                                           "options": [{"text": "<|vision_start|>"}]}}, "questions.q.options[0].text"),
         ("reserved_marker_level", {"q": {"type": "score", "instructions": "a", "levels": ["<|image_pad|>"]}}, "questions.q.levels[0]"),
-        ("unknown_field", {"q": {"type": "noul", "instructions": "a", "criteria": {"x": None}}}, "unknown field \"criteria\""),
+        ("unknown_field", {"q": {"type": "noul", "instructions": "a", "criteria": {"x": None}}}, 'questions.q.criteria: unknown field; questions.q takes "type", "instructions", "region"'),
         ("options_and_criteria", {"q": {"type": "choice", "instructions": "a", "options": [{"text": "x"}],
-                                        "criteria": {"x": None}}}, "exactly one of"),
+                                        "criteria": {"x": None}}}, 'questions.q: needs exactly one of "options" and "criteria"'),
         ("duplicate_keys", {"q": {"type": "choice", "instructions": "a",
-                                  "options": [{"key": "x"}, {"key": "x"}]}}, "duplicate key"),
+                                  "options": [{"key": "x"}, {"key": "x"}]}}, 'questions.q: duplicate key "x"'),
         ("too_many_options", {"q": {"type": "choice", "instructions": "a",
-                                    "options": [{"text": str(i)} for i in range(256)]}}, "more than 255 options"),
-        ("text_too_long", {"q": {"type": "noul", "instructions": "y" * 8193}}, "longer than 8192"),
-        ("score_no_levels", {"q": {"type": "score", "instructions": "a", "levels": []}}, "has no levels"),
-        ("box_three_values", {"q": {"type": "noul", "instructions": "a", "region": {"box": [1, 2, 3]}}}, "4 numbers"),
+                                    "options": [{"text": str(i)} for i in range(256)]}}, "questions.q: has more than 255 options"),
+        ("text_too_long", {"q": {"type": "noul", "instructions": "y" * 8193}}, "questions.q.instructions: longer than 8192 characters"),
+        ("score_no_levels", {"q": {"type": "score", "instructions": "a", "levels": []}}, "questions.q: has no levels"),
+        ("box_three_values", {"q": {"type": "noul", "instructions": "a", "region": {"box": [1, 2, 3]}}}, "questions.q.region.box: must be an array of 4 numbers"),
         ("box_wider_than_64_bits", {"q": {"type": "noul", "instructions": "a", "region": {"box": [0, 0, 2 ** 64, 1]}}},
          "questions.q.region.box[2]: integer 18446744073709551616 is outside 64 bits"),
         ("abstain_not_boolean", {"q": {"type": "choice", "instructions": "a",
-                                       "options": [{"text": "x", "abstain": 1}]}}, "abstain must be a boolean"),
-        ("numeric_level", {"q": {"type": "score", "instructions": "a", "levels": [1, 2]}}, "levels[0] must be a string"),
-        ("missing_instructions", {"q": {"type": "noul"}}, "instructions is required"),
-        ("unknown_type", {"q": {"type": "rank", "instructions": "a"}}, "questions.q.type"),
-        ("empty_questions", {}, "questions must not be empty"),
-        ("too_many_questions", {"q%d" % i: q1 for i in range(65)}, "more than 64 questions"),
+                                       "options": [{"text": "x", "abstain": 1}]}}, "questions.q.options[0].abstain: must be a boolean"),
+        ("numeric_level", {"q": {"type": "score", "instructions": "a", "levels": [1, 2]}}, "questions.q.levels[0]: must be a string"),
+        ("missing_instructions", {"q": {"type": "noul"}}, "questions.q.instructions: required"),
+        ("unknown_type", {"q": {"type": "rank", "instructions": "a"}}, 'questions.q.type: must be "noul", "choice" or "score"'),
+        ("empty_questions", {}, "questions: must not be empty"),
+        ("too_many_questions", {"q%d" % i: q1 for i in range(65)}, "questions: more than 64 questions"),
         ("rows_over_1024", {"q%d" % i: {"type": "choice", "instructions": "a",
                                         "options": [{"text": str(j)} for j in range(200)]} for i in range(6)},
-         "more than 1024 options in all"),
+         "questions: more than 1024 options in all"),
     ]
     return ok, bad
 
@@ -377,7 +377,7 @@ def special_cases(specials):
                "questions.q.options[0].key")
         yield ("criteria_key", {"q": {"type": "choice", "instructions": "a",
                                       "criteria": {"k" + t: None, "b": None}}},
-               "questions.q.criteria key")
+               "questions.q.criteria: a key")
         yield ("criteria_rubric", {"q": {"type": "choice", "instructions": "a",
                                          "criteria": {"a": "r" + t, "b": None}}},
                "questions.q.criteria.a")
@@ -385,11 +385,11 @@ def special_cases(specials):
                "questions.q.levels[0]")
         yield ("score_criteria_key", {"q": {"type": "score", "instructions": "a",
                                             "criteria": {"lo" + t: None, "hi": None}}},
-               "questions.q.criteria key")
+               "questions.q.criteria: a key")
     ordinary = "".join(t for t in specials if t not in RESERVED)
     ok = [("special_ordinary_" + f, (64, 48), qs) for f, qs, _ in fields(ordinary)]
     bad = [("special_%s_%s" % (t.strip("<|>").replace("/", "end_"), f), qs,
-            what + " contains reserved marker text")
+            what + (" " if ": " in what else ": ") + "contains reserved marker text")
            for t in RESERVED for f, qs, what in fields(t)]
     return ok, bad
 
@@ -411,12 +411,12 @@ def video_cases():
 def video_bad():
     ok = {"n_frames": 2, "cols": 2, "tile": 32, "duration": 1, "timestamps": [0, 1]}
     return [
-        ("video_17_frames", (64, 48), dict(ok, n_frames=17), "state.video.n_frames"),
-        ("video_float_timestamp", (64, 48), dict(ok, timestamps=[0, 1.5]), "state.video.timestamps[1]"),
-        ("video_short_timestamps", (64, 48), dict(ok, timestamps=[0]), "state.video.timestamps"),
-        ("video_duration_below_1", (64, 48), dict(ok, duration=0.5), "state.video.duration"),
-        ("video_unknown_field", (64, 48), dict(ok, fps=2), "state.video: unknown field \"fps\""),
-        ("video_mosaic_too_small", (48, 48), ok, "cannot hold 2 frames"),
+        ("video_17_frames", (64, 48), dict(ok, n_frames=17), "state.video.n_frames: must be an integer from 1 to 16"),
+        ("video_float_timestamp", (64, 48), dict(ok, timestamps=[0, 1.5]), "state.video.timestamps[1]: must be an integer from 0"),
+        ("video_short_timestamps", (64, 48), dict(ok, timestamps=[0]), "state.video.timestamps: must be an array of n_frames"),
+        ("video_duration_below_1", (64, 48), dict(ok, duration=0.5), "state.video.duration: must be a number of seconds from"),
+        ("video_unknown_field", (64, 48), dict(ok, fps=2), 'state.video.fps: unknown field; state.video takes "n_frames", "cols", "tile", "timestamps", "duration"'),
+        ("video_mosaic_too_small", (48, 48), ok, "state.images[0]: a 48x48 mosaic cannot hold 2 frames"),
     ]
 
 
@@ -488,12 +488,12 @@ def main():
         req = {"state": {"images": [data_url(64, 48)]}, "questions": qs}
         lines.append(json.dumps({"name": name, "request": req, "error": msg}, ensure_ascii=False))
     for name, req, msg in [
-            ("seventeen_images", {"state": {"images": [data_url(8, 8)] * 17}, "questions": {"q": Q1}}, "at most 16"),
-            ("video_two_images", {"state": {"images": [data_url(8, 8)] * 2, "video": {"n_frames": 1, "cols": 1, "tile": 32, "timestamps": [0], "duration": 1.0}}, "questions": {"q": Q1}}, "exactly one image (the mosaic)"),
+            ("seventeen_images", {"state": {"images": [data_url(8, 8)] * 17}, "questions": {"q": Q1}}, "state.images: holds 17 images, at most 16 (one panel)"),
+            ("video_two_images", {"state": {"images": [data_url(8, 8)] * 2, "video": {"n_frames": 1, "cols": 1, "tile": 32, "timestamps": [0], "duration": 1.0}}, "questions": {"q": Q1}}, "state.images: must hold exactly one image (the mosaic)"),
             ("panel_second_too_wide", {"state": {"images": [data_url(8, 8), data_url(4097, 8)]}, "questions": {"q": Q1}}, "state.images[1]: image 1 is 4097x8"),
-            ("not_a_data_url", {"state": {"images": ["aGVsbG8="]}, "questions": {"q": Q1}}, "data:image/png;base64"),
-            ("state_text", {"state": {"images": [data_url(64, 48)], "text": "t"}, "questions": {"q": Q1}}, "unknown field \"text\""),
-            ("bad_top_field", {"state": {"images": [data_url(64, 48)]}, "questions": {"q": Q1}, "x": 1}, "unknown field \"x\"")]:
+            ("not_a_data_url", {"state": {"images": ["aGVsbG8="]}, "questions": {"q": Q1}}, "state.images[0]: must be a data:image/png;base64 or data:image/jpeg;base64 URL"),
+            ("state_text", {"state": {"images": [data_url(64, 48)], "text": "t"}, "questions": {"q": Q1}}, 'state.text: unknown field; state takes "images", "video"'),
+            ("bad_top_field", {"state": {"images": [data_url(64, 48)]}, "questions": {"q": Q1}, "x": 1}, 'x: unknown field; body takes "model", "state", "questions"')]:
         lines.append(json.dumps({"name": name, "request": req, "error": msg}, ensure_ascii=False))
     text = "\n".join(lines) + "\n"
     out = sys.argv[3]

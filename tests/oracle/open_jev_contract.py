@@ -15,7 +15,8 @@ usage: open_jev_contract.py TOKENIZER_JSON OUT.jsonl          write the fixtures
        open_jev_contract.py TOKENIZER_JSON OUT.jsonl --check  fail if OUT.jsonl differs
 Line 1 of OUT is {"manifest": ...} (the model constants); every other line is one case:
   {"name", "body" (raw text), "max_length" (optional override), "scores" ([float] or "nan"),
-   "status", "error_type", "message", "prompts", "ids", "response" (exact text)}
+   "status", "error_type", "message" (the reference's wording), "field" (the JSON path the
+   service's 422 message names first: "FIELD: MESSAGE"), "prompts", "ids", "response" (exact text)}
 """
 import json
 import math
@@ -44,17 +45,24 @@ BATCH = 32
 
 
 class Refusal(Exception):
-    def __init__(self, status, etype, message):
+    def __init__(self, status, etype, message, field=None):
         super().__init__(message)
-        self.status, self.etype, self.message = status, etype, message
+        self.status, self.etype, self.message, self.field = status, etype, message, field
 
 
 def invalid_json(message=None):
     return Refusal(400, "invalid_json", message)
 
 
-def invalid_request(message):
-    return Refusal(422, "invalid_request", message)
+def invalid_request(message, field):
+    """A 422: `message` is the reference's wording, `field` the s1serve JSON path of what it is
+    about (spec/wire.md: the service answers "FIELD: MESSAGE")."""
+    return Refusal(422, "invalid_request", message, field)
+
+
+def key(k):
+    """An object key in a field path: its first 48 code points (the service bounds paths so)."""
+    return k[:48]
 
 
 def py_sum(values):
@@ -123,7 +131,7 @@ def check_ints(value, path=""):
     its field (the first in document order); the bounds themselves are exact values."""
     if isinstance(value, dict):
         for k, v in value.items():
-            check_ints(v, path + "." + k[:48] if path else k[:48])
+            check_ints(v, path + "." + key(k) if path else key(k))
     elif isinstance(value, list):
         for i, v in enumerate(value):
             check_ints(v, "%s[%d]" % (path, i))
@@ -131,61 +139,72 @@ def check_ints(value, path=""):
             not -(2 ** 63) <= value <= 2 ** 64 - 1:
         digits = str(abs(value))
         text = ("-" if value < 0 else "") + digits[:24] + ("..." if len(digits) > 24 else "")
-        raise invalid_request("%sinteger %s is outside 64 bits (-2**63 to 2**64-1 are supported)"
-                              % (path + ": " if path else "", text))
+        raise invalid_request("integer %s is outside 64 bits (-2**63 to 2**64-1 are supported)"
+                              % text, path or None)
 
 
-def render(value):
+def render(value, field):
     if isinstance(value, str):
         return value
     try:
         return json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False)
     except ValueError:
-        raise invalid_request("Out of range float values are not JSON compliant")
+        raise invalid_request("Out of range float values are not JSON compliant", field)
 
 
-def description(value, optional=False):
+def description(value, field, optional=False):
     if value is None and optional:
         return None
     if not isinstance(value, (str, dict, list)):
-        raise invalid_request("instructions and descriptions must be text, an object, or an array")
-    return render(value)
+        raise invalid_request("instructions and descriptions must be text, an object, or an array",
+                              field)
+    return render(value, field)
 
 
 def compile_request(state, questions):
     if not isinstance(state, (str, dict, list)):
-        raise invalid_request("state must be text, a JSON object, or an array")
-    state_text = render(state)
+        raise invalid_request("state must be text, a JSON object, or an array", "state")
+    state_text = render(state, "state")
     if not isinstance(questions, dict) or not questions:
-        raise invalid_request("questions must be a nonempty mapping")
+        raise invalid_request("questions must be a nonempty mapping", "questions")
     records = []
     for qid, definition in questions.items():
+        at = "questions." + key(qid)
         if not isinstance(definition, dict):
-            raise invalid_request("question IDs must be strings and definitions must be mappings")
+            raise invalid_request("question IDs must be strings and definitions must be mappings",
+                                  at)
         kind = definition.get("type")
         if kind not in ("choice", "score", "noul"):
-            raise invalid_request("question type must be choice, score, or noul")
-        question = description(definition.get("instructions"))
+            raise invalid_request("question type must be choice, score, or noul", at + ".type")
+        question = description(definition.get("instructions"), at + ".instructions")
         criteria = definition.get("criteria")
         rec = {"id": qid, "kind": kind, "question": question}
         if kind == "choice":
             if not isinstance(criteria, dict) or not 1 <= len(criteria) <= 255:
-                raise invalid_request("Choice requires between 1 and 255 candidates")
-            descs = [description(v, optional=True) for v in criteria.values()]
+                raise invalid_request("Choice requires between 1 and 255 candidates",
+                                      at + ".criteria")
+            descs = [description(v, at + ".criteria." + key(k), optional=True)
+                     for k, v in criteria.items()]
             rec["keys"] = list(criteria)
             rec["options"] = [k if d is None else f"{k}: {d}" for k, d in zip(criteria, descs)]
+            rec["paths"] = [at + ".criteria." + key(k) for k in criteria]
         elif kind == "score":
             if not isinstance(criteria, list) or not 2 <= len(criteria) <= 10:
-                raise invalid_request("Score requires an array of 2 to 10 descriptive levels")
-            rec["options"] = [description(level) for level in criteria]
+                raise invalid_request("Score requires an array of 2 to 10 descriptive levels",
+                                      at + ".criteria")
+            rec["options"] = [description(level, "%s.criteria[%d]" % (at, i))
+                              for i, level in enumerate(criteria)]
             rec["keys"] = [str(i) for i in range(len(criteria))]
             rec["legend"] = dict(zip(rec["keys"], json.loads(json.dumps(criteria))))
+            rec["paths"] = ["%s.criteria[%d]" % (at, i) for i in range(len(criteria))]
         else:
+            rec["paths"] = [at]
             if criteria is not None:
                 if not isinstance(criteria, dict) or set(criteria) != {"true", "false"}:
-                    raise invalid_request("Noul criteria must contain true and false descriptions")
-                yes = description(criteria["true"])
-                no = description(criteria["false"])
+                    raise invalid_request("Noul criteria must contain true and false descriptions",
+                                          at + ".criteria")
+                yes = description(criteria["true"], at + ".criteria.true")
+                no = description(criteria["false"], at + ".criteria.false")
                 rec["question"] += f"\nYes means: {yes}\nNo means: {no}"
             rec["keys"] = ["false", "true"]
         records.append(rec)
@@ -226,12 +245,12 @@ def softmax(row, temperature):
     return [x / total for x in e]
 
 
-def format_probs(probs):
+def format_probs(probs, field):
     if any(not math.isfinite(v) or not 0 <= v <= 1 for v in probs):
-        raise invalid_request("probabilities must be finite and in [0, 1]")
+        raise invalid_request("probabilities must be finite and in [0, 1]", field)
     total = py_sum(probs)
     if not math.isclose(total, 1.0, rel_tol=1e-6, abs_tol=1e-6):
-        raise invalid_request("probabilities must sum to one")
+        raise invalid_request("probabilities must sum to one", field)
     return [v / total for v in probs]
 
 
@@ -252,16 +271,19 @@ def predict(raw: bytes, scores, tokenizer, max_length):
     oj = MANIFEST["open_jev"]
     request = strict_loads(raw)
     if not isinstance(request, dict) or not {"state", "questions"} <= request.keys():
-        raise invalid_request("request requires state and questions")
+        raise invalid_request("request requires state and questions",
+                              "body" if not isinstance(request, dict) else
+                              "state" if "state" not in request else "questions")
     if request.get("model") not in [None, oj["model_id"]] + oj["aliases"] or \
             isinstance(request.get("model"), bool):
-        raise invalid_request("requested model is not loaded; see /v1/models")
+        raise invalid_request("requested model is not loaded; see /v1/models", "model")
     if not isinstance(request["questions"], dict) or len(request["questions"]) > 4096:
-        raise invalid_request("questions must be an object within the server question limit")
+        raise invalid_request("questions must be an object within the server question limit",
+                              "questions")
     records, prompts = compile_request(request["state"], request["questions"])
     count = len(prompts)
     if count > 65536:
-        raise invalid_request("request exceeds the candidate limit")
+        raise invalid_request("request exceeds the candidate limit", "questions")
     chat = MANIFEST["chat"]
     ids = [tokenizer.encode(chat["prefix"] + p + chat["suffix"], add_special_tokens=True).ids
            for p in prompts]
@@ -269,10 +291,12 @@ def predict(raw: bytes, scores, tokenizer, max_length):
     for rec in records:
         first.append(sum(len(r["prompts"]) for r in records[:len(first)]))
     for batch in candidate_batches(records, BATCH):
-        longest = max(len(ids[first[i] + s + k]) for i, s, n in batch for k in range(n))
-        if longest > max_length:
+        seqs = [(i, s + k) for i, s, n in batch for k in range(n)]
+        longest = max(len(ids[first[i] + j]) for i, j in seqs)
+        if longest > max_length:  # the field: the first sequence of that length in the batch
+            i, j = next((i, j) for i, j in seqs if len(ids[first[i] + j]) == longest)
             raise invalid_request(f"Input length {longest} exceeds max_length={max_length}; "
-                                  "no silent truncation")
+                                  "no silent truncation", records[i]["paths"][j])
     if any(isinstance(s, str) or not math.isfinite(s) for s in scores):
         raise Refusal(500, "internal", None)
     answers = {}
@@ -281,7 +305,7 @@ def predict(raw: bytes, scores, tokenizer, max_length):
         n = len(rec["prompts"])
         row = [0.0, scores[pos]] if rec["kind"] == "noul" else scores[pos:pos + n]
         pos += n
-        probs = format_probs(softmax(row, oj["temperature"]))
+        probs = format_probs(softmax(row, oj["temperature"]), "questions." + key(rec["id"]))
         keys = rec["keys"]
         if rec["kind"] == "noul":
             answers[rec["id"]] = {"type": "noul", "noul": probs[1]}
@@ -478,6 +502,11 @@ def cases():
     add("choice_criteria_array", {"state": "s", "questions": {"q": {"type": "choice", "instructions": "x", "criteria": ["a"]}}})
     add("choice_value_number", {"state": "s", "questions": {"q": {"type": "choice", "instructions": "x", "criteria": {"a": 4}}}})
     add("choice_value_bool", {"state": "s", "questions": {"q": {"type": "choice", "instructions": "x", "criteria": {"a": "ok", "b": False}}}})
+    # the field path names the question (issue 17: "options" sent instead of "criteria"), a
+    # criteria key, and cuts a long id to 48 code points (two-byte UTF-8 here)
+    add("choice_options_not_criteria", {"state": "s", "questions": {"pick": {"type": "choice", "instructions": "x", "options": {"a": None}}}})
+    add("path_long_question_id", {"state": "s", "questions": {"\u00e9" * 60: {"type": "generation", "instructions": "x"}}})
+    add("path_criteria_key_in_order", '{"state": "s", "questions": {"a": {"type": "noul", "instructions": "x"}, "b": {"type": "choice", "instructions": "x", "criteria": {"ok": null, "bad key": [1e400]}}}}')
     # strict JSON
     add("json_duplicate_key", '{"state": "s", "state": "t", "questions": {"q": {"type": "noul", "instructions": "x"}}}')
     add("json_duplicate_key_escaped", '{"state": "s", "questions": {"q": {"type": "noul", "instructions": "x", "\\u0074ype": "noul"}}}')
@@ -541,10 +570,11 @@ def main():
             # head outputs are float32: the fixture scores are read as float32 values
             prompts, ids, response = predict(raw, [float("nan") if s == "nan" else f32(s) for s in scores],
                                              tokenizer, max_length)
-            case.update(status=200, error_type=None, message=None, prompts=prompts, ids=ids,
+            case.update(status=200, error_type=None, message=None, field=None, prompts=prompts, ids=ids,
                         response=response)
         except Refusal as e:
-            case.update(status=e.status, error_type=e.etype, message=e.message, prompts=None,
+            case.update(status=e.status, error_type=e.etype, message=e.message, field=e.field,
+                        prompts=None,
                         ids=None, response=None)
         lines.append(J(case))
     text = "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
 """What transformers 5.17 makes of release-format tokenizer and image-processor configs (the fixture
-of test export_hf_transformers; s1-export follows it, executor/export/export_hf.h).
+of test export_hf_transformers; s1-export follows it, tools/export/export_hf.h).
 
 Tokenizer cases: a directory with a tokenizer.json (the real Qwen3 file of ../shared/tokenizers/qwen3,
 or the derived Qwen3.5 one, tests/oracle/tokenizer_qwen35.py), a tokenizer_config.json and a

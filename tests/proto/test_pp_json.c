@@ -48,6 +48,41 @@ int main(void) {
       fprintf(stderr, "accepted: %s\n", bad[i]);
     CHECK(r == -CM_EJSON);
   }
+  /* long strings (the scanner skips plain ASCII 8 bytes at a time): one special byte at every
+   * offset of a 40-byte string must be seen there; plain strings of every length pass, also as
+   * keys, whose duplicates are still found */
+  static const struct {
+    const char *ins; /* bytes put at the offset */
+    int want;        /* the check's result */
+  } at[] = {{"\x01", -CM_EJSON}, {"\x1f", -CM_EJSON}, {"\xff", -CM_EJSON}, {"\xc3", -CM_EJSON},
+            {"\"", -CM_EJSON}, {"\\", -CM_EJSON}, {"\\n", 0}, {"\xc3\xa9", 0}, {"\x7f", 0},
+            {" ", 0}};
+  for (size_t k = 0; k < sizeof(at) / sizeof(*at); k++) {
+    for (size_t off = 0; off < 40; off++) {
+      char str[64];
+      size_t n = strlen(at[k].ins);
+      str[0] = '"';
+      memset(str + 1, 'a', 40);
+      memcpy(str + 1 + off, at[k].ins, n);
+      str[1 + (off + n > 40 ? off + n : 40)] = '"';
+      str[2 + (off + n > 40 ? off + n : 40)] = 0;
+      int r = check(str);
+      if (r != at[k].want)
+        fprintf(stderr, "string with 0x%02x at %zu: %d, want %d\n", (unsigned char)at[k].ins[0],
+                off, r, at[k].want);
+      CHECK(r == at[k].want);
+    }
+  }
+  for (size_t len = 1; len < 40; len++) {
+    char key[48], obj[128];
+    memset(key, 'k', len);
+    key[len] = 0;
+    snprintf(obj, sizeof(obj), "{\"%s\":1,\"%s\":2}", key, key);
+    CHECK(check(obj) == -CM_EJSON); /* the same key twice */
+    key[len - 1] = 'j';
+    snprintf(obj, sizeof(obj), "{\"%s\":1,\"%s\":2}", key, key + 1);
+    CHECK(check(obj) == 0);
+  }
   /* nesting: 127 levels pass, 128 are refused */
   char deep[600];
   for (int levels = 127; levels <= 128; levels++) {

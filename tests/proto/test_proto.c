@@ -8,6 +8,7 @@
 
 #include <msgpack.h>
 
+#include "cm_sha256.h"
 #include "proto_job.h"
 #include "proto_program.h"
 #include "proto_status.h"
@@ -295,6 +296,22 @@ static void test_health_stats(void) {
   }
 }
 
+/* SHA-256 of test_program's encoding with its version byte zeroed, taken from the growing-buffer
+ * encoder (proto/ of main at 9dad424). */
+#define PROGRAM_SHA256 "98bb35172f88059ed9857e82964ccf4635b7411caacf333ec41530f2da39303b"
+
+struct into {
+  uint8_t *buf;
+  size_t asked;
+  bool fail;
+};
+
+static void *into_alloc(void *arg, size_t n) {
+  struct into *in = arg;
+  in->asked = n;
+  return in->fail ? NULL : (in->buf = malloc(n));
+}
+
 static void test_program(void) {
   struct proto_program p = {0};
   float *pix = calloc(16 * PROTO_PATCH_DIM, sizeof(float));
@@ -323,6 +340,30 @@ static void test_program(void) {
   p.deadline_us = 42;
   struct proto_bytes b = {0};
   CHECK(proto_program_encode(&p, &b) == 0);
+  /* the bytes the growing-buffer encoder gave before the exact-size one (wire unchanged), the
+   * version number (byte 3: fixmap, "v", fixint) masked so that a version bump keeps them */
+  uint8_t dg[CM_SHA256_BYTES];
+  char hex[2 * CM_SHA256_BYTES + 1];
+  uint8_t *masked = malloc(b.len);
+  CHECK(masked && b.len > 4 && (uint8_t)b.data[0] == 0x89 && (uint8_t)b.data[1] == 0xa1 &&
+        b.data[2] == 'v' && (uint8_t)b.data[3] == PROTO_VERSION);
+  memcpy(masked, b.data, b.len);
+  masked[3] = 0;
+  CHECK(cm_sha256_buf(masked, b.len, dg) == 0);
+  free(masked);
+  for (int i = 0; i < CM_SHA256_BYTES; i++)
+    snprintf(hex + 2 * i, 3, "%02x", dg[i]);
+  if (strcmp(hex, PROGRAM_SHA256) != 0)
+    fprintf(stderr, "program bytes: SHA-256 %s (%zu bytes), want %s\n", hex, b.len, PROGRAM_SHA256);
+  CHECK(strcmp(hex, PROGRAM_SHA256) == 0);
+  /* into the caller's memory: the same bytes; a failed allocation is -ENOMEM */
+  struct into in = {0};
+  size_t n_into = 0;
+  CHECK(proto_program_encode_into(&p, into_alloc, &in, &n_into) == 0 && n_into == b.len &&
+        in.asked == b.len && memcmp(in.buf, b.data, b.len) == 0);
+  free(in.buf);
+  in = (struct into){.fail = true};
+  CHECK(proto_program_encode_into(&p, into_alloc, &in, &n_into) == -ENOMEM);
   struct proto_program d = {0};
   struct cm_diag diag = {0};
   CHECK(proto_program_decode(b.data, b.len, &d, &diag) == 0);

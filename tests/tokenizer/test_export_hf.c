@@ -1,4 +1,4 @@
-/* s1-export's reading of release tokenizer and processor configs (executor/export/export_hf.h)
+/* s1-export's reading of release tokenizer and processor configs (tools/export/export_hf.h)
  * against transformers 5.17 (fixture tests/fixtures/tokenizer/transformers_classes.jsonl from
  * tests/oracle/tokenizer_transformers.py). Per tokenizer case: a directory with the Qwen3 or
  * Qwen3.5 tokenizer.json and the case's tokenizer_config.json / config.json; the exported

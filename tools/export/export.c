@@ -402,10 +402,10 @@ static int export_main(int argc, char **argv) {
                                      {"chat", required_argument, 0, 'c'},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
-  for (int i = 1; i + 1 < argc; i++) /* --family open_jev: executor/export/open_jev_export.c */
+  for (int i = 1; i + 1 < argc; i++) /* --family open_jev: tools/export/open_jev_export.c */
     if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "open_jev") == 0)
       return ex_export_open_jev_main(argc, argv, export_main);
-  for (int i = 1; i + 1 < argc; i++) /* --family omnijev: executor/export/omnijev_export.c */
+  for (int i = 1; i + 1 < argc; i++) /* --family omnijev: tools/export/omnijev_export.c */
     if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "omnijev") == 0)
       return ex_export_omnijev_main(argc, argv, export_main);
   int c;
