@@ -1069,10 +1069,21 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
   /* the group rows' LM log-probs of the whole launch in one engine call (ex_lm_batch), its time
    * shared by the programs' declared log-probs */
   ex_lm_batch_reset(&s->lmb);
+  drain_cancels(s);
+  int64_t now = proto_now_us();
   for (size_t k = 0; k < b->n_rows && !r; k++) {
     struct rowitem *ri = &b->rows[k];
-    if ((!only || ri->j == only) && ri->j->state == J_ACTIVE)
-      r = ex_job_row_lm_declare(&ri->j->job, ri->row, ri->rd, &s->lmb);
+    struct sjob *j = ri->j;
+    if ((only && j != only) || j->state != J_ACTIVE)
+      continue;
+    if (j->p->deadline_us && now > j->p->deadline_us) {
+      /* past its deadline after the forward: none of its rows' log-probs are computed (on the
+       * CPU a launch's batched log-probs are seconds of work) */
+      s->st.deadline_dropped++;
+      finish(s, j, -CM_ETIMEOUT, "deadline passed while in flight");
+      continue;
+    }
+    r = ex_job_row_lm_declare(&j->job, ri->row, ri->rd, &s->lmb);
   }
   int64_t tl = mono_us();
   if (!r)
