@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Prints the tables of notes/2026-12-02-omnijev-gpu.md from the committed run folders, so every
 number in the note is read from raw files: the OmniJev-4B latency before (2026-12-01, part1) and
-after (2026-12-02 run1) this branch's first two steps, and Open-Jev-9B (run1). Stdlib only; the table
-layout is issue18_tables.py's.
+after this branch: run1 (2026-12-02, split-K-free LoRA) and run2 (the pinned split-K LoRA of
+16795bd/18fd177), and Open-Jev-9B (run1; run2 with its peer). Stdlib only; the table layout is
+issue18_tables.py's.
 
 usage: gpuperf_tables.py BEFORE_RUN_DIR AFTER_RUN_DIR
 """
@@ -35,13 +36,23 @@ def main():
     latency(after, "run1", "omnijev4b", [("peer base (ms, same run)", a("base"))],
             "After (2026-12-02 run1): OmniJev-4B at concurrency 1, kept LoRA through cuBLASLt "
             "without split-K, readouts batched")
-    oj = load_jsonl(os.path.join(after, "run1", "open_jev_peer.jsonl"))
+    a2 = omni_peer(os.path.join(after, "run2", "omnijev-peer-timing.jsonl"))
+    latency(after, "run2", "omnijev4b", [("peer base (ms, same run)", a2("base")),
+                                         ("peer + LoRA r32 unmerged", a2("lora_unmerged"))],
+            "After (2026-12-02 run2): OmniJev-4B at concurrency 1, kept LoRA through cuBLASLt "
+            "with the pinned split-K configuration, readouts batched")
 
-    def ojp(name):
-        v = [r["median_ms"] for r in oj if r.get("kind") == "timing" and r["workload"] == name]
-        return v or None
-    latency(after, "run1", "open_jev9b", [("peer (ms)", ojp)],
+    def ojp(run):
+        oj = load_jsonl(os.path.join(after, run, "open_jev_peer.jsonl"))
+
+        def get(name):
+            v = [r["median_ms"] for r in oj if r.get("kind") == "timing" and r["workload"] == name]
+            return v or None
+        return get
+    latency(after, "run1", "open_jev9b", [("peer (ms)", ojp("run1"))],
             "Open-Jev-9B at concurrency 1 (run1; its peer failed to start)")
+    latency(after, "run2", "open_jev9b", [("peer (ms, rounds)", ojp("run2"))],
+            "Open-Jev-9B at concurrency 1 (run2, with its peer)")
     return 0
 
 
