@@ -148,7 +148,8 @@ def family(run_dir, part, name, title, peer_file):
     if env:
         e = env[-1]
         e0 = env[0]
-        extra = ", ".join(f"{k} {e0[k]}" for k in ("torch", "transformers", "peft", "fla",
+        extra = ", ".join(f"{k} {round(e0[k], 1) if isinstance(e0[k], float) else e0[k]}"
+                          for k in ("torch", "transformers", "peft", "fla",
                                                     "lora_dtypes", "adapter_pairs", "load_s")
                           if k in e0)
         print(f"\nPeer: GDN chunk rule {e.get('torch_chunk_gated_delta_rule')}, causal conv "
@@ -181,9 +182,10 @@ def parity(run_dir):
     if v:
         def g(k):
             return f"{v[k]:.3e}" if isinstance(v.get(k), float) else "–"
-        print(f"\nVision tower (grid {v['grid']}, width {d.get('hidden')} model): CUDA vs float32 "
+        verdict = "not judged" if "pass" not in v else "pass" if v["pass"] else "FAIL"
+        print(f"\nVision tower (grid {v['grid']}; model hidden {d.get('hidden')}): CUDA vs float32 "
               f"CPU tower {g('cuda_vs_cpu32')}, transformers bf16 vs fp32 {g('hf_bf16_vs_hf_fp32')} "
-              f"(bound {d['e2e_ratio_bound']}×: {'pass' if v.get('pass') else 'FAIL'}); CPU tower vs "
+              f"(bound {d['e2e_ratio_bound']}×: {verdict}); CPU tower vs "
               f"transformers fp32 {g('hf_fp32_vs_cpu32')}; CPU tower {v['cpu_tower_s']:.0f} s.")
     print(f"\nFailures: {d['fails'] or 'none'}; transformers fp32 load and run "
           f"{f(d.get('hf_fp32_s'))} s, total {f(d.get('total_s'))} s.\n")
