@@ -23,7 +23,7 @@
 #include "cm_safetensors.h"
 #include "cpu_matmul.h"
 #include "cuda_lora.h"
-#include "exc_test.h"
+#include "twin.h"
 
 enum { H = 256, INTER = 512, NH = 4, HD = 32, NKV = 2, LK = 2, LV = 6, DK = 32, DV = 32 };
 enum { QW = NH * 2 * HD, KW = NKV * HD, M_ATTN = QW + 2 * KW, VD = LV * DV, M_ZBA = VD + 2 * LV };
@@ -61,17 +61,17 @@ static float *hmalloc(size_t n) {
 
 static void write_adapter(const char *path) {
   struct cm_safetensors_writer *w;
-  XT_OK(cm_safetensors_writer_new(&w));
+  TW_OK(cm_safetensors_writer_new(&w));
   char names[N_F][2][128];
   for (size_t i = 0; i < N_F; i++) {
     snprintf(names[i][0], 128, "model.language_model.layers.%d.%s.lora_A", F[i].layer, F[i].module);
     snprintf(names[i][1], 128, "model.language_model.layers.%d.%s.lora_B", F[i].layer, F[i].module);
     int64_t sa[2] = {(int64_t)F[i].rank, (int64_t)F[i].in}, sb[2] = {(int64_t)F[i].out, (int64_t)F[i].rank};
-    XT_OK(cm_safetensors_writer_add(w, names[i][0], CM_DTYPE_F32, 2, sa, F[i].a));
-    XT_OK(cm_safetensors_writer_add(w, names[i][1], CM_DTYPE_F32, 2, sb, F[i].b));
+    TW_OK(cm_safetensors_writer_add(w, names[i][0], CM_DTYPE_F32, 2, sa, F[i].a));
+    TW_OK(cm_safetensors_writer_add(w, names[i][1], CM_DTYPE_F32, 2, sb, F[i].b));
   }
   struct cm_diag d = {0};
-  XT_OK(cm_safetensors_writer_finish(w, path, &d));
+  TW_OK(cm_safetensors_writer_finish(w, path, &d));
   cm_safetensors_writer_free(w);
 }
 
@@ -95,23 +95,23 @@ static void cpu_site(int layer, enum exc_lora_site site, const float *x, size_t 
 /* exc_lora_apply on rows [r0, r0 + t) of x / y0; returns the t output rows (host, malloc). */
 static float *gpu_site(struct exc_lora *l, int layer, enum exc_lora_site site, const float *x,
                        size_t in, const float *y0, size_t ld_y, size_t r0, size_t t) {
-  void *dx = xt_dev_bf16(x + r0 * in, t * in); /* x holds bf16 values: exact */
-  float *dy = xt_dev(t * ld_y * sizeof(float));
-  xt_up(dy, y0 + r0 * ld_y, t * ld_y * sizeof(float));
-  XT_OK(exc_lora_apply(l, 0, layer, site, dx, in, dy, ld_y, t));
-  XT_CUDA(cudaDeviceSynchronize());
+  void *dx = tw_dev_bf16(x + r0 * in, t * in); /* x holds bf16 values: exact */
+  float *dy = tw_dev(t * ld_y * sizeof(float));
+  tw_up(dy, y0 + r0 * ld_y, t * ld_y * sizeof(float));
+  TW_OK(exc_lora_apply(l, 0, layer, site, dx, in, dy, ld_y, t));
+  TW_CUDA(cudaDeviceSynchronize());
   float *got = hmalloc(t * ld_y);
-  xt_down(got, dy, t * ld_y * sizeof(float));
-  XT_CUDA(cudaFree(dx));
-  XT_CUDA(cudaFree(dy));
+  tw_down(got, dy, t * ld_y * sizeof(float));
+  TW_CUDA(cudaFree(dx));
+  TW_CUDA(cudaFree(dy));
   return got;
 }
 
-static void check_site(struct exc_lora *l, struct xt_rng *r, int layer, enum exc_lora_site site,
+static void check_site(struct exc_lora *l, struct tw_rng *r, int layer, enum exc_lora_site site,
                        size_t in, size_t ld_y, float scale, const char *name) {
   float *x = hmalloc(MAX_ROWS * in), *y0 = hmalloc(MAX_ROWS * ld_y);
-  xt_fill_bf16_normal(r, x, MAX_ROWS * in, 1.0f);
-  xt_fill_normal(r, y0, MAX_ROWS * ld_y, 1.0f);
+  tw_fill_bf16_normal(r, x, MAX_ROWS * in, 1.0f);
+  tw_fill_normal(r, y0, MAX_ROWS * ld_y, 1.0f);
   const size_t rows[] = {1, 65, MAX_ROWS};
   float *got[3];
   for (int ri = 0; ri < 3; ri++) {
@@ -122,17 +122,17 @@ static void check_site(struct exc_lora *l, struct xt_rng *r, int layer, enum exc
     cpu_site(layer, site, x, in, want, ld_y, t, scale);
     char what[160];
     snprintf(what, sizeof(what), "lora %s layer %d scale %g rows %zu vs CPU", name, layer, scale, t);
-    xt_close(what, got[ri], want, t * ld_y, 2e-5, 2e-5);
+    tw_close(what, got[ri], want, t * ld_y, 2e-5, 2e-5);
     free(want);
   }
   /* batch invariance, bit for bit */
   if (memcmp(got[0], got[2], ld_y * sizeof(float)))
-    xt_fail("lora %s scale %g: row 0 alone differs from row 0 of %d rows", name, scale, MAX_ROWS);
+    tw_fail("lora %s scale %g: row 0 alone differs from row 0 of %d rows", name, scale, MAX_ROWS);
   if (memcmp(got[1], got[2], 65 * ld_y * sizeof(float)))
-    xt_fail("lora %s scale %g: 65 rows differ from the first 65 of %d", name, scale, MAX_ROWS);
+    tw_fail("lora %s scale %g: 65 rows differ from the first 65 of %d", name, scale, MAX_ROWS);
   float *alone = gpu_site(l, layer, site, x, in, y0, ld_y, 2500, 1);
   if (memcmp(alone, got[2] + 2500 * ld_y, ld_y * sizeof(float)))
-    xt_fail("lora %s scale %g: row 2500 alone differs from row 2500 of %d rows", name, scale,
+    tw_fail("lora %s scale %g: row 2500 alone differs from row 2500 of %d rows", name, scale,
             MAX_ROWS);
   free(alone);
   for (int ri = 0; ri < 3; ri++)
@@ -144,21 +144,21 @@ static void check_site(struct exc_lora *l, struct xt_rng *r, int layer, enum exc
   for (size_t i = 0; i < N_F; i++)
     has |= F[i].layer == other && F[i].site == site;
   if (!has && memcmp(same, y0, 65 * ld_y * sizeof(float)))
-    xt_fail("lora %s: layer %d has no pairs at this site but y changed", name, other);
+    tw_fail("lora %s: layer %d has no pairs at this site but y changed", name, other);
   free(same);
   free(x);
   free(y0);
 }
 
 int main(void) {
-  xt_require_gpu();
-  struct xt_rng r;
-  xt_rng_seed(&r, 31);
+  tw_require_gpu();
+  struct tw_rng r;
+  tw_rng_seed(&r, 31);
   for (size_t i = 0; i < N_F; i++) {
     F[i].a = hmalloc(F[i].rank * F[i].in);
     F[i].b = hmalloc(F[i].out * F[i].rank);
-    xt_fill_normal(&r, F[i].a, F[i].rank * F[i].in, 1.0f / sqrtf((float)F[i].in));
-    xt_fill_normal(&r, F[i].b, F[i].out * F[i].rank, 1.0f / sqrtf((float)F[i].rank));
+    tw_fill_normal(&r, F[i].a, F[i].rank * F[i].in, 1.0f / sqrtf((float)F[i].in));
+    tw_fill_normal(&r, F[i].b, F[i].out * F[i].rank, 1.0f / sqrtf((float)F[i].rank));
   }
   char path[] = "/tmp/s1-test-lora-XXXXXX";
   int fd = mkstemp(path);
@@ -170,16 +170,16 @@ int main(void) {
   write_adapter(path);
   struct cm_safetensors *st;
   struct cm_diag d = {0};
-  XT_OK(cm_safetensors_open(path, &st, &d));
+  TW_OK(cm_safetensors_open(path, &st, &d));
   struct ex_qwen35_config cfg = {.hidden_size = H, .intermediate_size = INTER, .n_layers = 2,
                                  .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD,
                                  .lin_k_heads = LK, .lin_v_heads = LV, .lin_dk = DK, .lin_dv = DV};
   const float scales[] = {2.0f, 0.75f};
   for (int si = 0; si < 2; si++) {
     struct exc_lora *l;
-    XT_OK(exc_lora_new(&cfg, st, scales[si], MAX_ROWS, &l, &d));
+    TW_OK(exc_lora_new(&cfg, st, scales[si], MAX_ROWS, &l, &d));
     if (exc_lora_count(l) != N_F)
-      xt_fail("lora: %zu pairs loaded, want %zu", exc_lora_count(l), N_F);
+      tw_fail("lora: %zu pairs loaded, want %zu", exc_lora_count(l), N_F);
     check_site(l, &r, 0, EXC_LORA_ATTN_IN, H, M_ATTN, scales[si], "q|k|v");
     check_site(l, &r, 0, EXC_LORA_GDN_ZBA, H, M_ZBA, scales[si], "z|b|a");
     check_site(l, &r, 0, EXC_LORA_MLP_DOWN, INTER, H, scales[si], "down");
@@ -192,5 +192,5 @@ int main(void) {
     free(F[i].a);
     free(F[i].b);
   }
-  return xt_finish("test_lora");
+  return tw_finish("test_lora");
 }

@@ -1,4 +1,4 @@
-"""The JEMM speed peer (tests/gpu/jemm_peer.py, the reference procedure with transformers + PEFT,
+"""The JEMM speed peer (tests/cuda/jemm_peer.py, the reference procedure with transformers + PEFT,
 adapter unmerged) computes what s1 computes: its float32 CPU answers on a tiny model
 (tests/fixtures/jemm/peer/peer.json, written by tests/oracle/jemm_peer_fixture.py) against s1's.
 Rebuilds the fixture's directory with s1-mkmodel --s1-out --family jemm (the adapter kept; a

@@ -3,7 +3,7 @@
 must compute what s1 computes before its times mean anything). Builds a tiny JEMM directory with
 `s1-mkmodel --s1-out --family jemm` (vision tower, a random rank-16 alpha-32 adapter kept on every
 language projection; fixed seed: CI rebuilds the same bytes and checks the SHA-256 recorded here),
-runs tests/gpu/jemm_peer.py's request path (Peer.respond: the reference procedure with transformers
+runs tests/cuda/jemm_peer.py's request path (Peer.respond: the reference procedure with transformers
 + PEFT, adapter unmerged) on the CPU in float32 over tests/oracle/jemm_e2e.py's requests (text
 only, 1, 2 and 4 images; 2 to 32 candidates; choice, score and noul; special tokens, a tool spec,
 a structured state; "@FILE" images from --images), and writes per request the input tokens, the
@@ -27,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
+sys.path.insert(0, os.path.join(HERE, "..", "cuda"))
 import jemm_e2e  # noqa: E402
 import jemm_peer  # noqa: E402
 

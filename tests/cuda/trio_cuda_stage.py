@@ -1,4 +1,4 @@
-"""Stages the trio-on-CUDA test (tests/gpu/trio_cuda_check.py) on the build machine: builds each
+"""Stages the trio-on-CUDA test (tests/cuda/trio_cuda_check.py) on the build machine: builds each
 family's tiny e2e model directory with the check's recipes (Open-Jev, OmniJev, JEMM with its
 adapter kept), serves the family's e2e requests (images inlined) with the real trio on
 `s1-executor --device cpu --numerics bf16` (the CPU model with the bf16 reference's rounding

@@ -8,11 +8,16 @@
  * before P·V (as sdpa's flash path), then o, sigmoid(gate) and the product to bf16, i.e. ~4
  * roundings of 2^-9 relative each: |d| ≤ 1.6e-2·|ref| + 4e-3·max|ref| per element and
  * ‖d‖/‖ref‖ ≤ 1e-2 over the tested rows. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cpu_attention.h"
 #include "cuda_attention.h"
-#include "gpu_twin.h"
+#include "twin.h"
 
-static int failures;
+static struct tw_rng rng; /* seeded in main (S1_TEST_SEED to replay) */
 
 struct shape {
   const char *name;
@@ -29,7 +34,7 @@ struct seqdata {
 
 static void fill(float *f, uint16_t *b, size_t n, float sd) {
   for (size_t i = 0; i < n; i++) {
-    b[i] = tw_f2bf(tw_normal(sd));
+    b[i] = tw_f2bf(sd * tw_normal(&rng));
     f[i] = tw_bf2f(b[i]);
   }
 }
@@ -72,7 +77,7 @@ static void compare_seq(const char *what, const struct seqdata *s, const struct 
     for (int i = 0; i < 6; i++)
       runs[nr][0] = starts[i], runs[nr][1] = lens_[i], nr++;
     for (int i = 0; i < 6; i++) {
-      runs[nr][0] = (int)(tw_next() % (uint64_t)(s->n_q - 1)), runs[nr][1] = 1;
+      runs[nr][0] = (int)(tw_next(&rng) % (uint64_t)(s->n_q - 1)), runs[nr][1] = 1;
       nr++;
     }
   }
@@ -92,7 +97,7 @@ static void compare_seq(const char *what, const struct seqdata *s, const struct 
   int bad = e.n_bad || e.n_over || !(e.rel_l2 <= 1e-2);
   printf("%-56s rows=%-5zu max|d|=%.3g max|ref|=%.3g rel=%.3g%s %s\n", what, tot, e.max_abs,
          e.ref_max, e.rel_l2, e.n_bad ? " NONFINITE" : "", bad ? "FAIL" : "ok");
-  failures += bad;
+  tw_expect(!bad);
   free(ref), free(got);
 }
 
@@ -103,14 +108,14 @@ struct dseq {
 };
 static void upload_seq(struct dseq *d, const struct seqdata *s, const struct shape *sh, int split) {
   size_t rk = (size_t)sh->hkv * sh->d, nk = (size_t)(s->n_prefix + s->n_q) * rk;
-  d->k = tw_dmalloc(nk * 2), d->v = tw_dmalloc(nk * 2);
-  TW_CUDA(cudaMemcpy(d->k, s->kb, nk * 2, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(d->v, s->vb, nk * 2, cudaMemcpyHostToDevice));
+  d->k = tw_dev(nk * 2), d->v = tw_dev(nk * 2);
+  tw_up(d->k, s->kb, nk * 2);
+  tw_up(d->v, s->vb, nk * 2);
   if (split) {
     size_t nn = (size_t)s->n_q * rk;
-    d->knew = tw_dmalloc(nn * 2), d->vnew = tw_dmalloc(nn * 2);
-    TW_CUDA(cudaMemcpy(d->knew, s->kb + (size_t)s->n_prefix * rk, nn * 2, cudaMemcpyHostToDevice));
-    TW_CUDA(cudaMemcpy(d->vnew, s->vb + (size_t)s->n_prefix * rk, nn * 2, cudaMemcpyHostToDevice));
+    d->knew = tw_dev(nn * 2), d->vnew = tw_dev(nn * 2);
+    tw_up(d->knew, s->kb + (size_t)s->n_prefix * rk, nn * 2);
+    tw_up(d->vnew, s->vb + (size_t)s->n_prefix * rk, nn * 2);
   } else {
     d->knew = d->k + (size_t)s->n_prefix * rk;
     d->vnew = d->v + (size_t)s->n_prefix * rk;
@@ -124,20 +129,20 @@ static void run_packed(const char *name, const struct shape *sh, struct seqdata 
   size_t row = (size_t)sh->hq * sh->d, total = 0;
   for (int i = 0; i < ns; i++)
     total += (size_t)ss[i].n_q;
-  uint16_t *dq = tw_dmalloc(total * row * 2), *dg = tw_dmalloc(total * row * 2);
-  uint16_t *dout = tw_dmalloc(total * row * 2);
+  uint16_t *dq = tw_dev(total * row * 2), *dg = tw_dev(total * row * 2);
+  uint16_t *dout = tw_dev(total * row * 2);
   struct exc_attn_seq seqs[EXC_MAX_SEQS];
   size_t start = 0;
   for (int i = 0; i < ns; i++) {
-    TW_CUDA(cudaMemcpy(dq + start * row, ss[i].qb, (size_t)ss[i].n_q * row * 2, cudaMemcpyHostToDevice));
-    TW_CUDA(cudaMemcpy(dg + start * row, ss[i].gb, (size_t)ss[i].n_q * row * 2, cudaMemcpyHostToDevice));
+    tw_up(dq + start * row, ss[i].qb, (size_t)ss[i].n_q * row * 2);
+    tw_up(dg + start * row, ss[i].gb, (size_t)ss[i].n_q * row * 2);
     seqs[i] = (struct exc_attn_seq){(int32_t)start, ss[i].n_q, ss[i].n_prefix, 0,
                                     (const __nv_bfloat16 *)ds[i].k, (const __nv_bfloat16 *)ds[i].v,
                                     (const __nv_bfloat16 *)ds[i].knew, (const __nv_bfloat16 *)ds[i].vnew};
     start += (size_t)ss[i].n_q;
   }
-  TW_CUDA(cudaMemset(dout, 0xff, total * row * 2)); /* bf16 NaN poison */
-  TW_OK(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
+  tw_poison(dout, total * row * 2); /* bf16 NaN poison */
+  TW_ZERO(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
                             (__nv_bfloat16 *)dout, seqs, ns, sh->hq, sh->hkv, sh->d,
                             1.0f / sqrtf((float)sh->d)));
   TW_CUDA(cudaDeviceSynchronize());
@@ -156,8 +161,8 @@ static void run_packed(const char *name, const struct shape *sh, struct seqdata 
     uint16_t *o1 = malloc(total * row * 2);
     for (int i = 0; i < ns; i++) {
       struct exc_attn_seq one = seqs[i];
-      TW_CUDA(cudaMemset(dout, 0xff, total * row * 2));
-      TW_OK(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
+      tw_poison(dout, total * row * 2);
+      TW_ZERO(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
                                 (__nv_bfloat16 *)dout, &one, 1, sh->hq, sh->hkv, sh->d,
                                 1.0f / sqrtf((float)sh->d)));
       TW_CUDA(cudaMemcpy(o1, dout, total * row * 2, cudaMemcpyDeviceToHost));
@@ -165,7 +170,7 @@ static void run_packed(const char *name, const struct shape *sh, struct seqdata 
                      (size_t)one.n_q * row * 2) == 0;
     }
     printf("%-56s %s\n", "  each sequence alone == packed launch (bitwise)", same ? "ok" : "FAIL");
-    failures += !same;
+    tw_expect(same);
     free(o1);
   }
   free(out);
@@ -220,25 +225,25 @@ static void run_continuation(const struct shape *sh, int n, int p) {
   struct seqdata s;
   make_seq(&s, sh, 0, n, 1.0f);
   size_t row = (size_t)sh->hq * sh->d, rk = (size_t)sh->hkv * sh->d;
-  uint16_t *dq = tw_dmalloc((size_t)n * row * 2), *dg = tw_dmalloc((size_t)n * row * 2);
-  uint16_t *dk = tw_dmalloc((size_t)n * rk * 2), *dv = tw_dmalloc((size_t)n * rk * 2);
-  uint16_t *o1 = tw_dmalloc((size_t)n * row * 2), *o2 = tw_dmalloc((size_t)n * row * 2);
-  TW_CUDA(cudaMemcpy(dq, s.qb, (size_t)n * row * 2, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dg, s.gb, (size_t)n * row * 2, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dk, s.kb, (size_t)n * rk * 2, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dv, s.vb, (size_t)n * rk * 2, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemset(o1, 0xff, (size_t)n * row * 2));
-  TW_CUDA(cudaMemset(o2, 0xff, (size_t)n * row * 2));
+  uint16_t *dq = tw_dev((size_t)n * row * 2), *dg = tw_dev((size_t)n * row * 2);
+  uint16_t *dk = tw_dev((size_t)n * rk * 2), *dv = tw_dev((size_t)n * rk * 2);
+  uint16_t *o1 = tw_dev((size_t)n * row * 2), *o2 = tw_dev((size_t)n * row * 2);
+  tw_up(dq, s.qb, (size_t)n * row * 2);
+  tw_up(dg, s.gb, (size_t)n * row * 2);
+  tw_up(dk, s.kb, (size_t)n * rk * 2);
+  tw_up(dv, s.vb, (size_t)n * rk * 2);
+  tw_poison(o1, (size_t)n * row * 2);
+  tw_poison(o2, (size_t)n * row * 2);
   const __nv_bfloat16 *K = (const __nv_bfloat16 *)dk, *V = (const __nv_bfloat16 *)dv;
   float sc = 1.0f / sqrtf((float)sh->d);
   struct exc_attn_seq all = {0, n, 0, 0, NULL, NULL, K, V};
-  TW_OK(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
+  TW_ZERO(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
                             (__nv_bfloat16 *)o1, &all, 1, sh->hq, sh->hkv, sh->d, sc));
   struct exc_attn_seq a = {0, p, 0, 0, NULL, NULL, K, V};
   struct exc_attn_seq b = {p, n - p, p, 0, K, V, K + (size_t)p * rk, V + (size_t)p * rk};
-  TW_OK(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
+  TW_ZERO(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
                             (__nv_bfloat16 *)o2, &a, 1, sh->hq, sh->hkv, sh->d, sc));
-  TW_OK(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
+  TW_ZERO(exc_attention_gated(0, (const __nv_bfloat16 *)dq, (const __nv_bfloat16 *)dg,
                             (__nv_bfloat16 *)o2, &b, 1, sh->hq, sh->hkv, sh->d, sc));
   TW_CUDA(cudaDeviceSynchronize());
   uint16_t *h1 = malloc((size_t)n * row * 2), *h2 = malloc((size_t)n * row * 2);
@@ -253,7 +258,7 @@ static void run_continuation(const struct shape *sh, int n, int p) {
   printf("%-56s differing=%zu %s\n", "  continuation at p == one pass (bitwise)", diff,
          diff ? "FAIL" : "ok");
   (void)p;
-  failures += diff != 0;
+  tw_expect(diff == 0);
   free(h1), free(h2);
   cudaFree(dq), cudaFree(dg), cudaFree(dk), cudaFree(dv), cudaFree(o1), cudaFree(o2);
   free_seq(&s);
@@ -261,7 +266,7 @@ static void run_continuation(const struct shape *sh, int n, int p) {
 
 int main(void) {
   tw_require_gpu();
-  tw_seed("test_cuda_attention");
+  tw_rng_seed_env(&rng, "test_cuda_attention");
   const struct shape b4 = {"4B(16/4,D256)", 16, 4, 256};
   const struct shape b27 = {"27B(24/4,D256)", 24, 4, 256};
   const struct shape d128 = {"8/2,D128", 8, 2, 128};
@@ -285,10 +290,5 @@ int main(void) {
   run_continuation(&b4, 200, 130);
   run_continuation(&b27, 129, 64);
   run_continuation(&tiny, 300, 1);
-  if (failures) {
-    printf("test_cuda_attention: %d FAILED\n", failures);
-    return 1;
-  }
-  printf("test_cuda_attention: all passed\n");
-  return 0;
+  return tw_finish("test_cuda_attention");
 }

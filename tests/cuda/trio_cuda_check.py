@@ -1,5 +1,5 @@
 """The trio on the GPU (suite gpu, run on the GPU machine): for each family staged by
-tests/gpu/trio_cuda_stage.py (Open-Jev, OmniJev, JEMM: all three carry kept LoRA adapters), rebuilds
+tests/cuda/trio_cuda_stage.py (Open-Jev, OmniJev, JEMM: all three carry kept LoRA adapters), rebuilds
 the tiny e2e model directory with the bundle's s1-mkmodel + s1-export (the recipes below, the same as
 the families' e2e tests; every exported file's SHA-256 must equal the one recorded at staging),
 starts s1-executor --device cuda:0 (the bf16 CUDA engine) with s1-preprocessor and s1-frontend from

@@ -2,7 +2,7 @@
 # Runs the CUDA twin tests (in parallel) and then the kernel microbenchmark alone, on the GPU
 # machine, from a folder of binaries built here. Logs go to OUT_DIR; a short summary to stdout.
 # A failing test is re-run once under compute-sanitizer memcheck (same seed) for its first errors.
-# usage: tests/gpu/run_gpu_twins.sh BIN_DIR OUT_DIR
+# usage: tests/cuda/run_gpu_twins.sh BIN_DIR OUT_DIR
 set -u
 B=$1
 O=$2

@@ -8,26 +8,36 @@
  *   value is a sum of O(dk + 64) products per chunk, carried through up to 54 chunks and a 64-row
  *   unit-triangular solve; fp32 reordering gives ~1e-6 relative (the spec's chunked vs recurrent
  *   agreement), and the solve's growth on strongly coupled keys is what the 100× margin is for.
- * Every chunked case runs for each implementation (enum exc_gdn_kernel: SIMT; INV_F, fp32 SIMT
- * with KKᵀ, QKᵀ per key head, T = (I + L)⁻¹ by blocks and Q·S formed in the state walk; INV_T,
- * INV_F with the walk's products on tensor cores in 3xTF32), each against the same CPU bound;
- * lines are prefixed with the variant. */
+ * Every chunked case runs for each implementation: `invf`, exc_gdn_chunked (the engine's: fp32 SIMT
+ * with KKᵀ, QKᵀ per key head, T = (I + L)⁻¹ by blocks and Q·S formed in the state walk), and the
+ * variants of gdn_variants.h, `simt` (the first implementation) and `invt` (invf with the walk's
+ * products on tensor cores in 3xTF32), each against the same CPU bound; lines are prefixed with
+ * the implementation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cpu_gdn.h"
 #include "cuda_attention.h" /* EXC_MAX_SEQS */
 #include "cuda_gdn.h"
-#include "gpu_twin.h"
+#include "gdn_variants.h"
+#include "twin.h"
 
 #define C 64
-static int failures;
-static const char *variant = "-"; /* the exc_gdn_kernel under test, for the printed lines */
+static struct tw_rng rng; /* seeded in main (S1_TEST_SEED to replay) */
+/* the implementation under test (exc_gdn_chunked's arguments) and its name for the printed lines */
+typedef int (*gdn_chunked_fn)(cudaStream_t, const float *, size_t, const float *, const float *,
+                              float *, const struct exc_gdn_seq *, int, const struct ex_gdn_dims *,
+                              void *);
+static gdn_chunked_fn chunked = exc_gdn_chunked;
+static const char *variant = "-";
 
 static void check(const char *what, const float *got, const float *ref, size_t n, double atol,
                   double rtol) {
-  struct tw_err e = tw_compare(got, ref, n, atol, rtol);
-  int bad = e.n_bad || e.n_over;
-  printf("%-5s %-52s n=%-9zu max|d|=%.3g max|ref|=%.3g rel=%.3g%s %s\n", variant, what, n,
-         e.max_abs, e.ref_max, e.rel_l2, e.n_bad ? " NONFINITE" : "", bad ? "FAIL" : "ok");
-  failures += bad;
+  char label[160]; /* variant and a `what` of up to 128 bytes */
+  snprintf(label, sizeof label, "%-5s %s", variant, what);
+  tw_check(label, got, ref, n, atol, rtol);
 }
 static void check_scaled(const char *what, const float *got, const float *ref, size_t n) {
   check(what, got, ref, n, 1e-4 * tw_max_abs(ref, n), 0.0);
@@ -59,14 +69,14 @@ static void make_inputs(struct inputs *in, const struct ex_gdn_dims *d, size_t n
   float *b = malloc(n * hv * 4), *a = malloc(n * hv * 4), *alog = malloc(hv * 4), *dt = malloc(hv * 4);
   float *q = malloc(n * hk * dk * 4), *k = malloc(n * hk * dk * 4);
   for (size_t i = 0; i < n * in->ld; i++)
-    in->qkv[i] = tw_normal(1.0f);
+    in->qkv[i] = tw_normal(&rng);
   for (size_t i = 0; i < n * hv; i++) {
-    b[i] = tw_normal(2.0f);
-    a[i] = tw_normal(3.0f);
+    b[i] = 2.0f * tw_normal(&rng);
+    a[i] = 3.0f * tw_normal(&rng);
   }
   for (size_t h = 0; h < hv; h++) {
-    alog[h] = tw_uniform(0.0f, 2.7725887f);
-    dt[h] = tw_uniform(-6.0f, 0.0f);
+    alog[h] = tw_uniform(&rng, 0.0f, 2.7725887f);
+    dt[h] = tw_uniform(&rng, -6.0f, 0.0f);
   }
   for (size_t t = 0; t < n; t++) {
     memcpy(q + t * hk * dk, in->qkv + t * in->ld, hk * dk * 4);
@@ -109,15 +119,15 @@ struct dev {
 static void upload(struct dev *dv, const struct inputs *in, const struct ex_gdn_dims *d,
                    int n_states, int n_seqs) {
   size_t hv = d->n_v_heads, sz = hv * d->dk * d->dv;
-  dv->qkv = tw_dmalloc(in->n * in->ld * 4);
-  dv->beta = tw_dmalloc(in->n * hv * 4);
-  dv->g = tw_dmalloc(in->n * hv * 4);
-  dv->out = tw_dmalloc(in->n * hv * d->dv * 4);
-  dv->states = tw_dmalloc((size_t)n_states * sz * 4);
-  dv->scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes(in->n, n_seqs, d));
-  TW_CUDA(cudaMemcpy(dv->qkv, in->qkv, in->n * in->ld * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dv->beta, in->beta, in->n * hv * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dv->g, in->g, in->n * hv * 4, cudaMemcpyHostToDevice));
+  dv->qkv = tw_dev(in->n * in->ld * 4);
+  dv->beta = tw_dev(in->n * hv * 4);
+  dv->g = tw_dev(in->n * hv * 4);
+  dv->out = tw_dev(in->n * hv * d->dv * 4);
+  dv->states = tw_dev((size_t)n_states * sz * 4);
+  dv->scratch = tw_dev(exc_gdn_chunked_scratch_bytes(in->n, n_seqs, d));
+  tw_up(dv->qkv, in->qkv, in->n * in->ld * 4);
+  tw_up(dv->beta, in->beta, in->n * hv * 4);
+  tw_up(dv->g, in->g, in->n * hv * 4);
 }
 static void dev_free(struct dev *dv) {
   cudaFree(dv->qkv), cudaFree(dv->beta), cudaFree(dv->g), cudaFree(dv->out);
@@ -131,26 +141,26 @@ static void run_prepare(const struct shape *sh, size_t n) {
   float *qkv = malloc(n * ld * 4), *b = malloc(n * ldba * 4), *a = malloc(n * ldba * 4);
   float *alog = malloc(hv * 4), *dt = malloc(hv * 4);
   for (size_t i = 0; i < n * ld; i++)
-    qkv[i] = tw_normal(1.0f);
+    qkv[i] = tw_normal(&rng);
   for (size_t i = 0; i < n * ldba; i++) {
-    b[i] = tw_normal(2.0f);
-    a[i] = tw_normal(3.0f) + (i % 7 == 0 ? 25.0f : 0.0f); /* some over the softplus threshold */
+    b[i] = 2.0f * tw_normal(&rng);
+    a[i] = 3.0f * tw_normal(&rng) + (i % 7 == 0 ? 25.0f : 0.0f); /* some over the softplus threshold */
   }
   for (size_t h = 0; h < hv; h++) {
-    alog[h] = tw_uniform(0.0f, 2.7725887f);
-    dt[h] = tw_uniform(-6.0f, 0.0f);
+    alog[h] = tw_uniform(&rng, 0.0f, 2.7725887f);
+    dt[h] = tw_uniform(&rng, -6.0f, 0.0f);
   }
-  float *dq = tw_dmalloc(n * ld * 4), *db = tw_dmalloc(n * ldba * 4), *da = tw_dmalloc(n * ldba * 4);
-  float *dal = tw_dmalloc(hv * 4), *ddt = tw_dmalloc(hv * 4);
-  float *dbeta = tw_dmalloc(n * hv * 4), *dg = tw_dmalloc(n * hv * 4);
-  TW_CUDA(cudaMemcpy(dq, qkv, n * ld * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(db, b, n * ldba * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(da, a, n * ldba * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dal, alog, hv * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(ddt, dt, hv * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemset(dbeta, 0xff, n * hv * 4));
-  TW_CUDA(cudaMemset(dg, 0xff, n * hv * 4));
-  TW_OK(exc_gdn_prepare(0, dq, ld, db, da, ldba, dal, ddt, dbeta, dg, n, d));
+  float *dq = tw_dev(n * ld * 4), *db = tw_dev(n * ldba * 4), *da = tw_dev(n * ldba * 4);
+  float *dal = tw_dev(hv * 4), *ddt = tw_dev(hv * 4);
+  float *dbeta = tw_dev(n * hv * 4), *dg = tw_dev(n * hv * 4);
+  tw_up(dq, qkv, n * ld * 4);
+  tw_up(db, b, n * ldba * 4);
+  tw_up(da, a, n * ldba * 4);
+  tw_up(dal, alog, hv * 4);
+  tw_up(ddt, dt, hv * 4);
+  tw_poison(dbeta, n * hv * 4);
+  tw_poison(dg, n * hv * 4);
+  TW_ZERO(exc_gdn_prepare(0, dq, ld, db, da, ldba, dal, ddt, dbeta, dg, n, d));
   TW_CUDA(cudaDeviceSynchronize());
   float *gq = malloc(n * ld * 4), *gb = malloc(n * hv * 4), *gg = malloc(n * hv * 4);
   TW_CUDA(cudaMemcpy(gq, dq, n * ld * 4, cudaMemcpyDeviceToHost));
@@ -184,7 +194,7 @@ static void run_prepare(const struct shape *sh, size_t n) {
   snprintf(what, sizeof what, "prepare %s T=%zu g", sh->name, n);
   check(what, gg, rg, n * hv, 2e-6, 2e-6);
   printf("%-52s %s\n", "  v columns and padding untouched", rest_same ? "ok" : "FAIL");
-  failures += !rest_same;
+  tw_expect(rest_same);
   free(qkv), free(b), free(a), free(alog), free(dt), free(gq), free(gb), free(gg);
   free(q), free(k), free(bc), free(ac), free(rb), free(rg), free(gqc), free(gkc);
   cudaFree(dq), cudaFree(db), cudaFree(da), cudaFree(dal), cudaFree(ddt), cudaFree(dbeta), cudaFree(dg);
@@ -205,15 +215,15 @@ static void run_chunked(const struct shape *sh, const int *lens, int ns, const i
   make_inputs(&in, d, total);
   float *s_in = malloc((size_t)ns * ssz * 4);
   for (size_t i = 0; i < (size_t)ns * ssz; i++)
-    s_in[i] = tw_normal(0.5f);
+    s_in[i] = 0.5f * tw_normal(&rng);
   if (shared)
     for (int s = 1; s < ns; s++)
       memcpy(s_in + s * ssz, s_in, ssz * 4);
   struct dev dvc;
   upload(&dvc, &in, d, 2 * ns, ns); /* states: [0, ns) in, [ns, 2ns) out */
-  TW_CUDA(cudaMemcpy(dvc.states, s_in, (size_t)ns * ssz * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemset(dvc.out, 0xff, total * hv * dv * 4));
-  TW_CUDA(cudaMemset(dvc.states + ns * ssz, 0xff, (size_t)ns * ssz * 4));
+  tw_up(dvc.states, s_in, (size_t)ns * ssz * 4);
+  tw_poison(dvc.out, total * hv * dv * 4);
+  tw_poison(dvc.states + ns * ssz, (size_t)ns * ssz * 4);
   struct exc_gdn_seq seqs[EXC_MAX_SEQS];
   size_t start = 0;
   for (int s = 0; s < ns; s++) {
@@ -223,7 +233,7 @@ static void run_chunked(const struct shape *sh, const int *lens, int ns, const i
     seqs[s].state_out = dvc.states + (ns + s) * ssz;
     start += (size_t)lens[s];
   }
-  TW_OK(exc_gdn_chunked(0, dvc.qkv, in.ld, dvc.beta, dvc.g, dvc.out, seqs, ns, d, dvc.scratch));
+  TW_ZERO(chunked(0, dvc.qkv, in.ld, dvc.beta, dvc.g, dvc.out, seqs, ns, d, dvc.scratch));
   TW_CUDA(cudaDeviceSynchronize());
   float *out = malloc(total * hv * dv * 4), *st = malloc((size_t)ns * ssz * 4);
   TW_CUDA(cudaMemcpy(out, dvc.out, total * hv * dv * 4, cudaMemcpyDeviceToHost));
@@ -254,8 +264,8 @@ static void run_chunked(const struct shape *sh, const int *lens, int ns, const i
     for (int s = 0; s < ns; s++) {
       struct exc_gdn_seq one = seqs[s];
       one.state_out = dvc.states + ns * ssz; /* reuse seq 0's out slot */
-      TW_CUDA(cudaMemset(dvc.out, 0xff, total * hv * dv * 4));
-      TW_OK(exc_gdn_chunked(0, dvc.qkv, in.ld, dvc.beta, dvc.g, dvc.out, &one, 1, d, dvc.scratch));
+      tw_poison(dvc.out, total * hv * dv * 4);
+      TW_ZERO(chunked(0, dvc.qkv, in.ld, dvc.beta, dvc.g, dvc.out, &one, 1, d, dvc.scratch));
       TW_CUDA(cudaMemcpy(o1, dvc.out, total * hv * dv * 4, cudaMemcpyDeviceToHost));
       TW_CUDA(cudaMemcpy(s1, one.state_out, ssz * 4, cudaMemcpyDeviceToHost));
       same &= memcmp(o1 + (size_t)one.start * hv * dv, out + (size_t)one.start * hv * dv,
@@ -264,7 +274,7 @@ static void run_chunked(const struct shape *sh, const int *lens, int ns, const i
     }
     printf("%-5s %-52s %s\n", variant, "  each sequence alone == packed launch (bitwise)",
            same ? "ok" : "FAIL");
-    failures += !same;
+    tw_expect(same);
     free(o1), free(s1);
   }
   free(out), free(st), free(ro), free(rs), free(s_in);
@@ -282,11 +292,11 @@ static void run_continuation(const struct shape *sh, int n1, int n2) {
   make_inputs(&in, d, n);
   struct dev dvc;
   upload(&dvc, &in, d, 1, 1);
-  TW_CUDA(cudaMemset(dvc.out, 0xff, n * hv * dv * 4));
+  tw_poison(dvc.out, n * hv * dv * 4);
   struct exc_gdn_seq a = {0, n1, NULL, dvc.states};
   struct exc_gdn_seq b = {n1, n2, dvc.states, dvc.states};
-  TW_OK(exc_gdn_chunked(0, dvc.qkv, in.ld, dvc.beta, dvc.g, dvc.out, &a, 1, d, dvc.scratch));
-  TW_OK(exc_gdn_chunked(0, dvc.qkv, in.ld, dvc.beta, dvc.g, dvc.out, &b, 1, d, dvc.scratch));
+  TW_ZERO(chunked(0, dvc.qkv, in.ld, dvc.beta, dvc.g, dvc.out, &a, 1, d, dvc.scratch));
+  TW_ZERO(chunked(0, dvc.qkv, in.ld, dvc.beta, dvc.g, dvc.out, &b, 1, d, dvc.scratch));
   float *out = malloc(n * hv * dv * 4), *st = malloc(ssz * 4);
   TW_CUDA(cudaMemcpy(out, dvc.out, n * hv * dv * 4, cudaMemcpyDeviceToHost));
   TW_CUDA(cudaMemcpy(st, dvc.states, ssz * 4, cudaMemcpyDeviceToHost));
@@ -311,7 +321,7 @@ static void run_continuation(const struct shape *sh, int n1, int n2) {
 
 int main(void) {
   tw_require_gpu();
-  tw_seed("test_cuda_gdn");
+  tw_rng_seed_env(&rng, "test_cuda_gdn");
   const struct shape tiny = {"tiny(2,4,16,24)", {2, 4, 16, 24}};
   const struct shape tiny3 = {"tiny-r3(2,6,16,24)", {2, 6, 16, 24}};
   const struct shape small128 = {"2/4 heads dk=dv=128", {2, 4, 128, 128}};
@@ -325,16 +335,13 @@ int main(void) {
   run_prepare(&b4, 3400);
   const int lens[] = {1, 63, 64, 65, 127, 129};
   const int none[8] = {0}, one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-  const enum exc_gdn_kernel kinds[] = {EXC_GDN_KERNEL_SIMT, EXC_GDN_KERNEL_INV_F,
-                                       EXC_GDN_KERNEL_INV_T};
-  const char *kind_names[] = {"simt", "invf", "invt"};
-  for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
-    exc_gdn_kernel_set(kinds[kv]);
-    variant = kind_names[kv];
-    if (exc_gdn_kernel_get() != kinds[kv]) {
-      printf("exc_gdn_kernel_set(%s) not taken: FAIL\n", variant);
-      failures++;
-    }
+  const struct {
+    const char *name;
+    gdn_chunked_fn fn;
+  } impls[] = {{"simt", gdn_simt_chunked}, {"invf", exc_gdn_chunked}, {"invt", gdn_invt_chunked}};
+  for (int kv = 0; kv < 3; kv++) {
+    chunked = impls[kv].fn;
+    variant = impls[kv].name;
     for (int i = 0; i < 4; i++)
       for (int l = 0; l < 6; l++)
         run_chunked(all[i], &lens[l], 1, (l % 2) ? one : none, 0, 0);
@@ -353,10 +360,5 @@ int main(void) {
     run_continuation(&tiny, 100, 29);
     run_continuation(&b4, 1, 64);
   }
-  if (failures) {
-    printf("test_cuda_gdn: %d FAILED\n", failures);
-    return 1;
-  }
-  printf("test_cuda_gdn: all passed\n");
-  return 0;
+  return tw_finish("test_cuda_gdn");
 }

@@ -3,11 +3,18 @@
  * median of 25, random inputs (never zeros). Prints per-launch time, the FLOP and byte counts of
  * the work and the achieved rates, then the per-model totals (layers × time). Not a test. */
 #include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_attention.h"
 #include "cuda_conv1d.h"
 #include "cuda_gdn.h"
-#include "gpu_twin.h"
+#include "gdn_variants.h"
+#include "twin.h"
+
+static struct tw_rng rng; /* seeded in main */
 
 #define WARM 5
 #define REPS 25
@@ -24,11 +31,11 @@ static float time_ms(launch_fn f, void *ctx) {
   TW_CUDA(cudaEventCreate(&e0));
   TW_CUDA(cudaEventCreate(&e1));
   for (int i = 0; i < WARM; i++)
-    TW_OK(f(ctx));
+    TW_ZERO(f(ctx));
   float t[REPS];
   for (int i = 0; i < REPS; i++) {
     TW_CUDA(cudaEventRecord(e0, 0));
-    TW_OK(f(ctx));
+    TW_ZERO(f(ctx));
     TW_CUDA(cudaEventRecord(e1, 0));
     TW_CUDA(cudaEventSynchronize(e1));
     TW_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
@@ -50,18 +57,18 @@ static int list_has(const char *list, const char *name) {
 static void *dev_random_f32(size_t n, float sd) {
   float *h = malloc(n * 4);
   for (size_t i = 0; i < n; i++)
-    h[i] = tw_normal(sd);
-  void *d = tw_dmalloc(n * 4);
-  TW_CUDA(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
+    h[i] = sd * tw_normal(&rng);
+  void *d = tw_dev(n * 4);
+  tw_up(d, h, n * 4);
   free(h);
   return d;
 }
 static void *dev_random_bf16(size_t n, float sd) {
   uint16_t *h = malloc(n * 2);
   for (size_t i = 0; i < n; i++)
-    h[i] = tw_f2bf(tw_normal(sd));
-  void *d = tw_dmalloc(n * 2);
-  TW_CUDA(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    h[i] = tw_f2bf(sd * tw_normal(&rng));
+  void *d = tw_dev(n * 2);
+  tw_up(d, h, n * 2);
   free(h);
   return d;
 }
@@ -75,7 +82,11 @@ static int attn_run(void *c) {
   struct attn_ctx *a = c;
   return exc_attention_gated(0, a->q, a->g, a->o, &a->seq, 1, a->hq, a->hkv, 256, 1.0f / 16.0f);
 }
+typedef int (*gdn_chunked_fn)(cudaStream_t, const float *, size_t, const float *, const float *,
+                              float *, const struct exc_gdn_seq *, int, const struct ex_gdn_dims *,
+                              void *);
 struct gdn_ctx {
+  gdn_chunked_fn chunked; /* exc_gdn_chunked (the engine's) or a variant of gdn_variants.h */
   float *qkv, *beta, *g, *out, *state, *b, *a, *alog, *dt;
   void *scratch;
   size_t ld, n;
@@ -84,7 +95,7 @@ struct gdn_ctx {
 };
 static int gdn_run(void *c) {
   struct gdn_ctx *x = c;
-  return exc_gdn_chunked(0, x->qkv, x->ld, x->beta, x->g, x->out, &x->seq, 1, &x->d, x->scratch);
+  return x->chunked(0, x->qkv, x->ld, x->beta, x->g, x->out, &x->seq, 1, &x->d, x->scratch);
 }
 static int prep_run(void *c) {
   struct gdn_ctx *x = c;
@@ -103,7 +114,7 @@ static int conv_run(void *c) {
 
 int main(void) {
   tw_require_gpu();
-  tw_seed("bench_cuda_kernels");
+  tw_rng_seed_env(&rng, "bench_cuda_kernels");
   struct model {
     const char *name;
     int hq, hkv, n_attn;
@@ -113,8 +124,6 @@ int main(void) {
   const int toks[] = {128, 1024, 3400};
   printf("%-5s %-6s %-14s %10s %10s %10s %12s\n", "model", "T", "kernel", "ms/launch", "TFLOP/s",
          "GB/s", "ms/model");
-  /* the GDN implementation the executor runs (read before the benchmark sets others) */
-  const enum exc_gdn_kernel gdn_choice = exc_gdn_kernel_get();
   /* S1_BENCH_ONLY=MODEL:T (e.g. 4B:3400) runs that one case, for profiling a few launches */
   const char *only = getenv("S1_BENCH_ONLY");
   for (int mi = 0; mi < 2; mi++) {
@@ -130,7 +139,7 @@ int main(void) {
       struct attn_ctx a;
       size_t nq = (size_t)T * m->hq * 256, nk = (size_t)T * m->hkv * 256;
       a.q = dev_random_bf16(nq, 1.0f), a.g = dev_random_bf16(nq, 2.0f);
-      a.k = dev_random_bf16(nk, 1.0f), a.v = dev_random_bf16(nk, 1.0f), a.o = tw_dmalloc(nq * 2);
+      a.k = dev_random_bf16(nk, 1.0f), a.v = dev_random_bf16(nk, 1.0f), a.o = tw_dev(nq * 2);
       a.seq = (struct exc_attn_seq){0, T, 0, 0, NULL, NULL, a.k, a.v};
       a.hq = m->hq, a.hkv = m->hkv;
       double fl = 4.0 * m->hq * 256.0 * ((double)T * (T + 1) / 2.0);
@@ -155,8 +164,8 @@ int main(void) {
       struct conv_ctx c;
       c.c = 2 * m->d.n_k_heads * m->d.dk + m->d.n_v_heads * m->d.dv;
       c.x = dev_random_f32((size_t)T * c.c, 1.0f), c.w = dev_random_f32(c.c * 4, 0.3f);
-      c.y = tw_dmalloc((size_t)T * c.c * 4), c.win = dev_random_f32(3 * c.c, 1.0f);
-      c.wout = tw_dmalloc(3 * c.c * 4);
+      c.y = tw_dev((size_t)T * c.c * 4), c.win = dev_random_f32(3 * c.c, 1.0f);
+      c.wout = tw_dev(3 * c.c * 4);
       c.seq = (struct exc_conv_seq){0, T, c.win, c.wout};
       t = time_ms(conv_run, &c);
       by = 2.0 * T * c.c * 4;
@@ -165,6 +174,7 @@ int main(void) {
       model_ms += t * m->n_gdn;
       /* GDN prepare (in place on a copy that is re-normalised each time: harmless) */
       struct gdn_ctx g;
+      g.chunked = exc_gdn_chunked;
       g.d = m->d;
       g.n = (size_t)T;
       g.ld = c.c;
@@ -172,33 +182,35 @@ int main(void) {
       g.b = dev_random_f32((size_t)T * m->d.n_v_heads, 2.0f);
       g.a = dev_random_f32((size_t)T * m->d.n_v_heads, 3.0f);
       g.alog = dev_random_f32(m->d.n_v_heads, 1.0f), g.dt = dev_random_f32(m->d.n_v_heads, 1.0f);
-      g.beta = tw_dmalloc((size_t)T * m->d.n_v_heads * 4), g.g = tw_dmalloc((size_t)T * m->d.n_v_heads * 4);
+      g.beta = tw_dev((size_t)T * m->d.n_v_heads * 4), g.g = tw_dev((size_t)T * m->d.n_v_heads * 4);
       t = time_ms(prep_run, &g);
       by = 2.0 * T * 2 * m->d.n_k_heads * m->d.dk * 4 + 4.0 * T * m->d.n_v_heads * 4;
       printf("%-5s %-6d %-14s %10.4f %10s %10.1f %12.3f\n", m->name, T, "gdn_prepare", t, "-",
              by / t / 1e6, t * m->n_gdn);
       model_ms += t * m->n_gdn;
       /* GDN chunked on the prepared rows */
-      g.out = tw_dmalloc((size_t)T * m->d.n_v_heads * m->d.dv * 4);
+      g.out = tw_dev((size_t)T * m->d.n_v_heads * m->d.dv * 4);
       g.state = dev_random_f32(m->d.n_v_heads * m->d.dk * m->d.dv, 0.5f);
-      g.scratch = tw_dmalloc(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
+      g.scratch = tw_dev(exc_gdn_chunked_scratch_bytes((size_t)T, 1, &m->d));
       g.seq = (struct exc_gdn_seq){0, T, g.state, NULL};
-      /* every implementation (enum exc_gdn_kernel) named in S1_GDN_BENCH_KINDS (default all:
-       * "simt,invf,invt"; simt, the reference for max|d|, and the executor's choice
-       * always run); the model sum takes the executor's choice (S1_GDN_KERNEL, else invf) */
-      const char *kind_label[EXC_GDN_KERNEL_COUNT] = {"gdn_chunked", "gdn_chunked/invf",
-                                                      "gdn_chunked/invt"};
-      const char *kind_name[EXC_GDN_KERNEL_COUNT] = {"simt", "invf", "invt"};
+      /* every implementation named in S1_GDN_BENCH_KINDS (default all: "simt,invf,invt"; simt,
+       * the reference for max|d|, and invf, the engine's exc_gdn_chunked, always run); the model
+       * sum takes the engine's */
+      enum { K_SIMT, K_INVF, K_INVT, K_COUNT };
+      const char *kind_label[K_COUNT] = {"gdn_chunked", "gdn_chunked/invf", "gdn_chunked/invt"};
+      const char *kind_name[K_COUNT] = {"simt", "invf", "invt"};
+      const gdn_chunked_fn kind_fn[K_COUNT] = {gdn_simt_chunked, exc_gdn_chunked,
+                                               gdn_invt_chunked};
       const char *kinds_env = getenv("S1_GDN_BENCH_KINDS");
-      float t_kind[EXC_GDN_KERNEL_COUNT];
-      double d_kind[EXC_GDN_KERNEL_COUNT]; /* max|out − out_simt| / max|out_simt| */
+      float t_kind[K_COUNT];
+      double d_kind[K_COUNT]; /* max|out − out_simt| / max|out_simt| */
       size_t n_out = (size_t)T * m->d.n_v_heads * m->d.dv;
       float *o_simt = malloc(n_out * 4), *o_k = malloc(n_out * 4);
-      for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
+      for (int kv = 0; kv < K_COUNT; kv++) {
         t_kind[kv] = -1.0f;
-        if (kv && kv != (int)gdn_choice && kinds_env && !list_has(kinds_env, kind_name[kv]))
+        if (kv != K_SIMT && kv != K_INVF && kinds_env && !list_has(kinds_env, kind_name[kv]))
           continue;
-        exc_gdn_kernel_set((enum exc_gdn_kernel)kv);
+        g.chunked = kind_fn[kv];
         t_kind[kv] = time_ms(gdn_run, &g);
         TW_CUDA(cudaMemcpy(kv ? o_k : o_simt, g.out, n_out * 4, cudaMemcpyDeviceToHost));
         double dmax = 0, rmax = 0;
@@ -210,14 +222,13 @@ int main(void) {
         d_kind[kv] = kv ? dmax / rmax : 0.0;
       }
       free(o_simt), free(o_k);
-      exc_gdn_kernel_set(gdn_choice);
       double nch = (T + 63) / 64, hv = m->d.n_v_heads, dk = 128, dv = 128;
       /* useful FLOPs per chunk and head: KKᵀ, QKᵀ (2·64·64·dk each), solves (64·63·(dk+dv)),
        * W·S and Q·S (2·2·64·dk·dv), state update (2·64·dk·dv), A·V' (64·65·dv) */
       fl = nch * hv * (4.0 * 64 * 64 * dk + 64.0 * 63 * (dk + dv) + 6.0 * 64 * dk * dv + 64.0 * 65 * dv);
       by = (double)T * (2 * m->d.n_k_heads * dk + hv * dv + 2 * hv) * 4 + (double)T * hv * dv * 4 +
            2.0 * hv * dk * dv * 4;
-      for (int kv = 0; kv < EXC_GDN_KERNEL_COUNT; kv++) {
+      for (int kv = 0; kv < K_COUNT; kv++) {
         t = t_kind[kv];
         if (t < 0.0f) {
           printf("%-5s %-6d %-14s %10s (not in S1_GDN_BENCH_KINDS)\n", m->name, T, kind_label[kv],
@@ -230,7 +241,7 @@ int main(void) {
           printf("  max|d| vs simt %.2g of max|out|", d_kind[kv]);
         printf("\n");
       }
-      model_ms += t_kind[gdn_choice] * m->n_gdn;
+      model_ms += t_kind[K_INVF] * m->n_gdn;
       printf("%-5s %-6d %-14s %10s %10s %10s %12.3f\n", m->name, T, "sum(model)", "", "", "",
              model_ms);
       cudaFree(c.x), cudaFree(c.w), cudaFree(c.y), cudaFree(c.win), cudaFree(c.wout);

@@ -4,20 +4,22 @@
  * the ref-bf16 variant (exc_causal_conv1d_silu_rounded) against ex_cpu_causal_conv1d_silu_bf16.
  * Tolerance (fp32 both sides, taps in the same order): |d| ≤ 1e-5·(1 + |ref|); the only
  * differences are CUDA's expf (≤ 2 ulp) and fused multiply-adds, ~1e-7 relative. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cpu_conv1d.h"
 #include "cuda_attention.h" /* EXC_MAX_SEQS */
 #include "cuda_conv1d.h"
-#include "gpu_twin.h"
+#include "twin.h"
 
 #define K 4
-static int failures;
+static struct tw_rng rng; /* seeded in main (S1_TEST_SEED to replay) */
 
+/* |d| ≤ 1e-5 + 1e-5·|ref|, one printed line per tensor */
 static void check(const char *what, const float *got, const float *ref, size_t n) {
-  struct tw_err e = tw_compare(got, ref, n, 1e-5, 1e-5);
-  int bad = e.n_bad || e.n_over;
-  printf("%-44s n=%-8zu max|d|=%.3g max|ref|=%.3g rel=%.3g %s\n", what, n, e.max_abs, e.ref_max,
-         e.rel_l2, bad ? "FAIL" : "ok");
-  failures += bad;
+  tw_check(what, got, ref, n, 1e-5, 1e-5);
 }
 
 /* One launch over `ns` packed sequences of lengths lens[], channels c; windows: 0 none, 1 own
@@ -29,21 +31,21 @@ static void run_case(const char *name, const int *lens, int ns, size_t c, int wi
   float *x = malloc(total * c * sizeof(float)), *w = malloc(c * K * sizeof(float));
   float *win = malloc((size_t)ns * (K - 1) * c * sizeof(float));
   for (size_t i = 0; i < total * c; i++)
-    x[i] = tw_normal(1.0f);
+    x[i] = tw_normal(&rng);
   for (size_t i = 0; i < c * K; i++)
-    w[i] = tw_uniform(-0.5f, 0.5f);
+    w[i] = tw_uniform(&rng, -0.5f, 0.5f);
   for (size_t i = 0; i < (size_t)ns * (K - 1) * c; i++)
-    win[i] = tw_normal(1.0f);
+    win[i] = tw_normal(&rng);
   if (windows == 2)
     for (int s = 1; s < ns; s++)
       memcpy(win + (size_t)s * (K - 1) * c, win, (K - 1) * c * sizeof(float));
-  float *dx = tw_dmalloc(total * c * 4), *dw = tw_dmalloc(c * K * 4), *dy = tw_dmalloc(total * c * 4);
-  float *dwin = tw_dmalloc((size_t)ns * (K - 1) * c * 4), *dwo = tw_dmalloc((size_t)ns * (K - 1) * c * 4);
-  TW_CUDA(cudaMemcpy(dx, x, total * c * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dw, w, c * K * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dwin, win, (size_t)ns * (K - 1) * c * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemset(dy, 0xff, total * c * 4)); /* NaN poison */
-  TW_CUDA(cudaMemset(dwo, 0xff, (size_t)ns * (K - 1) * c * 4));
+  float *dx = tw_dev(total * c * 4), *dw = tw_dev(c * K * 4), *dy = tw_dev(total * c * 4);
+  float *dwin = tw_dev((size_t)ns * (K - 1) * c * 4), *dwo = tw_dev((size_t)ns * (K - 1) * c * 4);
+  tw_up(dx, x, total * c * 4);
+  tw_up(dw, w, c * K * 4);
+  tw_up(dwin, win, (size_t)ns * (K - 1) * c * 4);
+  tw_poison(dy, total * c * 4); /* NaN poison */
+  tw_poison(dwo, (size_t)ns * (K - 1) * c * 4);
   struct exc_conv_seq seqs[EXC_MAX_SEQS];
   size_t start = 0;
   for (int s = 0; s < ns; s++) {
@@ -53,7 +55,7 @@ static void run_case(const char *name, const int *lens, int ns, size_t c, int wi
     seqs[s].window_out = dwo + (size_t)s * (K - 1) * c;
     start += (size_t)lens[s];
   }
-  TW_OK(exc_causal_conv1d_silu(0, dx, dw, dy, seqs, ns, c, K));
+  TW_ZERO(exc_causal_conv1d_silu(0, dx, dw, dy, seqs, ns, c, K));
   TW_CUDA(cudaDeviceSynchronize());
   float *y = malloc(total * c * 4), *wo = malloc((size_t)ns * (K - 1) * c * 4);
   TW_CUDA(cudaMemcpy(y, dy, total * c * 4, cudaMemcpyDeviceToHost));
@@ -79,13 +81,13 @@ static void run_case(const char *name, const int *lens, int ns, size_t c, int wi
     float *y1 = malloc(total * c * 4);
     for (int s = 0; s < ns; s++) {
       struct exc_conv_seq one = seqs[s];
-      TW_CUDA(cudaMemset(dy, 0xff, total * c * 4));
-      TW_OK(exc_causal_conv1d_silu(0, dx, dw, dy, &one, 1, c, K));
+      tw_poison(dy, total * c * 4);
+      TW_ZERO(exc_causal_conv1d_silu(0, dx, dw, dy, &one, 1, c, K));
       TW_CUDA(cudaMemcpy(y1, dy, total * c * 4, cudaMemcpyDeviceToHost));
       same &= memcmp(y1 + (size_t)one.start * c, y + (size_t)one.start * c, (size_t)one.n * c * 4) == 0;
     }
     printf("%-44s %s\n", "  rows alone == packed launch (bitwise)", same ? "ok" : "FAIL");
-    failures += !same;
+    tw_expect(same);
     free(y1);
   }
   free(x), free(w), free(win), free(y), free(wo), free(yr), free(wr);
@@ -97,18 +99,18 @@ static void run_continuation(size_t c, int n1, int n2) {
   int n = n1 + n2;
   float *x = malloc((size_t)n * c * 4), *w = malloc(c * K * 4);
   for (size_t i = 0; i < (size_t)n * c; i++)
-    x[i] = tw_normal(1.0f);
+    x[i] = tw_normal(&rng);
   for (size_t i = 0; i < c * K; i++)
-    w[i] = tw_uniform(-0.5f, 0.5f);
-  float *dx = tw_dmalloc((size_t)n * c * 4), *dw = tw_dmalloc(c * K * 4);
-  float *dy = tw_dmalloc((size_t)n * c * 4), *dwin = tw_dmalloc(2 * (K - 1) * c * 4);
-  TW_CUDA(cudaMemcpy(dx, x, (size_t)n * c * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dw, w, c * K * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemset(dy, 0xff, (size_t)n * c * 4));
+    w[i] = tw_uniform(&rng, -0.5f, 0.5f);
+  float *dx = tw_dev((size_t)n * c * 4), *dw = tw_dev(c * K * 4);
+  float *dy = tw_dev((size_t)n * c * 4), *dwin = tw_dev(2 * (K - 1) * c * 4);
+  tw_up(dx, x, (size_t)n * c * 4);
+  tw_up(dw, w, c * K * 4);
+  tw_poison(dy, (size_t)n * c * 4);
   struct exc_conv_seq a = {0, n1, NULL, dwin};
   struct exc_conv_seq b = {n1, n2, dwin, dwin + (K - 1) * c};
-  TW_OK(exc_causal_conv1d_silu(0, dx, dw, dy, &a, 1, c, K));
-  TW_OK(exc_causal_conv1d_silu(0, dx, dw, dy, &b, 1, c, K));
+  TW_ZERO(exc_causal_conv1d_silu(0, dx, dw, dy, &a, 1, c, K));
+  TW_ZERO(exc_causal_conv1d_silu(0, dx, dw, dy, &b, 1, c, K));
   float *y = malloc((size_t)n * c * 4), *yr = malloc((size_t)n * c * 4), *wr = calloc((K - 1) * c, 4);
   float *wo = malloc((K - 1) * c * 4);
   TW_CUDA(cudaMemcpy(y, dy, (size_t)n * c * 4, cudaMemcpyDeviceToHost));
@@ -130,19 +132,19 @@ static void run_continuation(size_t c, int n1, int n2) {
 static void run_rounded(size_t c, int n) {
   float *x = malloc((size_t)n * c * 4), *w = malloc(c * K * 4), *win = malloc((K - 1) * c * 4);
   for (size_t i = 0; i < (size_t)n * c; i++)
-    x[i] = tw_bf2f(tw_f2bf(tw_normal(1.0f)));
+    x[i] = tw_bf2f(tw_f2bf(tw_normal(&rng)));
   for (size_t i = 0; i < c * K; i++)
-    w[i] = tw_bf2f(tw_f2bf(tw_uniform(-0.5f, 0.5f)));
+    w[i] = tw_bf2f(tw_f2bf(tw_uniform(&rng, -0.5f, 0.5f)));
   for (size_t i = 0; i < (K - 1) * c; i++)
-    win[i] = tw_bf2f(tw_f2bf(tw_normal(1.0f)));
-  float *dx = tw_dmalloc((size_t)n * c * 4), *dw = tw_dmalloc(c * K * 4);
-  float *dy = tw_dmalloc((size_t)n * c * 4), *dwin = tw_dmalloc((K - 1) * c * 4);
-  TW_CUDA(cudaMemcpy(dx, x, (size_t)n * c * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dw, w, c * K * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemcpy(dwin, win, (K - 1) * c * 4, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemset(dy, 0xff, (size_t)n * c * 4));
+    win[i] = tw_bf2f(tw_f2bf(tw_normal(&rng)));
+  float *dx = tw_dev((size_t)n * c * 4), *dw = tw_dev(c * K * 4);
+  float *dy = tw_dev((size_t)n * c * 4), *dwin = tw_dev((K - 1) * c * 4);
+  tw_up(dx, x, (size_t)n * c * 4);
+  tw_up(dw, w, c * K * 4);
+  tw_up(dwin, win, (K - 1) * c * 4);
+  tw_poison(dy, (size_t)n * c * 4);
   struct exc_conv_seq a = {0, n, dwin, NULL};
-  TW_OK(exc_causal_conv1d_silu_rounded(0, dx, dw, dy, &a, 1, c, K));
+  TW_ZERO(exc_causal_conv1d_silu_rounded(0, dx, dw, dy, &a, 1, c, K));
   float *y = malloc((size_t)n * c * 4), *yr = malloc((size_t)n * c * 4);
   TW_CUDA(cudaMemcpy(y, dy, (size_t)n * c * 4, cudaMemcpyDeviceToHost));
   ex_cpu_causal_conv1d_silu_bf16(x, w, win, yr, (size_t)n, c, K);
@@ -154,20 +156,20 @@ static void run_rounded(size_t c, int n) {
   int bad = e.n_bad || e.n_over || frac < 0.99;
   printf("rounded c=%-6zu T=%-5d bit-equal %.4f max|d|=%.3g %s\n", c, n, frac, e.max_abs,
          bad ? "FAIL" : "ok");
-  failures += bad;
+  tw_expect(!bad);
   /* the bf16-input form (x as a GEMM's bf16 output): y and the carried window bit-identical to
    * the float32-input form on the same values */
   uint16_t *x16 = malloc((size_t)n * c * 2);
   for (size_t i = 0; i < total; i++)
     x16[i] = tw_f2bf(x[i]);
-  void *dx16 = tw_dmalloc((size_t)n * c * 2);
-  float *dy16 = tw_dmalloc((size_t)n * c * 4), *dwo = tw_dmalloc(2 * (K - 1) * c * 4);
-  TW_CUDA(cudaMemcpy(dx16, x16, (size_t)n * c * 2, cudaMemcpyHostToDevice));
-  TW_CUDA(cudaMemset(dy16, 0xff, (size_t)n * c * 4));
-  TW_CUDA(cudaMemset(dwo, 0xff, 2 * (K - 1) * c * 4));
+  void *dx16 = tw_dev((size_t)n * c * 2);
+  float *dy16 = tw_dev((size_t)n * c * 4), *dwo = tw_dev(2 * (K - 1) * c * 4);
+  tw_up(dx16, x16, (size_t)n * c * 2);
+  tw_poison(dy16, (size_t)n * c * 4);
+  tw_poison(dwo, 2 * (K - 1) * c * 4);
   struct exc_conv_seq a32 = {0, n, dwin, dwo}, a16 = {0, n, dwin, dwo + (K - 1) * c};
-  TW_OK(exc_causal_conv1d_silu_rounded(0, dx, dw, dy, &a32, 1, c, K));
-  TW_OK(exc_causal_conv1d_silu_bf16(0, dx16, dw, dy16, &a16, 1, c, K));
+  TW_ZERO(exc_causal_conv1d_silu_rounded(0, dx, dw, dy, &a32, 1, c, K));
+  TW_ZERO(exc_causal_conv1d_silu_bf16(0, dx16, dw, dy16, &a16, 1, c, K));
   float *y16 = malloc((size_t)n * c * 4), *wo = malloc(2 * (K - 1) * c * 4);
   TW_CUDA(cudaMemcpy(y, dy, (size_t)n * c * 4, cudaMemcpyDeviceToHost));
   TW_CUDA(cudaMemcpy(y16, dy16, (size_t)n * c * 4, cudaMemcpyDeviceToHost));
@@ -179,7 +181,7 @@ static void run_rounded(size_t c, int n) {
     diff += memcmp(&wo[i], &wo[(K - 1) * c + i], 4) != 0;
   printf("bf16 input c=%-6zu T=%-5d differing from the float32 input: %zu %s\n", c, n, diff,
          diff ? "FAIL" : "ok");
-  failures += diff != 0;
+  tw_expect(diff == 0);
   free(x16), free(y16), free(wo);
   cudaFree(dx16), cudaFree(dy16), cudaFree(dwo);
   free(x), free(w), free(win), free(y), free(yr);
@@ -188,7 +190,7 @@ static void run_rounded(size_t c, int n) {
 
 int main(void) {
   tw_require_gpu();
-  tw_seed("test_cuda_conv1d");
+  tw_rng_seed_env(&rng, "test_cuda_conv1d");
   const size_t chans[] = {160, 8192, 10240}; /* tiny, 4B, 27B conv_dim */
   const int lens[] = {1, 2, 3, 63, 64, 65, 127, 129, 3400};
   char name[64];
@@ -211,10 +213,5 @@ int main(void) {
   run_rounded(160, 65);
   run_rounded(8192, 129);
   run_rounded(10240, 3400);
-  if (failures) {
-    printf("test_cuda_conv1d: %d FAILED\n", failures);
-    return 1;
-  }
-  printf("test_cuda_conv1d: all passed\n");
-  return 0;
+  return tw_finish("test_cuda_conv1d");
 }
