@@ -11,6 +11,7 @@
 #include "fe_http1.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,7 +35,8 @@ struct fe_conn {
 
 static struct {
   h2o_accept_ctx_t *accept_ctx; /* h2o's context and hosts; ssl_ctx turns TLS on */
-  fe_http1_render_fn render;    /* the refusal's bytes (main.c: the wire.md shape) */
+  fe_http1_render_fn render;    /* the refusal's bytes (fe_routes.c: the wire.md shape) */
+  void *render_arg;             /* its first argument */
   h2o_socket_cb h2o_read;       /* h2o's HTTP/1 read callback (reqread_on_read) */
   h2o_linklist_t watch;         /* connections to re-wrap before the next poll */
   h2o_timeout_t linger;         /* LINGER_MS */
@@ -107,7 +109,7 @@ static void refuse(struct fe_conn *c, bool answer) {
   if (h2o_linklist_is_linked(&c->watch))
     h2o_linklist_unlink(&c->watch);
   h2o_socket_read_stop(c->sock);
-  if (answer && s.render(&c->framer.refusal, &c->answer, &c->answer_len) == 0) {
+  if (answer && s.render(s.render_arg, &c->framer.refusal, &c->answer, &c->answer_len) == 0) {
     h2o_iovec_t b = h2o_iovec_init(c->answer, c->answer_len);
     h2o_socket_write(c->sock, &b, 1, on_answer_written);
     return;
@@ -227,13 +229,29 @@ void fe_http1_response_started(h2o_req_t *req) {
   *ref = sock->on_close.data;
 }
 
+bool fe_http1_client_gone(h2o_req_t *req) {
+  if (req->version >= 0x200 || !req->conn->callbacks->get_socket)
+    return false;
+  h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+  int fd = sock ? h2o_socket_get_fd(sock) : -1;
+  if (fd < 0)
+    return false;
+  struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&pf, 1, 0) <= 0)
+    return false;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 size_t fe_http1_connections(void) {
   return s.n_conns;
 }
 
-int fe_http1_init(h2o_accept_ctx_t *accept_ctx, fe_http1_render_fn render) {
+int fe_http1_init(h2o_accept_ctx_t *accept_ctx, fe_http1_render_fn render, void *render_arg) {
   s.accept_ctx = accept_ctx;
   s.render = render;
+  s.render_arg = render_arg;
   h2o_linklist_init_anchor(&s.watch);
   h2o_evloop_t *loop = accept_ctx->ctx->loop;
   h2o_timeout_init(loop, &s.linger, LINGER_MS);

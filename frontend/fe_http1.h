@@ -13,15 +13,16 @@
 #include "fe_framing.h"
 
 /* Renders the answer to a refused request: a whole HTTP/1.1 response (status line, headers with
- * Connection: close, body). Ownership: *ret_bytes is heap (free()). Returns 0 or -ENOMEM. */
-typedef int (*fe_http1_render_fn)(const struct fe_framing_refusal *refusal, char **ret_bytes,
-                                  size_t *ret_len);
+ * Connection: close, body). arg: fe_http1_init's. Ownership: *ret_bytes is heap (free()).
+ * Returns 0 or -ENOMEM. */
+typedef int (*fe_http1_render_fn)(void *arg, const struct fe_framing_refusal *refusal,
+                                  char **ret_bytes, size_t *ret_len);
 
 /* Prepares the connection layer for accept_ctx (its ssl_ctx, if any, turns TLS on): learns
  * h2o's HTTP/1 read callback from one connection on a socketpair (closed at once).
  * Ownership: accept_ctx stays the caller's and must outlive every connection.
  * Returns 0, -errno (socketpair), -EPROTO (h2o set no read callback). */
-int fe_http1_init(h2o_accept_ctx_t *accept_ctx, fe_http1_render_fn render);
+int fe_http1_init(h2o_accept_ctx_t *accept_ctx, fe_http1_render_fn render, void *render_arg);
 
 /* Serves one accepted socket (in place of h2o_accept). Ownership: the socket becomes h2o's. */
 void fe_http1_accept(h2o_socket_t *sock);
@@ -33,6 +34,13 @@ void fe_http1_before_run(void);
 /* Call when a response starts (an ostream filter sees every one, h2o's own errors included): marks
  * the request's connection to be checked by fe_http1_before_run once the request is disposed. */
 void fe_http1_response_started(h2o_req_t *req);
+
+/* Whether the client of an HTTP/1 request has closed its connection (or half-closed it: as
+ * nginx does, EOF counts as gone; a pipelined next request does not). h2o 2.2 stops reading the
+ * socket while a request is processed, so the EOF waits in the kernel: polls it, peeks one byte.
+ * false for HTTP/2 (h2o reads those connections throughout and disposes a reset stream's
+ * request). */
+bool fe_http1_client_gone(h2o_req_t *req);
 
 /* Connections open now (gauge). */
 size_t fe_http1_connections(void);

@@ -1,7 +1,7 @@
 /* The static content s1-frontend serves besides the API: the page to try the service (GET /) and
  * the OpenAPI document of the HTTP contract (GET /openapi.json), compiled into the binary by
  * embed_static.py at build time, so an installed s1-frontend needs no file next to it.
- * Pure data and a lookup: the HTTP answer itself is sent by main.c. */
+ * Pure data: the route table (fe_routes.c) names the path of each and sends the answer. */
 #ifndef S1_FE_STATIC_H
 #define S1_FE_STATIC_H
 
@@ -13,9 +13,8 @@ struct fe_blob {
   size_t n;                  /* bytes */
 };
 
-/* One static route. */
+/* One static document. */
 struct fe_asset {
-  const char *path;           /* exact request path, e.g. "/openapi.json" */
   const char *content_type;   /* Content-Type header value */
   const char *csp;            /* Content-Security-Policy header value, or NULL for none */
   const struct fe_blob *body; /* the bytes served */
@@ -26,7 +25,7 @@ extern const struct fe_blob fe_static_page;    /* frontend/page.html */
 extern const struct fe_blob fe_static_openapi; /* frontend/openapi.json */
 extern const char fe_static_page_csp[];        /* the page's CSP: SHA-256 of its script and style */
 
-/* The asset served at path[0..n) (the normalized path, no query), or NULL when none is. */
-const struct fe_asset *fe_static_find(const char *path, size_t n);
+extern const struct fe_asset fe_static_page_asset;    /* the page, text/html, with its CSP */
+extern const struct fe_asset fe_static_openapi_asset; /* the OpenAPI document, application/json */
 
 #endif

@@ -40,33 +40,13 @@ int exc_gdn_prepare(cudaStream_t stream, float *qkv, size_t ld_qkv, const float 
  * copied into the launch; no sync.
  * Returns 0; -EINVAL (n_seqs, sizes, dk/dv other than 128/128 or 16/24, ld_qkv not a multiple
  * of 4, qkv/out/scratch not 16-byte aligned); -CM_ECUDA. Source: spec/qwen3_5.md §4.6; twins
- * ex_cpu_gdn_chunked (and ex_cpu_gdn_recurrent up to float32 rounding). */
+ * ex_cpu_gdn_chunked (and ex_cpu_gdn_recurrent up to float32 rounding). One implementation (fp32
+ * SIMT; cuda_gdn.cu); the variants measured against it are in tests/cuda/gdn_variants.cu. */
 int exc_gdn_chunked(cudaStream_t stream, const float *qkv, size_t ld_qkv, const float *beta,
                     const float *g, float *out, const struct exc_gdn_seq *seqs, int n_seqs,
                     const struct ex_gdn_dims *dims, void *scratch);
 size_t exc_gdn_chunked_scratch_bytes(size_t total_tokens, int n_seqs,
                                      const struct ex_gdn_dims *dims);
-
-/* Which implementation exc_gdn_chunked runs (same scratch size, results equal up to fp32
- * rounding): SIMT forms every product in fp32 FMAs, one intra block per (chunk, value head), and
- * stores S per chunk for a separate output launch (the reference implementation). INV_F (fp32
- * SIMT) forms KKᵀ and QKᵀ once per (chunk, key head) for its Hv/Hk value heads, T = (I + L)⁻¹ by
- * 16×16 blocks and U = T·(β⊙V), W = T·(βe^Γ⊙K) as SIMT products; its state walk also forms the
- * output's e^Γ⊙(Q·S), and a light launch adds A·V'. INV_T is INV_F with the state walk's
- * products (W·S, Q·S, Kᵀ·V') on tensor cores in 3xTF32 (x = hi + lo, three TF32 products with fp32
- * accumulation, ≈ fp32 accuracy) and S held in registers. (tcinv, invw, invb and earlier
- * variants were measured slower and removed; see notes/cuda-kernels.md.) */
-enum exc_gdn_kernel {
-  EXC_GDN_KERNEL_SIMT,  /* "simt" */
-  EXC_GDN_KERNEL_INV_F, /* "invf", the default */
-  EXC_GDN_KERNEL_INV_T, /* "invt" */
-  EXC_GDN_KERNEL_COUNT
-};
-/* Process-wide choice for later launches (not thread-safe against concurrent launches; set it
- * before the executor starts; an out-of-range value selects the default). Without a call, the
- * first launch reads S1_GDN_KERNEL=simt|invf|invt (anything else, or unset: invf). */
-void exc_gdn_kernel_set(enum exc_gdn_kernel k);
-enum exc_gdn_kernel exc_gdn_kernel_get(void);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,19 @@
 /* Unmerged (kept) LoRA on the CUDA engine: y += scale·((x·Aᵀ)·Bᵀ) for every projection an adapter
- * targets, in FP32 on the bf16 GEMM input converted to FP32 (the reference's PEFT numerics with
- * FP32 factors, spec/jemm.md §6.3; BF16 factors are used at their exact FP32 values, the branch
- * still runs in FP32), added to the FP32 output of the projection's GEMM before anything reads it.
- * Factors live on the device from start-up (one allocation, plus FP32 scratch [max_tokens, rank]).
- * Twin: ex_cpu_linear_lora_add (cpu_matmul.h) through ex_qwen35_model's unmerged adapter. */
+ * targets, in FP32 on the bf16 GEMM input widened to FP32 (the reference's PEFT numerics with FP32
+ * factors, spec/jemm.md §6.3: PEFT casts x to lora_A's dtype, runs lora_A and lora_B as FP32
+ * linears (TF32 off), multiplies by scaling and adds to the base output; BF16 factors are used at
+ * their exact FP32 values), added to the output of the projection's GEMM before anything reads it.
+ * Both products are cuBLASLt FP32 GEMMs (CUBLAS_COMPUTE_32F): the down products of a site's
+ * projections as one GEMM over their stacked A factors, then one up GEMM per projection. Each GEMM
+ * shape gets one pinned configuration (the heuristic's first at 256 rows; long reductions split
+ * into up to 32 k ranges summed by cuBLASLt's compute-type reduction, never the atomic in-place
+ * one) used for every row count, so a row's result does not depend on how many rows share the
+ * launch. The scale is applied as PEFT rounds it: a power of two (OmniJev's and
+ * JEMM's 2) as the GEMM's alpha with beta 1 (2^e·acc is exact, so y + 2^e·acc rounds once as
+ * PEFT's y + round(acc·2^e)); any other scale through an FP32 product then a separate FP32 add.
+ * Factors live on the device from start-up (one allocation, plus FP32 scratch for 2,048-row
+ * chunks). Twin: ex_cpu_linear_lora_add (cpu_matmul.h) through ex_qwen35_model's unmerged adapter;
+ * tests/cuda/test_lora.c. */
 #ifndef S1_EX_CUDA_LORA_H
 #define S1_EX_CUDA_LORA_H
 
@@ -31,6 +41,9 @@ enum exc_lora_site {
   EXC_LORA_SITES,
 };
 
+#define EXC_LORA_MAX_SHAPES 64 /* distinct FP32 GEMM shapes (k, m, strides, alignment) cached */
+#define EXC_LORA_CHUNK_ROWS 2048 /* rows per GEMM call: the FP32 scratch holds one chunk */
+
 struct exc_lora; /* opaque: device factors, scratch, per-layer table */
 
 /* Loads every lora_A / lora_B pair of `adapter` (keys model.language_model.layers.L.<module>.lora_A
@@ -51,16 +64,22 @@ size_t exc_lora_count(const struct exc_lora *l);
  * site, y[:, off .. off+out) += scale·((x·Aᵀ)·Bᵀ), off its column offset in the fused GEMM output.
  * Shapes: x [t, in] bf16 device (row stride ld_x), the site's GEMM input; y [t, ld_y] fp32 device,
  * the site's GEMM output. Enqueued on `stream`, no sync. A site without adapters does nothing.
- * Returns 0; -EINVAL (t over max_tokens); -CM_ECUDA. */
+ * The first call of each GEMM shape (and pointer alignment) asks cuBLASLt's heuristic on the host
+ * and caches the algorithm (at most EXC_LORA_MAX_SHAPES shapes).
+ * Returns 0; -EINVAL (t over max_tokens); -CM_ELIMIT (shape cache full); -CM_EUNSUPPORTED (no
+ * FP32 algorithm that runs 1 and EXC_LORA_CHUNK_ROWS rows in the workspace); -CM_ECUDA. */
 int exc_lora_apply(struct exc_lora *l, cudaStream_t stream, int layer, enum exc_lora_site site,
                    const __nv_bfloat16 *x, size_t ld_x, float *y, size_t ld_y, size_t t);
 
-/* The kernel pair behind exc_lora_apply (cuda_lora.cu): tmp [t, r] = float(x)·Aᵀ; then
- * y[:, 0..m) += scale·tmp·Bᵀ. Shapes: x [t, k] (ld_x), a [r, k], b [m, r] fp32, y [t, ld_y] fp32.
- * Returns 0, -EINVAL (a zero size) or -CM_ECUDA (launch). */
-int exc_lora_add(cudaStream_t stream, const __nv_bfloat16 *x, size_t ld_x, const float *a,
-                 const float *b, size_t r, size_t k, size_t m, float scale, float *tmp, float *y,
-                 size_t ld_y, size_t t);
+/* The elementwise kernels behind exc_lora_apply (cuda_lora.cu), enqueued on `stream`:
+ * exc_lora_widen: xf [t, k] (dense) = float(x [t, k], row stride ld_x), exact.
+ * exc_lora_scale_add: y[:, 0..m) = y + u·scale, the product and the sum each rounded to FP32 (no
+ * fused multiply-add), u [t, ld_u], y [t, ld_y] FP32 device.
+ * Returns 0, -EINVAL (a zero size, a stride under the width) or -CM_ECUDA (launch). */
+int exc_lora_widen(cudaStream_t stream, const __nv_bfloat16 *x, size_t ld_x, float *xf, size_t k,
+                   size_t t);
+int exc_lora_scale_add(cudaStream_t stream, const float *u, size_t ld_u, float scale, float *y,
+                       size_t ld_y, size_t m, size_t t);
 
 #ifdef __cplusplus
 }

@@ -89,7 +89,7 @@ void exc_qwen35_free(struct exc_qwen35 *e);
  * model.language_model.layers.L.<module>.lora_{A,B}) onto the engine's device: from then on every
  * forward adds scale·((x·Aᵀ)·Bᵀ) in FP32 to the output of each adapted projection (cuda_lora.h).
  * Call once, after exc_qwen35_new and before the first forward (reserves the factors and FP32
- * scratch [max_tokens, rank]). Returns 0; -EINVAL (called twice, NULL adapter); exc_lora_new's
+ * scratch for 2,048-row chunks). Returns 0; -EINVAL (called twice, NULL adapter); exc_lora_new's
  * errors. Source: spec/jemm.md §6.3; twin ex_qwen35_model_load with an adapter. */
 int exc_qwen35_set_lora(struct exc_qwen35 *e, const struct cm_safetensors *adapter, float scale,
                         struct cm_diag *diag);

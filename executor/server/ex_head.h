@@ -38,8 +38,20 @@ struct ex_head_group {
   int (*row)(const void *state, const struct ex_head_lm *lm, void *acc, uint32_t k,
              int32_t position, const int32_t *ids, uint32_t n, const float *hidden,
              struct cm_diag *diag);
+  /* Optional (NULL: row asks lm as it goes): the log-probabilities row() will ask of lm for the
+   * same arguments, declared before the launch's row calls so that the runner fetches those of
+   * every row of a launch in one engine call and serves row()'s request from them: writes
+   * *ret_first and targets[0 .. *ret_n) (*ret_n ≤ n; 0 when the row asks nothing or its
+   * arguments are bad, which row() then reports). Shapes: targets [n] caller-allocated. */
+  void (*lm_targets)(const void *acc, int32_t position, const int32_t *ids, uint32_t n,
+                     uint32_t *ret_first, int32_t *targets, size_t *ret_n);
   /* Writes the output [width] after the last row. Returns 0 or a negative code with diag. */
   int (*finish)(const void *state, void *acc, float *out, struct cm_diag *diag);
+  /* Optional (NULL: finish per readout): finish for the n readouts of this head in one program
+   * at once, outs[i] [width of accs[i]]; the same outputs bit for bit as n finish calls (a head
+   * batches the rows of all of them through its weights in one pass). Returns as finish. */
+  int (*finish_all)(const void *state, void *const *accs, size_t n, float *const *outs,
+                    struct cm_diag *diag);
   void (*free_acc)(void *acc); /* accepts NULL */
 };
 

@@ -40,15 +40,43 @@ void ex_job_fini(struct ex_job *j); /* accepts a zeroed or failed job */
  * `base` (j->n_reads[i] of them) into reads, and returns their count. */
 size_t ex_job_row_reads(const struct ex_job *j, uint32_t i, size_t base, size_t *reads);
 
+/* The LM log-probs that the group rows of one launch will ask (their heads declare them:
+ * ex_head_group.lm_targets), fetched in one engine target_logprobs call before the rows'
+ * readouts instead of one call per row; a row's request equal to its declaration is served from
+ * here (the same values: each log-prob is its readout row's alone). Reused across launches. */
+struct ex_lm_batch {
+  size_t n, cap;          /* log-probs declared / room */
+  size_t *reads;          /* [cap] launch readout index of each */
+  int32_t *targets;       /* [cap] target token of each */
+  float *lp;              /* [cap] the engine's answers (valid when ok) */
+  size_t n_seg, cap_seg;  /* declared rows / room */
+  size_t *seg;            /* [cap_seg] first entry of each declared row (rows in order) */
+  const struct ex_job **seg_job; /* [cap_seg] its job */
+  bool ok;                /* lp holds the answers of all n */
+};
+void ex_lm_batch_reset(struct ex_lm_batch *b); /* empties it (keeps the room) */
+void ex_lm_batch_fini(struct ex_lm_batch *b);  /* frees; accepts a zeroed batch */
+
+/* Appends what row i's group head will ask (nothing for a row without a group head or a head
+ * without lm_targets); rd: the row's first readout in the launch, as for ex_job_row_readouts.
+ * Returns 0 or -ENOMEM. */
+int ex_job_row_lm_declare(const struct ex_job *j, uint32_t i, size_t rd, struct ex_lm_batch *b);
+
+/* One target_logprobs call for everything declared (nothing when empty). Sets b->ok. A bad
+ * target (-EINVAL) is not an error here: ok stays false and each row asks alone, reporting its
+ * own. Returns 0 or the engine's other negative codes with diag. */
+int ex_lm_batch_run(struct ex_lm_batch *b, struct ex_engine *eng, struct cm_diag *diag);
+
 /* Right after the launch that ran row i: its readouts, which are the launch's readouts rd ..
  * rd + n_reads[i] − 1 (hid: the launch's readout rows [n_read, H]): group-head rows, hidden
- * rows, label logits and log-probs into the result, HEAD rows gathered for ex_job_heads.
- * Returns 0 or a negative code with diag (-CM_EPROGRAM: the row does not fit its head). */
+ * rows, label logits and log-probs into the result, HEAD rows gathered for ex_job_heads. `lmb`
+ * (or NULL): the launch's batched LM log-probs, run. Returns 0 or a negative code with diag
+ * (-CM_EPROGRAM: the row does not fit its head). */
 int ex_job_row_readouts(struct ex_job *j, uint32_t i, size_t rd, const float *hid,
-                        struct cm_diag *diag);
+                        const struct ex_lm_batch *lmb, struct cm_diag *diag);
 
-/* After the last row: group heads finish, the other heads run over their gathered rows (batched
- * per head). Returns 0 or a negative code with diag (a head failure is sticky). */
+/* After the last row: group heads finish (a head with finish_all: all its readouts of the
+ * program at once), the other heads run over their gathered rows (batched per head). Returns 0 or a negative code with diag (a head failure is sticky). */
 int ex_job_heads(struct ex_job *j, struct cm_diag *diag);
 
 #endif

@@ -259,12 +259,32 @@ struct row_lm {
   struct ex_head_lm base; /* first */
   struct ex_engine *eng;
   size_t read0;
+  const struct ex_lm_batch *lmb; /* the launch's batched log-probs, or NULL */
 };
+
+/* The batched answer to a request equal to one a row declared, or NULL. */
+static const float *batched_lp(const struct ex_lm_batch *b, size_t read0, const int32_t *targets,
+                               size_t n) {
+  if (!b || !b->ok || !n)
+    return NULL;
+  for (size_t g = 0; g < b->n_seg; g++) {
+    size_t a = b->seg[g], e = g + 1 < b->n_seg ? b->seg[g + 1] : b->n;
+    if (e - a == n && b->reads[a] == read0 &&
+        memcmp(b->targets + a, targets, n * sizeof(int32_t)) == 0)
+      return b->lp + a;
+  }
+  return NULL;
+}
 
 static int row_lm_target_logprobs(const struct ex_head_lm *lm, uint32_t first,
                                   const int32_t *targets, size_t n, float *lp,
                                   struct cm_diag *diag) {
   const struct row_lm *l = (const struct row_lm *)lm;
+  const float *got = batched_lp(l->lmb, l->read0 + first, targets, n);
+  if (got) {
+    memcpy(lp, got, n * sizeof(float));
+    return 0;
+  }
   size_t *reads = malloc((n + 1) * sizeof(size_t));
   if (!reads)
     return -ENOMEM;
@@ -425,8 +445,81 @@ size_t ex_job_row_reads(const struct ex_job *j, uint32_t i, size_t base, size_t 
   return n;
 }
 
+void ex_lm_batch_reset(struct ex_lm_batch *b) {
+  b->n = b->n_seg = 0;
+  b->ok = false;
+}
+
+void ex_lm_batch_fini(struct ex_lm_batch *b) {
+  if (!b)
+    return;
+  free(b->reads), free(b->targets), free(b->lp), free(b->seg), free(b->seg_job);
+  memset(b, 0, sizeof(*b));
+}
+
+int ex_job_row_lm_declare(const struct ex_job *j, uint32_t i, size_t rd, struct ex_lm_batch *b) {
+  const struct proto_program *p = j->p;
+  if (j->group_of[i] < 0)
+    return 0;
+  const struct proto_readout *gr = &p->readouts[j->group_of[i]];
+  const struct ex_head_group *g = find_head(j->x, gr->head)->kind->group;
+  const struct proto_row *s = &p->rows[i];
+  if (!g->lm_targets)
+    return 0;
+  if (b->n + s->n_tokens > b->cap) { /* room for every position of the row */
+    size_t cap = 2 * (b->n + s->n_tokens) + 64;
+    size_t *r = realloc(b->reads, cap * sizeof(size_t));
+    if (r)
+      b->reads = r;
+    int32_t *t = realloc(b->targets, cap * sizeof(int32_t));
+    if (t)
+      b->targets = t;
+    float *l = realloc(b->lp, cap * sizeof(float));
+    if (l)
+      b->lp = l;
+    if (!r || !t || !l)
+      return -ENOMEM;
+    b->cap = cap;
+  }
+  if (b->n_seg + 1 > b->cap_seg) {
+    size_t cap = 2 * b->n_seg + 16;
+    size_t *sg = realloc(b->seg, cap * sizeof(size_t));
+    if (sg)
+      b->seg = sg;
+    const struct ex_job **sj = realloc(b->seg_job, cap * sizeof(*sj));
+    if (sj)
+      b->seg_job = sj;
+    if (!sg || !sj)
+      return -ENOMEM;
+    b->cap_seg = cap;
+  }
+  uint32_t first = 0;
+  size_t n = 0;
+  g->lm_targets(j->group_acc[j->group_of[i]], gr->position, s->ids, s->n_tokens, &first,
+                b->targets + b->n, &n);
+  if (!n)
+    return 0;
+  for (size_t k = 0; k < n; k++)
+    b->reads[b->n + k] = rd + first + k;
+  b->seg[b->n_seg] = b->n;
+  b->seg_job[b->n_seg++] = j;
+  b->n += n;
+  return 0;
+}
+
+int ex_lm_batch_run(struct ex_lm_batch *b, struct ex_engine *eng, struct cm_diag *diag) {
+  b->ok = false;
+  if (!b->n)
+    return 0;
+  int r = eng->ops->target_logprobs(eng, b->reads, b->targets, b->n, b->lp, diag);
+  if (r == -EINVAL) /* a bad target: each row asks alone and reports its own */
+    return 0;
+  b->ok = r == 0;
+  return r;
+}
+
 int ex_job_row_readouts(struct ex_job *j, uint32_t pi, size_t rd, const float *hid,
-                        struct cm_diag *diag) {
+                        const struct ex_lm_batch *lmb, struct cm_diag *diag) {
   const struct ex_runner *x = j->x;
   const struct proto_program *p = j->p;
   struct ex_engine *eng = x->eng;
@@ -436,7 +529,8 @@ int ex_job_row_readouts(struct ex_job *j, uint32_t pi, size_t rd, const float *h
   if (j->group_of[pi] >= 0) {
     const struct proto_readout *gr = &p->readouts[j->group_of[pi]];
     const struct loaded_head *lh = find_head(x, gr->head);
-    struct row_lm lm = {.base.target_logprobs = row_lm_target_logprobs, .eng = eng, .read0 = rd};
+    struct row_lm lm = {.base.target_logprobs = row_lm_target_logprobs, .eng = eng, .read0 = rd,
+                        .lmb = lmb};
     if ((r = lh->kind->group->row(lh->state, &lm.base, j->group_acc[j->group_of[pi]],
                                   pi - gr->row, gr->position, s->ids, s->n_tokens, hid + rd * h,
                                   diag)))
@@ -478,16 +572,30 @@ int ex_job_heads(struct ex_job *j, struct cm_diag *diag) {
   const struct proto_program *p = j->p;
   size_t h = (size_t)x->eng->cfg.hidden_size, k_head = j->k_head;
   int r = 0;
-  /* group heads finish over their accumulated rows; the others run batched per head */
-  for (uint32_t i = 0; i < p->n_readouts; i++) {
-    if (!j->group_acc[i])
+  /* group heads finish over their accumulated rows (all of a kind at once where the head can);
+   * the others run batched per head */
+  void **fin_acc = malloc((p->n_readouts + 1) * sizeof(void *));
+  float **fin_out = malloc((p->n_readouts + 1) * sizeof(float *));
+  if (!fin_acc || !fin_out)
+    r = -ENOMEM;
+  for (size_t hk = 0; hk < x->n_heads && !r; hk++) {
+    const struct loaded_head *lh = &x->heads[hk];
+    if (!lh->kind->group)
       continue;
-    const struct loaded_head *lh = find_head(x, p->readouts[i].head);
-    if ((r = lh->kind->group->finish(lh->state, j->group_acc[i], j->res.outputs[i], diag)))
-      return r;
+    size_t m = 0;
+    for (uint32_t i = 0; i < p->n_readouts; i++)
+      if (j->group_acc[i] && find_head(x, p->readouts[i].head) == lh) {
+        fin_acc[m] = j->group_acc[i];
+        fin_out[m++] = j->res.outputs[i];
+      }
+    if (m && lh->kind->group->finish_all)
+      r = lh->kind->group->finish_all(lh->state, fin_acc, m, fin_out, diag);
+    for (size_t i = 0; m && !lh->kind->group->finish_all && i < m && !r; i++)
+      r = lh->kind->group->finish(lh->state, fin_acc[i], fin_out[i], diag);
   }
-  if (!k_head)
-    return 0;
+  free(fin_acc), free(fin_out);
+  if (r || !k_head)
+    return r;
   float *gather = malloc(k_head * h * sizeof(float)), *out = NULL;
   uint32_t *idx = malloc(k_head * sizeof(uint32_t));
   if (!gather || !idx) {

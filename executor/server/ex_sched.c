@@ -4,6 +4,7 @@
 #include "ex_sched.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -149,6 +150,7 @@ struct ex_sched {
   size_t *reads;                   /* [reads] */
   size_t cap_reads;
   float *hid;                      /* [reads, H] */
+  struct ex_lm_batch lmb;          /* a launch's batched LM log-probs (ex_job.h) */
   size_t cap_hid;
   struct ex_sched_stats st;        /* counters */
 };
@@ -1064,6 +1066,36 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
     if (f->at == pc->j->p->prefixes[pc->prefix].n_tokens)
       publish(s, pc->j, pc->prefix);
   }
+  /* the group rows' LM log-probs of the whole launch in one engine call (ex_lm_batch), its time
+   * shared by the programs' declared log-probs */
+  ex_lm_batch_reset(&s->lmb);
+  drain_cancels(s);
+  int64_t now = proto_now_us();
+  for (size_t k = 0; k < b->n_rows && !r; k++) {
+    struct rowitem *ri = &b->rows[k];
+    struct sjob *j = ri->j;
+    if ((only && j != only) || j->state != J_ACTIVE)
+      continue;
+    if (j->p->deadline_us && now > j->p->deadline_us) {
+      /* past its deadline after the forward: none of its rows' log-probs are computed (on the
+       * CPU a launch's batched log-probs are seconds of work) */
+      s->st.deadline_dropped++;
+      finish(s, j, -CM_ETIMEOUT, "deadline passed while in flight");
+      continue;
+    }
+    r = ex_job_row_lm_declare(&j->job, ri->row, ri->rd, &s->lmb);
+  }
+  int64_t tl = mono_us();
+  if (!r)
+    r = ex_lm_batch_run(&s->lmb, s->eng, diag);
+  if (r)
+    return r;
+  tl = mono_us() - tl;
+  for (size_t g = 0; g < s->lmb.n_seg && s->lmb.n; g++) {
+    size_t e = g + 1 < s->lmb.n_seg ? s->lmb.seg[g + 1] : s->lmb.n;
+    struct sjob *j = (struct sjob *)((char *)s->lmb.seg_job[g] - offsetof(struct sjob, job));
+    j->t_readout += tl * (int64_t)(e - s->lmb.seg[g]) / (int64_t)s->lmb.n;
+  }
   for (size_t k = 0; k < b->n_rows; k++) {
     struct rowitem *ri = &b->rows[k];
     struct sjob *j = ri->j;
@@ -1081,7 +1113,7 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
     }
     int64_t t1 = mono_us();
     struct cm_diag d2 = {0};
-    int rr = ex_job_row_readouts(&j->job, ri->row, ri->rd, s->hid, &d2);
+    int rr = ex_job_row_readouts(&j->job, ri->row, ri->rd, s->hid, &s->lmb, &d2);
     j->t_readout += mono_us() - t1;
     if (rr == -CM_EPROGRAM || rr == -EINVAL) {
       finish(s, j, -CM_EPROGRAM, "rows[%u]: %s", ri->row, d2.msg ? d2.msg : cm_strerror(rr));
@@ -1320,6 +1352,7 @@ void ex_sched_free(struct ex_sched *s) {
   pthread_mutex_destroy(&s->inbox_mu);
   free(s->b.pieces), free(s->b.rows), free(s->b.vis);
   free(s->seqs), free(s->pos), free(s->img), free(s->reads), free(s->hid);
+  ex_lm_batch_fini(&s->lmb);
   free(s);
 }
 

@@ -13,7 +13,7 @@
 
 #include "cm_safetensors.h"
 #include "cuda_gemm.h"
-#include "exc_test.h"
+#include "twin.h"
 
 enum { WARM = 3, REPS = 10, N_NS = 4, CMP_ROWS = 256 };
 static const size_t ns[N_NS] = {128, 512, 1024, 3400};
@@ -52,17 +52,17 @@ static double now_ms(void) {
 static float time_gemm(struct exc_gemm *g, const void *dx, const void *dw, void *dy, void *flush,
                        size_t n, size_t k, size_t m, enum exc_dtype y_dtype) {
   cudaEvent_t e0, e1;
-  XT_CUDA(cudaEventCreate(&e0));
-  XT_CUDA(cudaEventCreate(&e1));
+  TW_CUDA(cudaEventCreate(&e0));
+  TW_CUDA(cudaEventCreate(&e1));
   float t[REPS];
   for (int i = 0; i < WARM + REPS; i++) {
-    XT_CUDA(cudaMemsetAsync(flush, i, flush_bytes, 0));
-    XT_CUDA(cudaEventRecord(e0, 0));
-    XT_OK(exc_gemm(g, 0, dx, k, dw, dy, m, y_dtype, false, n, k, m));
-    XT_CUDA(cudaEventRecord(e1, 0));
-    XT_CUDA(cudaEventSynchronize(e1));
+    TW_CUDA(cudaMemsetAsync(flush, i, flush_bytes, 0));
+    TW_CUDA(cudaEventRecord(e0, 0));
+    TW_OK(exc_gemm(g, 0, dx, k, dw, dy, m, y_dtype, false, n, k, m));
+    TW_CUDA(cudaEventRecord(e1, 0));
+    TW_CUDA(cudaEventSynchronize(e1));
     if (i >= WARM)
-      XT_CUDA(cudaEventElapsedTime(&t[i - WARM], e0, e1));
+      TW_CUDA(cudaEventElapsedTime(&t[i - WARM], e0, e1));
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -84,10 +84,10 @@ int main(int argc, char **argv) {
   enum exc_dtype t = argc > 2 && !strcmp(argv[2], "bf16") ? EXC_DTYPE_BF16 : EXC_DTYPE_F32;
   size_t es = t == EXC_DTYPE_BF16 ? 2 : 4;
   printf("output type %s\n", t == EXC_DTYPE_BF16 ? "bf16" : "f32");
-  xt_require_gpu();
+  tw_require_gpu();
   struct exc_gemm *g_ref = NULL, *g_new = NULL;
-  XT_OK(exc_gemm_new(32u << 20, &g_ref));
-  XT_OK(exc_gemm_new(32u << 20, &g_new));
+  TW_OK(exc_gemm_new(32u << 20, &g_ref));
+  TW_OK(exc_gemm_new(32u << 20, &g_new));
   g_ref->select = false;
   g_new->select = true;
   /* one host buffer of uniform bf16 values, large enough for the largest weight, reused (with an
@@ -100,11 +100,11 @@ int main(int argc, char **argv) {
   }
   size_t pool_elems = max_elems + 1000003;
   uint16_t *pool = malloc(pool_elems * 2);
-  struct xt_rng rng;
-  xt_rng_seed(&rng, 20261130);
+  struct tw_rng rng;
+  tw_rng_seed(&rng, 20261130);
   for (size_t i = 0; i < pool_elems; i++)
-    pool[i] = cm_f32_to_bf16(xt_uniform(&rng, -1.0f, 1.0f));
-  void *flush = xt_dev(flush_bytes);
+    pool[i] = cm_f32_to_bf16(tw_uniform(&rng, -1.0f, 1.0f));
+  void *flush = tw_dev(flush_bytes);
   double sum_ref[2][N_NS] = {{0}}, sum_new[2][N_NS] = {{0}}, sel_ms[2] = {0};
   int mismatches = 0;
   printf("%-4s %-17s %6s %6s %5s %9s %9s %7s %8s\n", "", "shape", "k", "m", "n", "ref ms", "new ms",
@@ -115,13 +115,13 @@ int main(int argc, char **argv) {
       continue;
     int mi = !strcmp(s->model, "27b");
     size_t k = s->k, m = s->m, nmax = ns[N_NS - 1];
-    void *dw = xt_dev(m * k * 2), *dx = xt_dev(nmax * k * 2);
-    xt_up(dw, pool + (si * 7919) % 1000003, m * k * 2);
-    xt_up(dx, pool + (si * 104729) % 1000003, nmax * k * 2);
-    void *dy_ref = xt_dev(nmax * m * es), *dy_new = xt_dev(nmax * m * es);
-    XT_OK(exc_gemm_prepare(g_ref, k, m, t, false));
+    void *dw = tw_dev(m * k * 2), *dx = tw_dev(nmax * k * 2);
+    tw_up(dw, pool + (si * 7919) % 1000003, m * k * 2);
+    tw_up(dx, pool + (si * 104729) % 1000003, nmax * k * 2);
+    void *dy_ref = tw_dev(nmax * m * es), *dy_new = tw_dev(nmax * m * es);
+    TW_OK(exc_gemm_prepare(g_ref, k, m, t, false));
     double t0 = now_ms();
-    XT_OK(exc_gemm_prepare(g_new, k, m, t, false));
+    TW_OK(exc_gemm_prepare(g_new, k, m, t, false));
     double prep = now_ms() - t0;
     sel_ms[mi] += prep;
     const struct exc_gemm_algo *e = entry(g_new, k, m, t);
@@ -134,8 +134,8 @@ int main(int argc, char **argv) {
       float tn = time_gemm(g_new, dx, dw, dy_new, flush, n, k, m, t);
       size_t rows = n < CMP_ROWS ? n : CMP_ROWS, bytes = rows * m * es;
       unsigned char *a = malloc(bytes), *b = malloc(bytes);
-      xt_down(a, dy_ref, bytes);
-      xt_down(b, dy_new, bytes);
+      tw_down(a, dy_ref, bytes);
+      tw_down(b, dy_new, bytes);
       if (memcmp(a, b, bytes)) {
         printf("MISMATCH: %s %s n=%zu: selected algorithm's bits differ from the reference's\n",
                s->model, s->name, n);

@@ -13,7 +13,7 @@
 
 #include "cm_safetensors.h"
 #include "cuda_vision.h"
-#include "exc_test.h"
+#include "twin.h"
 
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
@@ -31,24 +31,24 @@ static struct stats summarize(float *t, int n) {
 
 /* Fills the weight arena with bf16 N(0, sd) values drawn once (a 1 Mi-element pattern, repeated)
  * and the norm weights with 1 + N(0, sd). */
-static void fill_weights(struct exc_vision *v, struct xt_rng *g) {
+static void fill_weights(struct exc_vision *v, struct tw_rng *g) {
   size_t pat = 1u << 20;
   float *f = malloc(pat * 4);
   uint16_t *h = malloc(pat * 2);
-  xt_fill_normal(g, f, pat, 0.02f);
-  xt_to_bf16(f, h, pat);
+  tw_fill_normal(g, f, pat, 0.02f);
+  tw_to_bf16(f, h, pat);
   for (size_t off = 0; off < v->n_weights; off += pat) {
     size_t n = v->n_weights - off < pat ? v->n_weights - off : pat;
-    xt_up(v->weights + off, h, n * 2);
+    tw_up(v->weights + off, h, n * 2);
   }
   size_t V = (size_t)v->cfg.hidden_size;
   for (size_t i = 0; i < V; i++)
     h[i] = cm_f32_to_bf16(1.0f + f[i]);
   for (int b = 0; b < v->cfg.depth; b++) {
-    xt_up((void *)v->blocks[b].norm1_w, h, V * 2);
-    xt_up((void *)v->blocks[b].norm2_w, h, V * 2);
+    tw_up((void *)v->blocks[b].norm1_w, h, V * 2);
+    tw_up((void *)v->blocks[b].norm2_w, h, V * 2);
   }
-  xt_up((void *)v->merger_norm_w, h, V * 2);
+  tw_up((void *)v->merger_norm_w, h, V * 2);
   free(f);
   free(h);
 }
@@ -62,12 +62,12 @@ static void bench(const char *name, int depth, int V, int heads, int F, int O, i
       .rope_theta = 10000.0f, .norm_eps = 1e-6f};
   const int32_t grid[3] = {1, 36, 64};
   const int64_t n = 2304, nm = 576;
-  struct xt_rng g;
-  xt_rng_seed(&g, 0xbe4c4u + (uint64_t)V);
+  struct tw_rng g;
+  tw_rng_seed(&g, 0xbe4c4u + (uint64_t)V);
   struct exc_gemm *gemm = NULL;
   struct exc_vision *v = NULL;
   struct cm_diag d = {0};
-  XT_OK(exc_gemm_new(32u << 20, &gemm));
+  TW_OK(exc_gemm_new(32u << 20, &gemm));
   if (exc_vision_new(&cfg, NULL, n, 4, gemm, &v, &d) != 0) {
     fprintf(stderr, "FAIL: exc_vision_new: %s\n", d.msg);
     exit(1);
@@ -75,40 +75,40 @@ static void bench(const char *name, int depth, int V, int heads, int F, int O, i
   fill_weights(v, &g);
   float *pix = malloc((size_t)n * 1536 * 4);
   for (size_t i = 0; i < (size_t)n * 1536; i++)
-    pix[i] = xt_uniform(&g, -1.0f, 1.0f);
-  float *d_pix = xt_dev((size_t)n * 1536 * 4), *d_out = xt_dev((size_t)nm * O * 4);
-  xt_up(d_pix, pix, (size_t)n * 1536 * 4);
+    pix[i] = tw_uniform(&g, -1.0f, 1.0f);
+  float *d_pix = tw_dev((size_t)n * 1536 * 4), *d_out = tw_dev((size_t)nm * O * 4);
+  tw_up(d_pix, pix, (size_t)n * 1536 * 4);
   cudaStream_t st;
-  XT_CUDA(cudaStreamCreate(&st));
+  TW_CUDA(cudaStreamCreate(&st));
   cudaEvent_t e0, e1;
-  XT_CUDA(cudaEventCreate(&e0));
-  XT_CUDA(cudaEventCreate(&e1));
+  TW_CUDA(cudaEventCreate(&e0));
+  TW_CUDA(cudaEventCreate(&e1));
   float *t = malloc((size_t)reps * sizeof(float));
 
   for (int i = 0; i < 5; i++)
-    XT_OK(exc_vision_forward_device(v, st, d_pix, n, grid, 1, d_out, &d));
-  XT_CUDA(cudaStreamSynchronize(st));
+    TW_OK(exc_vision_forward_device(v, st, d_pix, n, grid, 1, d_out, &d));
+  TW_CUDA(cudaStreamSynchronize(st));
   for (int i = 0; i < reps; i++) {
-    XT_CUDA(cudaEventRecord(e0, st));
-    XT_OK(exc_vision_forward_device(v, st, d_pix, n, grid, 1, d_out, &d));
-    XT_CUDA(cudaEventRecord(e1, st));
-    XT_CUDA(cudaEventSynchronize(e1));
-    XT_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
+    TW_CUDA(cudaEventRecord(e0, st));
+    TW_OK(exc_vision_forward_device(v, st, d_pix, n, grid, 1, d_out, &d));
+    TW_CUDA(cudaEventRecord(e1, st));
+    TW_CUDA(cudaEventSynchronize(e1));
+    TW_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
   }
   struct stats s_dev = summarize(t, reps);
 
   for (int i = 0; i < reps; i++) {
-    XT_CUDA(cudaEventRecord(e0, st));
-    XT_OK(exc_vision_forward(v, st, pix, n, grid, 1, d_out, &d));
-    XT_CUDA(cudaEventRecord(e1, st));
-    XT_CUDA(cudaEventSynchronize(e1));
-    XT_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
+    TW_CUDA(cudaEventRecord(e0, st));
+    TW_OK(exc_vision_forward(v, st, pix, n, grid, 1, d_out, &d));
+    TW_CUDA(cudaEventRecord(e1, st));
+    TW_CUDA(cudaEventSynchronize(e1));
+    TW_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
   }
   struct stats s_host = summarize(t, reps);
 
   /* Output sanity: finite and not all zero. */
   float *out = malloc((size_t)nm * O * 4);
-  xt_down(out, d_out, (size_t)nm * O * 4);
+  tw_down(out, d_out, (size_t)nm * O * 4);
   double sum2 = 0;
   size_t bad = 0;
   for (size_t i = 0; i < (size_t)nm * O; i++) {
@@ -127,35 +127,35 @@ static void bench(const char *name, int depth, int V, int heads, int F, int O, i
   int n_tiles = (int)((n + 63) / 64);
   float scale = (float)pow((double)cfg.head_dim, -0.5);
   for (int i = 0; i < reps; i++) {
-    XT_CUDA(cudaEventRecord(e0, st));
+    TW_CUDA(cudaEventRecord(e0, st));
     for (int b = 0; b < depth; b++)
-      XT_OK(exc_vision_attention(st, v->qkv, tiles, n_tiles, heads, cfg.head_dim, scale, v->a));
-    XT_CUDA(cudaEventRecord(e1, st));
-    XT_CUDA(cudaEventSynchronize(e1));
-    XT_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
+      TW_OK(exc_vision_attention(st, v->qkv, tiles, n_tiles, heads, cfg.head_dim, scale, v->a));
+    TW_CUDA(cudaEventRecord(e1, st));
+    TW_CUDA(cudaEventSynchronize(e1));
+    TW_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
   }
   struct stats s_att = summarize(t, reps);
   /* The GEMMs alone: the tower's 4 per block, the patch embedding and the merger's 2, on the
    * tower's own (non-zero) scratch. */
   const size_t uV = (size_t)V, uF = (size_t)F, uO = (size_t)O, un = (size_t)n, unm = (size_t)nm;
   for (int i = 0; i < reps; i++) {
-    XT_CUDA(cudaEventRecord(e0, st));
-    XT_OK(exc_gemm(gemm, st, v->f, 1536, v->patch_w, v->x, uV, EXC_DTYPE_F32, false, un, 1536, uV));
+    TW_CUDA(cudaEventRecord(e0, st));
+    TW_OK(exc_gemm(gemm, st, v->f, 1536, v->patch_w, v->x, uV, EXC_DTYPE_F32, false, un, 1536, uV));
     for (int b = 0; b < depth; b++) {
       const struct exc_vision_block *bl = &v->blocks[b];
-      XT_OK(exc_gemm(gemm, st, v->a, uV, bl->qkv_w, v->y, 3 * uV, EXC_DTYPE_F32, false, un, uV,
+      TW_OK(exc_gemm(gemm, st, v->a, uV, bl->qkv_w, v->y, 3 * uV, EXC_DTYPE_F32, false, un, uV,
                      3 * uV));
-      XT_OK(exc_gemm(gemm, st, v->a, uV, bl->proj_w, v->y, uV, EXC_DTYPE_F32, false, un, uV, uV));
-      XT_OK(exc_gemm(gemm, st, v->a, uV, bl->fc1_w, v->y, uF, EXC_DTYPE_F32, false, un, uV, uF));
-      XT_OK(exc_gemm(gemm, st, v->f, uF, bl->fc2_w, v->y, uV, EXC_DTYPE_F32, false, un, uF, uV));
+      TW_OK(exc_gemm(gemm, st, v->a, uV, bl->proj_w, v->y, uV, EXC_DTYPE_F32, false, un, uV, uV));
+      TW_OK(exc_gemm(gemm, st, v->a, uV, bl->fc1_w, v->y, uF, EXC_DTYPE_F32, false, un, uV, uF));
+      TW_OK(exc_gemm(gemm, st, v->f, uF, bl->fc2_w, v->y, uV, EXC_DTYPE_F32, false, un, uF, uV));
     }
-    XT_OK(exc_gemm(gemm, st, v->a, 4 * uV, v->merger_fc1_w, v->y, 4 * uV, EXC_DTYPE_F32, false,
+    TW_OK(exc_gemm(gemm, st, v->a, 4 * uV, v->merger_fc1_w, v->y, 4 * uV, EXC_DTYPE_F32, false,
                    unm, 4 * uV, 4 * uV));
-    XT_OK(exc_gemm(gemm, st, v->f, 4 * uV, v->merger_fc2_w, d_out, uO, EXC_DTYPE_F32, false, unm,
+    TW_OK(exc_gemm(gemm, st, v->f, 4 * uV, v->merger_fc2_w, d_out, uO, EXC_DTYPE_F32, false, unm,
                    4 * uV, uO));
-    XT_CUDA(cudaEventRecord(e1, st));
-    XT_CUDA(cudaEventSynchronize(e1));
-    XT_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
+    TW_CUDA(cudaEventRecord(e1, st));
+    TW_CUDA(cudaEventSynchronize(e1));
+    TW_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
   }
   struct stats s_gemm = summarize(t, reps);
   double att_flop = 4.0 * (double)n * n * cfg.head_dim * heads * depth;
@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
   int reps = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 30;
   if (reps < 3 || reps > 10000)
     reps = 30;
-  xt_require_gpu();
+  tw_require_gpu();
   bench("4B", 24, 1024, 16, 4096, 2560, reps);
   bench("27B", 27, 1152, 16, 4304, 5120, reps);
   return 0;

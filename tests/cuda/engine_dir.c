@@ -18,7 +18,7 @@
 
 #include "cm_model_dir.h"
 #include "exc_qwen35.h"
-#include "exc_test.h"
+#include "twin.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: engine_dir --model DIR --tokens N [--check] [--repeat K]\n");
     return 2;
   }
-  xt_require_gpu();
+  tw_require_gpu();
   struct cm_diag d = {0};
   struct cm_model_dir *dir = NULL;
   struct ex_qwen35_config cfg;
@@ -88,42 +88,42 @@ int main(int argc, char **argv) {
   }
   double ready_ms = now_ms() - t0;
   struct exc_qwen35_state *s0 = NULL, *s1 = NULL;
-  XT_OK(exc_qwen35_state_acquire(e, &s0));
-  XT_OK(exc_qwen35_state_acquire(e, &s1));
+  TW_OK(exc_qwen35_state_acquire(e, &s0));
+  TW_OK(exc_qwen35_state_acquire(e, &s1));
   if (check) {
-    XT_OK(exc_qwen35_set_numerics(e, EXC_NUMERICS_FP32_RESIDUAL));
+    TW_OK(exc_qwen35_set_numerics(e, EXC_NUMERICS_FP32_RESIDUAL));
     size_t rows[3] = {0, nt / 2, nt - 1};
     float *gh = malloc(3 * h * sizeof(float)), *gl = malloc(3 * v * sizeof(float));
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = nt}, 1,
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = nt}, 1,
                              tok, NULL, 0, rows, 3, gh, gl, &d));
     /* continuation from a clone of the first half */
     size_t p = nt / 2;
     float *ch = malloc(h * sizeof(float));
     size_t last = nt - 1 - p;
     s0->n_tokens = 0;
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = p}, 1,
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = p}, 1,
                              tok, NULL, 0, NULL, 0, NULL, NULL, &d));
-    XT_OK(exc_qwen35_state_clone(e, s0, s1));
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s1, .advance = true, .n = nt - p},
+    TW_OK(exc_qwen35_state_clone(e, s0, s1));
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s1, .advance = true, .n = nt - p},
                              1, tok + p, NULL, 0, &last, 1, ch, NULL, &d));
-    double ce = xt_rel_l2(ch, gh + 2 * h, h);
+    double ce = tw_rel_l2(ch, gh + 2 * h, h);
     printf("continuation %zu+%zu: last hidden rel L2 vs one pass %.3e (tol 1e-2)\n", p, nt - p, ce);
     if (!(ce <= 1e-2))
-      xt_fail("continuation off the one pass");
+      tw_fail("continuation off the one pass");
     /* the float32 CPU forward */
     struct ex_qwen35_model *m = NULL;
     struct ex_qwen35_state *cs = NULL;
-    XT_OK(ex_qwen35_model_load(&cfg, dir->weights, NULL, 0, &m, &d));
-    XT_OK(ex_qwen35_state_new(m, &cs));
+    TW_OK(ex_qwen35_model_load(&cfg, dir->weights, NULL, 0, &m, &d));
+    TW_OK(ex_qwen35_state_new(m, &cs));
     float *emb = malloc(nt * h * sizeof(float)), *hid = malloc(nt * h * sizeof(float));
     float *hb = malloc(nt * h * sizeof(float)), *cl = malloc(v * sizeof(float));
-    XT_OK(ex_qwen35_embed(m, tok, nt, emb, &d));
-    XT_OK(ex_qwen35_forward(m, cs, emb, NULL, nt, hid, &d));
+    TW_OK(ex_qwen35_embed(m, tok, nt, emb, &d));
+    TW_OK(ex_qwen35_forward(m, cs, emb, NULL, nt, hid, &d));
     /* the bf16-rounding CPU forward: the error scale a bf16 reference has on this model */
     struct ex_qwen35_state *cb = NULL;
-    XT_OK(ex_qwen35_state_new(m, &cb));
+    TW_OK(ex_qwen35_state_new(m, &cb));
     m->round_bf16 = true;
-    XT_OK(ex_qwen35_forward(m, cb, emb, NULL, nt, hb, &d));
+    TW_OK(ex_qwen35_forward(m, cb, emb, NULL, nt, hb, &d));
     m->round_bf16 = false;
     ex_qwen35_state_free(cb);
     for (int i = 0; i < 3; i++) {
@@ -135,20 +135,20 @@ int main(int argc, char **argv) {
       for (int x = 0; x < 5; x++)
         for (int y = 0; y < 5; y++)
           ov += a[x] == b[y];
-      double e2 = xt_rel_l2(gh + (size_t)i * h, hid + rows[i] * h, h);
-      double eb = xt_rel_l2(hb + rows[i] * h, hid + rows[i] * h, h);
+      double e2 = tw_rel_l2(gh + (size_t)i * h, hid + rows[i] * h, h);
+      double eb = tw_rel_l2(hb + rows[i] * h, hid + rows[i] * h, h);
       double tol = eb * 1.5 > 2e-2 ? eb * 1.5 : 2e-2;
       printf("row %5zu: hidden rel L2 %.3e (cpu bf16-rounding %.3e, tol %.3e), top-1 cpu %d gpu "
              "%d, top-5 overlap %d\n",
              rows[i], e2, eb, tol, a[0], b[0], ov);
       if (!(e2 <= tol))
-        xt_fail("row %zu hidden off the CPU forward", rows[i]);
+        tw_fail("row %zu hidden off the CPU forward", rows[i]);
       if (a[0] != b[0])
-        xt_fail("row %zu top-1 differs", rows[i]);
+        tw_fail("row %zu top-1 differs", rows[i]);
     }
     /* ref-bf16 against the bf16-rounding CPU forward */
-    XT_OK(exc_qwen35_set_numerics(e, EXC_NUMERICS_REF_BF16));
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = nt}, 1, tok, NULL, 0, rows, 3, gh, gl,
+    TW_OK(exc_qwen35_set_numerics(e, EXC_NUMERICS_REF_BF16));
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = nt}, 1, tok, NULL, 0, rows, 3, gh, gl,
                              &d));
     m->round_bf16 = true;
     for (int i = 0; i < 3; i++) {
@@ -163,20 +163,20 @@ int main(int argc, char **argv) {
       size_t nb = 0;
       for (size_t x = 0; x < h; x++)
         nb += !(cm_bf16_to_f32(cm_f32_to_bf16(gh[(size_t)i * h + x])) == gh[(size_t)i * h + x]);
-      double er = xt_rel_l2(gh + (size_t)i * h, hb + rows[i] * h, h);
-      double e32 = xt_rel_l2(gh + (size_t)i * h, hid + rows[i] * h, h);
-      double eb = xt_rel_l2(hb + rows[i] * h, hid + rows[i] * h, h);
+      double er = tw_rel_l2(gh + (size_t)i * h, hb + rows[i] * h, h);
+      double e32 = tw_rel_l2(gh + (size_t)i * h, hid + rows[i] * h, h);
+      double eb = tw_rel_l2(hb + rows[i] * h, hid + rows[i] * h, h);
       double tol = eb > 2e-2 ? eb : 2e-2;
       printf("ref-bf16 row %5zu: hidden rel L2 vs cpu bf16-rounding %.3e (tol %.3e), vs cpu "
              "float32 %.3e, top-1 cpu-bf16 %d gpu %d, top-5 overlap %d\n",
              rows[i], er, tol, e32, a[0], b[0], ov);
       if (!(er <= tol))
-        xt_fail("ref-bf16 row %zu hidden off the bf16-rounding CPU forward", rows[i]);
+        tw_fail("ref-bf16 row %zu hidden off the bf16-rounding CPU forward", rows[i]);
       if (nb)
-        xt_fail("ref-bf16 row %zu: %zu hidden values are not bf16 values", rows[i], nb);
+        tw_fail("ref-bf16 row %zu: %zu hidden values are not bf16 values", rows[i], nb);
     }
     m->round_bf16 = false;
-    XT_OK(exc_qwen35_set_numerics(e, numerics));
+    TW_OK(exc_qwen35_set_numerics(e, numerics));
     free(hb);
     free(emb), free(hid), free(cl), free(gh), free(gl), free(ch);
     ex_qwen35_state_free(cs);
@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
   }
   if (repeat > 0) {
     struct exc_qwen35_timing t;
-    XT_OK(exc_qwen35_time_prefill(e, s0, tok, NULL, nt, NULL, 0, (int)repeat, &t, &d));
+    TW_OK(exc_qwen35_time_prefill(e, s0, tok, NULL, nt, NULL, 0, (int)repeat, &t, &d));
     struct exc_qwen35_memory mem;
     exc_qwen35_memory(e, &mem);
     printf("{\"device\": \"cuda\", \"n_tokens\": %zu, \"repeat\": %ld, \"first_ms\": %.3f, "
@@ -195,8 +195,8 @@ int main(int argc, char **argv) {
            mem.weights_bytes, mem.arena_bytes, mem.pool_bytes);
     if (profile) {
       struct exc_qwen35_profile pr;
-      XT_OK(exc_qwen35_profile_enable(e, true));
-      XT_OK(exc_qwen35_time_prefill(e, s0, tok, NULL, nt, NULL, 0, (int)repeat, &t, &d));
+      TW_OK(exc_qwen35_profile_enable(e, true));
+      TW_OK(exc_qwen35_time_prefill(e, s0, tok, NULL, nt, NULL, 0, (int)repeat, &t, &d));
       exc_qwen35_profile_read(e, &pr);
       double sum = 0;
       printf("{\"profile_ms_per_forward\": {");
@@ -215,5 +215,5 @@ int main(int argc, char **argv) {
   cm_model_dir_free(dir);
   free(tok);
   cm_diag_fini(&d);
-  return xt_finish("engine_dir");
+  return tw_finish("engine_dir");
 }

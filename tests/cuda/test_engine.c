@@ -27,7 +27,7 @@
 
 #include "cm_safetensors.h"
 #include "exc_qwen35.h"
-#include "exc_test.h"
+#include "twin.h"
 #include "qwen35_testmodel.h"
 
 #define HID_TOL 2e-2 /* bf16 activations and GEMM inputs vs float32: relative L2 of hidden rows */
@@ -58,10 +58,10 @@ static void add(struct wr *w, const char *name, const float *x, int nd, const in
   for (int i = 0; i < nd; i++)
     n *= (size_t)shape[i];
   uint16_t *b = malloc(n * 2 + 2);
-  xt_to_bf16(x, b, n);
+  tw_to_bf16(x, b, n);
   w->bufs = realloc(w->bufs, (w->n_bufs + 1) * sizeof(*w->bufs));
   w->bufs[w->n_bufs++] = b;
-  XT_OK(cm_safetensors_writer_add(w->w, name, CM_DTYPE_BF16, nd, shape, b));
+  TW_OK(cm_safetensors_writer_add(w->w, name, CM_DTYPE_BF16, nd, shape, b));
 }
 
 static void add_lin(struct wr *w, int layer, const char *rel, const struct ex_linear *l) {
@@ -84,7 +84,7 @@ static void add_vec(struct wr *w, int layer, const char *rel, const float *x, in
 static void write_model(const struct ex_qwen35_model *m, const char *path) {
   const struct ex_qwen35_config *c = &m->cfg;
   struct wr w = {0};
-  XT_OK(cm_safetensors_writer_new(&w.w));
+  TW_OK(cm_safetensors_writer_new(&w.w));
   int64_t vh[2] = {c->vocab_size, c->hidden_size};
   add(&w, "model.language_model.embed_tokens.weight", m->embed, 2, vh);
   if (!c->tied)
@@ -120,7 +120,7 @@ static void write_model(const struct ex_qwen35_model *m, const char *path) {
     }
   }
   struct cm_diag d = {0};
-  XT_OK(cm_safetensors_writer_finish(w.w, path, &d));
+  TW_OK(cm_safetensors_writer_finish(w.w, path, &d));
   cm_safetensors_writer_free(w.w);
   for (size_t i = 0; i < w.n_bufs; i++)
     free(w.bufs[i]);
@@ -140,8 +140,8 @@ static void cpu_run(const struct ex_qwen35_model *m, struct ex_qwen35_state *st,
   size_t h = (size_t)m->cfg.hidden_size;
   float *emb = malloc(n * h * sizeof(float));
   struct cm_diag d = {0};
-  XT_OK(ex_qwen35_embed(m, tok, n, emb, &d));
-  XT_OK(ex_qwen35_forward(m, st, emb, NULL, n, hid, &d));
+  TW_OK(ex_qwen35_embed(m, tok, n, emb, &d));
+  TW_OK(ex_qwen35_forward(m, st, emb, NULL, n, hid, &d));
   if (last_logits)
     ex_qwen35_logits(m, hid + (n - 1) * h, 1, last_logits);
   free(emb);
@@ -156,10 +156,10 @@ static size_t argmax(const float *x, size_t n) {
 }
 
 static void check_rel(const char *what, const float *got, const float *want, size_t n, double tol) {
-  double e = xt_rel_l2(got, want, n);
+  double e = tw_rel_l2(got, want, n);
   printf("  %-48s rel L2 %.3e (tol %.0e)\n", what, e, tol);
   if (!(e <= tol))
-    xt_fail("%s: relative L2 %.3e over %.0e", what, e, tol);
+    tw_fail("%s: relative L2 %.3e over %.0e", what, e, tol);
 }
 
 /* Count of values that are not bf16 values (x ≠ bf16(x)), NaN counted. */
@@ -181,13 +181,13 @@ static void ref_checks(struct exc_qwen35 *e, struct ex_qwen35_model *m, const in
   for (size_t i = 0; i < N; i++)
     rows[i] = i;
   if (exc_qwen35_set_numerics(e, (enum exc_qwen35_numerics)7) != -EINVAL)
-    xt_fail("an unknown numerics mode was accepted");
-  XT_OK(exc_qwen35_set_numerics(e, EXC_NUMERICS_REF_BF16));
+    tw_fail("an unknown numerics mode was accepted");
+  TW_OK(exc_qwen35_set_numerics(e, EXC_NUMERICS_REF_BF16));
   printf(" numerics %s vs the round_bf16 CPU forward\n",
          exc_qwen35_numerics_name(EXC_NUMERICS_REF_BF16));
   struct exc_qwen35_state *s0 = NULL, *s1 = NULL;
-  XT_OK(exc_qwen35_state_acquire(e, &s0));
-  XT_OK(exc_qwen35_state_acquire(e, &s1));
+  TW_OK(exc_qwen35_state_acquire(e, &s0));
+  TW_OK(exc_qwen35_state_acquire(e, &s1));
   float *full = nan_buf((size_t)N * h), *cpu = nan_buf((size_t)N * h),
         *c32 = nan_buf((size_t)N * h);
   float *cl = nan_buf(v), *gl = nan_buf(v);
@@ -196,38 +196,38 @@ static void ref_checks(struct exc_qwen35 *e, struct ex_qwen35_model *m, const in
   for (int li = 0; li < 3; li++) {
     size_t n = lens[li], last = n - 1;
     struct ex_qwen35_state *cs = NULL;
-    XT_OK(ex_qwen35_state_new(m, &cs));
+    TW_OK(ex_qwen35_state_new(m, &cs));
     m->round_bf16 = true;
     cpu_run(m, cs, tok, n, cpu, cl);
     m->round_bf16 = false;
     ex_qwen35_state_free(cs);
-    XT_OK(ex_qwen35_state_new(m, &cs));
+    TW_OK(ex_qwen35_state_new(m, &cs));
     cpu_run(m, cs, tok, n, c32, NULL);
     ex_qwen35_state_free(cs);
     float *gh = nan_buf(n * h);
     s0->n_tokens = 0;
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = n}, 1,
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = n}, 1,
                              tok, NULL, 0, rows, n, gh, NULL, &d));
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = n}, 1, tok, NULL, 0, &last, 1, NULL,
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = n}, 1, tok, NULL, 0, &last, 1, NULL,
                              gl, &d));
     size_t nb = not_bf16(gh, n * h) + not_bf16(gl, v);
     if (nb)
-      xt_fail("ref-bf16 n=%zu: %zu hidden values or logits are not bf16 values", n, nb);
+      tw_fail("ref-bf16 n=%zu: %zu hidden values or logits are not bf16 values", n, nb);
     snprintf(what, sizeof(what), "ref-bf16 n=%zu hidden vs round_bf16 CPU", n);
     check_rel(what, gh, cpu, n * h, REF_TOL);
     snprintf(what, sizeof(what), "ref-bf16 n=%zu last logits vs round_bf16 CPU", n);
     check_rel(what, gl, cl, v, REF_TOL);
-    double er = xt_rel_l2(gh, cpu, n * h), e32 = xt_rel_l2(gh, c32, n * h);
+    double er = tw_rel_l2(gh, cpu, n * h), e32 = tw_rel_l2(gh, c32, n * h);
     printf("  ref-bf16 n=%zu hidden vs float32 CPU rel L2 %.3e (ratio %.2f)\n", n, e32,
            e32 > 0 ? er / e32 : 0.0);
     if (n == N && !(er <= REF_RATIO * e32))
-      xt_fail("ref-bf16 n=%zu: %.3e from the round_bf16 forward, %.3e from the float32 one", n, er,
+      tw_fail("ref-bf16 n=%zu: %.3e from the round_bf16 forward, %.3e from the float32 one", n, er,
               e32);
     /* top-1: the same id, or one whose CPU logit is within two bf16 ulps of the CPU maximum (a
      * near-tie that one flipped rounding can reorder) */
     size_t ag = argmax(gl, v), ac = argmax(cl, v);
     if (ag != ac && !(cl[ac] - cl[ag] <= 2.0 * fabs(cl[ac]) / 128))
-      xt_fail("ref-bf16 n=%zu: top-1 id %zu on the GPU (CPU logit %.4f), %zu on the CPU (%.4f)", n,
+      tw_fail("ref-bf16 n=%zu: top-1 id %zu on the GPU (CPU logit %.4f), %zu on the CPU (%.4f)", n,
               ag, cl[ag], ac, cl[ac]);
     if (n == N)
       memcpy(full, gh, n * h * sizeof(float));
@@ -237,14 +237,14 @@ static void ref_checks(struct exc_qwen35 *e, struct ex_qwen35_model *m, const in
   size_t p = 64;
   float *gh = nan_buf((size_t)N * h);
   s0->n_tokens = 0;
-  XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = p}, 1,
+  TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = p}, 1,
                            tok, NULL, 0, NULL, 0, NULL, NULL, &d));
-  XT_OK(exc_qwen35_state_clone(e, s0, s1));
-  XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s1, .advance = true, .n = N - p}, 1,
+  TW_OK(exc_qwen35_state_clone(e, s0, s1));
+  TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s1, .advance = true, .n = N - p}, 1,
                            tok + p, NULL, 0, rows, N - p, gh, NULL, &d));
   if (memcmp(gh, full + p * h, (N - p) * h * sizeof(float)))
-    xt_fail("ref-bf16 continuation 64+136 differs from the one pass (rel L2 %.3e)",
-            xt_rel_l2(gh, full + p * h, (N - p) * h));
+    tw_fail("ref-bf16 continuation 64+136 differs from the one pass (rel L2 %.3e)",
+            tw_rel_l2(gh, full + p * h, (N - p) * h));
   else
     printf("  ref-bf16 continuation 64+136 bit-identical to the one pass\n");
   /* packed rows continuing s0 (64 tokens) vs one by one */
@@ -257,14 +257,14 @@ static void ref_checks(struct exc_qwen35 *e, struct ex_qwen35_model *m, const in
     rs[i] = (struct exc_qwen35_seq){.state = s0, .advance = false, .n = rl[i]};
   }
   if (sum != tot)
-    xt_fail("packed rows: %zu tokens, expected %zu", sum, tot);
+    tw_fail("packed rows: %zu tokens, expected %zu", sum, tot);
   float *packed = nan_buf(tot * h), *single = nan_buf(tot * h);
-  XT_OK(exc_qwen35_forward(e, rs, 5, rt, NULL, 0, rows, tot, packed, NULL, &d));
+  TW_OK(exc_qwen35_forward(e, rs, 5, rt, NULL, 0, rows, tot, packed, NULL, &d));
   for (int i = 0; i < 5; i++)
-    XT_OK(exc_qwen35_forward(e, &rs[i], 1, rt + starts[i], NULL, 0, rows, rl[i],
+    TW_OK(exc_qwen35_forward(e, &rs[i], 1, rt + starts[i], NULL, 0, rows, rl[i],
                              single + starts[i] * h, NULL, &d));
   if (memcmp(packed, single, tot * h * sizeof(float)))
-    xt_fail("ref-bf16: packed rows differ from the same rows run one by one");
+    tw_fail("ref-bf16: packed rows differ from the same rows run one by one");
   else
     printf("  ref-bf16 packed rows bit-identical to single rows\n");
   free(packed), free(single), free(gh), free(full), free(cpu), free(c32), free(cl), free(gl);
@@ -286,34 +286,34 @@ static void layer_checks(struct exc_qwen35 *e, struct ex_qwen35_model *m, const 
   for (int mode = 0; mode < 2; mode++) {
     bool ref = mode == 1;
     double tol = ref ? REF_TOL : HID_TOL;
-    XT_OK(exc_qwen35_set_numerics(e, ref ? EXC_NUMERICS_REF_BF16 : EXC_NUMERICS_FP32_RESIDUAL));
+    TW_OK(exc_qwen35_set_numerics(e, ref ? EXC_NUMERICS_REF_BF16 : EXC_NUMERICS_FP32_RESIDUAL));
     m->round_bf16 = ref;
     const char *name = exc_qwen35_numerics_name(ref ? EXC_NUMERICS_REF_BF16
                                                     : EXC_NUMERICS_FP32_RESIDUAL);
-    XT_OK(exc_qwen35_forward_residual(e, &(struct exc_qwen35_seq){.n = N}, 1, tok, NULL, 0, NULL,
+    TW_OK(exc_qwen35_forward_residual(e, &(struct exc_qwen35_seq){.n = N}, 1, tok, NULL, 0, NULL,
                                       0, NULL, NULL, gr, &d));
     struct ex_qwen35_state *cs = NULL;
-    XT_OK(ex_qwen35_state_new(m, &cs));
-    XT_OK(ex_qwen35_embed(m, tok, N, emb, &d));
-    XT_OK(ex_qwen35_forward_residual(m, cs, emb, NULL, N, hid, cr, &d));
+    TW_OK(ex_qwen35_state_new(m, &cs));
+    TW_OK(ex_qwen35_embed(m, tok, N, emb, &d));
+    TW_OK(ex_qwen35_forward_residual(m, cs, emb, NULL, N, hid, cr, &d));
     ex_qwen35_state_free(cs);
     if (memcmp(gr, cr, sl * sizeof(float)))
-      xt_fail("%s: the residual dump's layer-0 input differs from the embeddings", name);
+      tw_fail("%s: the residual dump's layer-0 input differs from the embeddings", name);
     for (size_t i = 0; i < L; i++) {
       snprintf(what, sizeof(what), "%s residual after layer %zu vs CPU", name, i);
       check_rel(what, gr + (i + 1) * sl, cr + (i + 1) * sl, sl, tol);
-      XT_OK(exc_qwen35_layer_forward(e, (int)i, gr + i * sl, NULL, N, one, &d));
+      TW_OK(exc_qwen35_layer_forward(e, (int)i, gr + i * sl, NULL, N, one, &d));
       if (memcmp(one, gr + (i + 1) * sl, sl * sizeof(float)))
-        xt_fail("%s layer %zu alone on the dumped input differs from the dump (rel L2 %.3e)", name,
-                i, xt_rel_l2(one, gr + (i + 1) * sl, sl));
-      XT_OK(ex_qwen35_layer_forward(m, (int)i, gr + i * sl, NULL, N, cone, &d));
+        tw_fail("%s layer %zu alone on the dumped input differs from the dump (rel L2 %.3e)", name,
+                i, tw_rel_l2(one, gr + (i + 1) * sl, sl));
+      TW_OK(ex_qwen35_layer_forward(m, (int)i, gr + i * sl, NULL, N, cone, &d));
       snprintf(what, sizeof(what), "%s layer %zu alone vs CPU layer alone", name, i);
       check_rel(what, one, cone, sl, tol);
     }
     printf("  %s: every layer alone on the dumped input is bit-identical to the dump\n", name);
   }
   if (exc_qwen35_layer_forward(e, (int)L, gr, NULL, N, one, &d) != -EINVAL)
-    xt_fail("layer %zu of %zu layers was accepted", L, L);
+    tw_fail("layer %zu of %zu layers was accepted", L, L);
   m->round_bf16 = false;
   free(gr), free(cr), free(emb), free(hid), free(one), free(cone);
   cm_diag_fini(&d);
@@ -323,7 +323,7 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
   struct ex_qwen35_config cfg;
   test_qwen35_tiny_config(&cfg, vocab, hv, tied);
   struct ex_qwen35_model *rm = NULL, *m = NULL;
-  XT_OK(test_qwen35_random_model(&cfg, seed, 0, &rm));
+  TW_OK(test_qwen35_random_model(&cfg, seed, 0, &rm));
   char path[] = "/tmp/s1-test-engine-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0)
@@ -332,8 +332,8 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
   write_model(rm, path);
   struct cm_safetensors *st = NULL;
   struct cm_diag d = {0};
-  XT_OK(cm_safetensors_open(path, &st, &d));
-  XT_OK(ex_qwen35_model_load(&cfg, st, NULL, 0, &m, &d)); /* the CPU twin on the bf16 values */
+  TW_OK(cm_safetensors_open(path, &st, &d));
+  TW_OK(ex_qwen35_model_load(&cfg, st, NULL, 0, &m, &d)); /* the CPU twin on the bf16 values */
   printf("model hv=%d vocab=%d tied=%d\n", hv, vocab, tied);
   struct exc_qwen35_limits lim;
   exc_qwen35_limits_default(&lim);
@@ -344,21 +344,21 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
   lim.max_seqs = 8;
   struct exc_qwen35 *e = NULL;
   lim.numerics = EXC_NUMERICS_FP32_RESIDUAL; /* the checks against the float32 forward first */
-  XT_OK(exc_qwen35_new(&cfg, st, 0, &lim, &e, &d));
+  TW_OK(exc_qwen35_new(&cfg, st, 0, &lim, &e, &d));
   size_t h = (size_t)cfg.hidden_size, v = (size_t)vocab;
-  struct xt_rng rng;
-  xt_rng_seed(&rng, seed + 99);
+  struct tw_rng rng;
+  tw_rng_seed(&rng, seed + 99);
   enum { N = 200 };
   int32_t tok[N];
   for (int i = 0; i < N; i++)
-    tok[i] = (int32_t)(xt_next(&rng) % (uint64_t)vocab);
+    tok[i] = (int32_t)(tw_next(&rng) % (uint64_t)vocab);
   size_t rows[N];
   for (size_t i = 0; i < N; i++)
     rows[i] = i;
   struct exc_qwen35_state *s0 = NULL, *s1 = NULL, *s2 = NULL;
-  XT_OK(exc_qwen35_state_acquire(e, &s0));
-  XT_OK(exc_qwen35_state_acquire(e, &s1));
-  XT_OK(exc_qwen35_state_acquire(e, &s2));
+  TW_OK(exc_qwen35_state_acquire(e, &s0));
+  TW_OK(exc_qwen35_state_acquire(e, &s1));
+  TW_OK(exc_qwen35_state_acquire(e, &s2));
   float *full = nan_buf((size_t)N * h), *cpu = nan_buf((size_t)N * h);
   float *lg = nan_buf(v), *cl = nan_buf(v);
   char what[96];
@@ -367,22 +367,22 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
   for (int li = 0; li < 3; li++) {
     size_t n = lens[li];
     struct ex_qwen35_state *cs = NULL;
-    XT_OK(ex_qwen35_state_new(m, &cs));
+    TW_OK(ex_qwen35_state_new(m, &cs));
     cpu_run(m, cs, tok, n, cpu, cl);
     ex_qwen35_state_free(cs);
     s0->n_tokens = 0;
     struct exc_qwen35_seq seq = {.state = s0, .advance = true, .n = n};
     float *gh = nan_buf(n * h), *gl = nan_buf(v);
     size_t last = n - 1;
-    XT_OK(exc_qwen35_forward(e, &seq, 1, tok, NULL, 0, rows, n, gh, NULL, &d));
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = NULL, .n = n}, 1, tok, NULL, 0,
+    TW_OK(exc_qwen35_forward(e, &seq, 1, tok, NULL, 0, rows, n, gh, NULL, &d));
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = NULL, .n = n}, 1, tok, NULL, 0,
                              &last, 1, NULL, gl, &d));
     snprintf(what, sizeof(what), "one pass n=%zu hidden (all rows)", n);
     check_rel(what, gh, cpu, n * h, HID_TOL);
     snprintf(what, sizeof(what), "one pass n=%zu last logits", n);
     check_rel(what, gl, cl, v, HID_TOL);
     if (argmax(gl, v) != argmax(cl, v))
-      xt_fail("one pass n=%zu: top-1 id %zu on the GPU, %zu on the CPU", n, argmax(gl, v),
+      tw_fail("one pass n=%zu: top-1 id %zu on the GPU, %zu on the CPU", n, argmax(gl, v),
               argmax(cl, v));
     if (n == N) {
       memcpy(full, gh, n * h * sizeof(float));
@@ -392,11 +392,11 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
       int32_t ids[4] = {0, 5, vocab - 1, 17};
       float lab[4], lp[4], want[4];
       size_t lrows[4] = {last, last, last, last};
-      XT_OK(exc_qwen35_label_logits(e, &last, 1, ids, 4, lab, &d));
+      TW_OK(exc_qwen35_label_logits(e, &last, 1, ids, 4, lab, &d));
       for (int k = 0; k < 4; k++)
         want[k] = cm_bf16_to_f32(cm_f32_to_bf16(gl[ids[k]]));
-      xt_close("label logits vs bf16(full logits)", lab, want, 4, 1e-6, 1.0 / 128);
-      XT_OK(exc_qwen35_token_logprob(e, lrows, ids, 4, lp, &d));
+      tw_close("label logits vs bf16(full logits)", lab, want, 4, 1e-6, 1.0 / 128);
+      TW_OK(exc_qwen35_token_logprob(e, lrows, ids, 4, lp, &d));
       double mx = -INFINITY, sum = 0;
       for (size_t k = 0; k < v; k++)
         mx = fmax(mx, cm_bf16_to_f32(cm_f32_to_bf16(gl[k])));
@@ -405,10 +405,10 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
       for (int k = 0; k < 4; k++)
         want[k] = (float)(want[k] - (mx + log(sum)));
       /* one bf16 ulp of a logit (|l| < 8: 2^-5) on the target, the normaliser within 1e-3 */
-      xt_close("token log-prob vs log-softmax of bf16(full logits)", lp, want, 4, 1e-3 + 1.0 / 32,
+      tw_close("token log-prob vs log-softmax of bf16(full logits)", lp, want, 4, 1e-3 + 1.0 / 32,
                0);
       if (exc_qwen35_label_logits(e, &(size_t){n}, 1, ids, 4, lab, &d) != -EINVAL)
-        xt_fail("a label-logit row outside the last forward was accepted");
+        tw_fail("a label-logit row outside the last forward was accepted");
     }
     free(gh);
     free(gl);
@@ -419,15 +419,15 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
     size_t p = splits[si];
     s0->n_tokens = 0;
     float *gh = nan_buf((size_t)N * h);
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = p}, 1,
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s0, .advance = true, .n = p}, 1,
                              tok, NULL, 0, rows, p, gh, NULL, &d));
-    XT_OK(exc_qwen35_state_clone(e, s0, s1));
-    XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s1, .advance = true, .n = N - p},
+    TW_OK(exc_qwen35_state_clone(e, s0, s1));
+    TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.state = s1, .advance = true, .n = N - p},
                              1, tok + p, NULL, 0, rows, N - p, gh + p * h, NULL, &d));
     snprintf(what, sizeof(what), "continuation %zu+%zu vs one pass", p, N - p);
     check_rel(what, gh + p * h, full + p * h, (N - p) * h, CONT_TOL);
     if (s1->n_tokens != N || s0->n_tokens != p)
-      xt_fail("continuation: states hold %zu and %zu tokens", s0->n_tokens, s1->n_tokens);
+      tw_fail("continuation: states hold %zu and %zu tokens", s0->n_tokens, s1->n_tokens);
     free(gh);
   }
   /* packed rows continuing s0 (prefix 64 tokens) in one launch vs one by one, and vs the CPU */
@@ -439,56 +439,56 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
   }
   int32_t *rt = malloc(tot * sizeof(int32_t));
   for (size_t i = 0; i < tot; i++)
-    rt[i] = (int32_t)(xt_next(&rng) % (uint64_t)vocab);
+    rt[i] = (int32_t)(tw_next(&rng) % (uint64_t)vocab);
   struct exc_qwen35_seq rs[5];
   for (int i = 0; i < 5; i++)
     rs[i] = (struct exc_qwen35_seq){.state = s0, .advance = false, .n = rl[i]};
   float *packed = nan_buf(tot * h), *single = nan_buf(tot * h), *cpur = nan_buf(tot * h);
-  XT_OK(exc_qwen35_forward(e, rs, 5, rt, NULL, 0, rows, tot, packed, NULL, &d));
+  TW_OK(exc_qwen35_forward(e, rs, 5, rt, NULL, 0, rows, tot, packed, NULL, &d));
   struct ex_qwen35_state *cp = NULL;
-  XT_OK(ex_qwen35_state_new(m, &cp));
+  TW_OK(ex_qwen35_state_new(m, &cp));
   float *tmp = nan_buf(64 * h);
   cpu_run(m, cp, tok, 64, tmp, NULL);
   for (int i = 0; i < 5; i++) {
-    XT_OK(exc_qwen35_forward(e, &rs[i], 1, rt + starts[i], NULL, 0, rows, rl[i],
+    TW_OK(exc_qwen35_forward(e, &rs[i], 1, rt + starts[i], NULL, 0, rows, rl[i],
                              single + starts[i] * h, NULL, &d));
     struct ex_qwen35_state *cc = NULL;
-    XT_OK(ex_qwen35_state_clone(cp, m, &cc));
+    TW_OK(ex_qwen35_state_clone(cp, m, &cc));
     cpu_run(m, cc, rt + starts[i], rl[i], cpur + starts[i] * h, NULL);
     ex_qwen35_state_free(cc);
   }
   if (memcmp(packed, single, tot * h * sizeof(float)))
-    xt_fail("packed rows differ from the same rows run one by one");
+    tw_fail("packed rows differ from the same rows run one by one");
   else
     printf("  packed rows (5 rows, %zu tokens) bit-identical to single rows\n", tot);
   check_rel("packed rows vs CPU continuation", packed, cpur, tot * h, HID_TOL);
   if (s0->n_tokens != 64)
-    xt_fail("rows without advance changed the snapshot (%zu tokens)", s0->n_tokens);
+    tw_fail("rows without advance changed the snapshot (%zu tokens)", s0->n_tokens);
   /* refusals */
   int32_t bad = (int32_t)vocab;
   if (exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = 1}, 1, &bad, NULL, 0, NULL, 0, NULL, NULL,
                          &d) != -EINVAL)
-    xt_fail("an id outside the vocabulary was accepted");
+    tw_fail("an id outside the vocabulary was accepted");
   int32_t *many = calloc(lim.max_tokens + 1, sizeof(int32_t));
   if (exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = lim.max_tokens + 1}, 1, many, NULL, 0,
                          NULL, 0, NULL, NULL, &d) != -CM_ELIMIT)
-    xt_fail("more than max_tokens was accepted");
+    tw_fail("more than max_tokens was accepted");
   struct exc_qwen35_seq two[2] = {{.state = s0, .advance = true, .n = 1}, {.state = s0, .n = 1}};
   if (exc_qwen35_forward(e, two, 2, many, NULL, 0, NULL, 0, NULL, NULL, &d) != -EINVAL)
-    xt_fail("a state both advanced and read in one launch was accepted");
+    tw_fail("a state both advanced and read in one launch was accepted");
   if (!exc_qwen35_healthy(e))
-    xt_fail("engine unhealthy after refusals");
+    tw_fail("engine unhealthy after refusals");
   /* profiling: one forward, every op kind of the tiny model counted */
-  XT_OK(exc_qwen35_profile_enable(e, true));
-  XT_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = 65}, 1, tok, NULL, 0, NULL, 0, NULL,
+  TW_OK(exc_qwen35_profile_enable(e, true));
+  TW_OK(exc_qwen35_forward(e, &(struct exc_qwen35_seq){.n = 65}, 1, tok, NULL, 0, NULL, 0, NULL,
                            NULL, &d));
   struct exc_qwen35_profile pr;
   exc_qwen35_profile_read(e, &pr);
   if (pr.forwards != 1 || pr.n[EXC_OP_ATTENTION] != 1 || pr.n[EXC_OP_GDN] != 3 ||
       pr.n[EXC_OP_GEMM_OUT] != 8 || !(pr.ms[EXC_OP_GEMM_IN] > 0))
-    xt_fail("profile: %ld forwards, %ld attention, %ld gdn, %ld gemm_out launches", pr.forwards,
+    tw_fail("profile: %ld forwards, %ld attention, %ld gdn, %ld gemm_out launches", pr.forwards,
             pr.n[EXC_OP_ATTENTION], pr.n[EXC_OP_GDN], pr.n[EXC_OP_GEMM_OUT]);
-  XT_OK(exc_qwen35_profile_enable(e, false));
+  TW_OK(exc_qwen35_profile_enable(e, false));
   exc_qwen35_state_release(e, s0);
   exc_qwen35_state_release(e, s1);
   exc_qwen35_state_release(e, s2);
@@ -514,8 +514,8 @@ static void run_model(int hv, int vocab, bool tied, uint64_t seed) {
 }
 
 int main(void) {
-  xt_require_gpu();
+  tw_require_gpu();
   run_model(4, 1000, false, 1);
   run_model(6, 1001, true, 2);
-  return xt_finish("test_engine");
+  return tw_finish("test_engine");
 }

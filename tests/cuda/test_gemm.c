@@ -14,7 +14,7 @@
 #include "cm_safetensors.h"
 #include "cpu_matmul.h"
 #include "cuda_gemm.h"
-#include "exc_test.h"
+#include "twin.h"
 
 enum { N_BIG = 3400, N_MID = 37, MID_AT = 1000 };
 
@@ -32,9 +32,9 @@ static size_t esize(enum exc_dtype t) {
 /* Row r of a device output (ld elements) as float32. */
 static void row_f32(const void *dev, size_t ld, enum exc_dtype t, size_t r, size_t m, float *out) {
   if (t == EXC_DTYPE_BF16)
-    xt_down_bf16(out, (const uint16_t *)dev + r * ld, m);
+    tw_down_bf16(out, (const uint16_t *)dev + r * ld, m);
   else
-    xt_down(out, (const float *)dev + r * ld, m * 4);
+    tw_down(out, (const float *)dev + r * ld, m * 4);
 }
 
 /* Tolerance of one element against the float32 CPU twin: both sides accumulate in float32 in
@@ -65,60 +65,60 @@ static void check_row(const char *what, const float *got, const float *x, const 
     }
   }
   if (bad)
-    xt_fail("%s: %zu of %zu columns off the CPU twin; worst col %zu got %.9g want %.9g", what, bad,
+    tw_fail("%s: %zu of %zu columns off the CPU twin; worst col %zu got %.9g want %.9g", what, bad,
             m, worst, got[worst], (double)want[worst] + (y0 ? y0[worst] : 0.0));
   free(want);
 }
 
-static void run_shape(struct exc_gemm *g, const struct shape *s, struct xt_rng *rng) {
+static void run_shape(struct exc_gemm *g, const struct shape *s, struct tw_rng *rng) {
   size_t k = s->k, m = exc_gemm_pad(s->m_true), es = esize(s->y_dtype);
   printf("shape %s: k %zu m %zu (padded %zu) %s%s\n", s->name, k, s->m_true, m,
          s->y_dtype == EXC_DTYPE_BF16 ? "bf16" : "f32", s->accumulate ? " accumulate" : "");
   float *w = calloc(m * k, sizeof(float)); /* pad rows stay zero */
   float *x = malloc((size_t)N_BIG * k * sizeof(float));
-  xt_fill_bf16_normal(rng, w, s->m_true * k, 0.02f);
-  xt_fill_bf16_normal(rng, x, (size_t)N_BIG * k, 1.0f);
-  void *dw = xt_dev_bf16(w, m * k), *dx = xt_dev_bf16(x, (size_t)N_BIG * k);
+  tw_fill_bf16_normal(rng, w, s->m_true * k, 0.02f);
+  tw_fill_bf16_normal(rng, x, (size_t)N_BIG * k, 1.0f);
+  void *dw = tw_dev_bf16(w, m * k), *dx = tw_dev_bf16(x, (size_t)N_BIG * k);
   /* the accumulated start value: random, rounded to the output type */
   void *dy0 = NULL;
   float *y0 = NULL;
   if (s->accumulate) {
     y0 = malloc((size_t)N_BIG * m * sizeof(float));
     if (s->y_dtype == EXC_DTYPE_BF16) {
-      xt_fill_bf16_normal(rng, y0, (size_t)N_BIG * m, 1.0f);
-      dy0 = xt_dev_bf16(y0, (size_t)N_BIG * m);
+      tw_fill_bf16_normal(rng, y0, (size_t)N_BIG * m, 1.0f);
+      dy0 = tw_dev_bf16(y0, (size_t)N_BIG * m);
     } else {
-      xt_fill_normal(rng, y0, (size_t)N_BIG * m, 1.0f);
-      dy0 = xt_dev((size_t)N_BIG * m * 4);
-      xt_up(dy0, y0, (size_t)N_BIG * m * 4);
+      tw_fill_normal(rng, y0, (size_t)N_BIG * m, 1.0f);
+      dy0 = tw_dev((size_t)N_BIG * m * 4);
+      tw_up(dy0, y0, (size_t)N_BIG * m * 4);
     }
   }
   /* n = 3400, ld = m */
-  void *dbig = xt_dev((size_t)N_BIG * m * es);
+  void *dbig = tw_dev((size_t)N_BIG * m * es);
   if (dy0)
-    XT_CUDA(cudaMemcpy(dbig, dy0, (size_t)N_BIG * m * es, cudaMemcpyDeviceToDevice));
+    TW_CUDA(cudaMemcpy(dbig, dy0, (size_t)N_BIG * m * es, cudaMemcpyDeviceToDevice));
   else
-    xt_poison(dbig, (size_t)N_BIG * m * es);
-  XT_OK(exc_gemm(g, 0, dx, k, dw, dbig, m, s->y_dtype, s->accumulate, N_BIG, k, m));
-  XT_CUDA(cudaDeviceSynchronize());
+    tw_poison(dbig, (size_t)N_BIG * m * es);
+  TW_OK(exc_gemm(g, 0, dx, k, dw, dbig, m, s->y_dtype, s->accumulate, N_BIG, k, m));
+  TW_CUDA(cudaDeviceSynchronize());
   /* n = 1 at three rows */
   const size_t singles[3] = {0, 1777, N_BIG - 1};
-  void *d1 = xt_dev(m * es);
+  void *d1 = tw_dev(m * es);
   unsigned char *h1 = malloc(m * es), *hb = malloc(m * es);
   float *got = malloc(m * sizeof(float));
   char what[160];
   for (int i = 0; i < 3; i++) {
     size_t r = singles[i];
     if (dy0)
-      XT_CUDA(cudaMemcpy(d1, (char *)dy0 + r * m * es, m * es, cudaMemcpyDeviceToDevice));
+      TW_CUDA(cudaMemcpy(d1, (char *)dy0 + r * m * es, m * es, cudaMemcpyDeviceToDevice));
     else
-      xt_poison(d1, m * es);
-    XT_OK(exc_gemm(g, 0, (const __nv_bfloat16 *)dx + r * k, k, dw, d1, m, s->y_dtype, s->accumulate,
+      tw_poison(d1, m * es);
+    TW_OK(exc_gemm(g, 0, (const __nv_bfloat16 *)dx + r * k, k, dw, d1, m, s->y_dtype, s->accumulate,
                    1, k, m));
-    xt_down(h1, d1, m * es);
-    xt_down(hb, (char *)dbig + r * m * es, m * es);
+    tw_down(h1, d1, m * es);
+    tw_down(hb, (char *)dbig + r * m * es, m * es);
     if (memcmp(h1, hb, m * es))
-      xt_fail("%s: row %zu of n=1 differs from the same row of n=%d", s->name, r, N_BIG);
+      tw_fail("%s: row %zu of n=1 differs from the same row of n=%d", s->name, r, N_BIG);
     if (m > 100000 && i > 0)
       continue; /* the LM head's CPU twin costs seconds per row: one row is checked */
     row_f32(d1, m, s->y_dtype, 0, m, got);
@@ -127,29 +127,29 @@ static void run_shape(struct exc_gemm *g, const struct shape *s, struct xt_rng *
   }
   /* n = 37 from row 1000, with wider leading dimensions (ld_x = k + 8, ld_y = m + 16) */
   size_t ldx = k + 8, ldy = m + 16;
-  void *dx37 = xt_dev(N_MID * ldx * 2), *d37 = xt_dev(N_MID * ldy * es);
-  xt_poison(dx37, N_MID * ldx * 2);
-  XT_CUDA(cudaMemcpy2D(dx37, ldx * 2, (const char *)dx + (size_t)MID_AT * k * 2, k * 2, k * 2,
+  void *dx37 = tw_dev(N_MID * ldx * 2), *d37 = tw_dev(N_MID * ldy * es);
+  tw_poison(dx37, N_MID * ldx * 2);
+  TW_CUDA(cudaMemcpy2D(dx37, ldx * 2, (const char *)dx + (size_t)MID_AT * k * 2, k * 2, k * 2,
                        N_MID, cudaMemcpyDeviceToDevice));
-  xt_poison(d37, N_MID * ldy * es);
+  tw_poison(d37, N_MID * ldy * es);
   if (dy0)
-    XT_CUDA(cudaMemcpy2D(d37, ldy * es, (char *)dy0 + (size_t)MID_AT * m * es, m * es, m * es,
+    TW_CUDA(cudaMemcpy2D(d37, ldy * es, (char *)dy0 + (size_t)MID_AT * m * es, m * es, m * es,
                          N_MID, cudaMemcpyDeviceToDevice));
-  XT_OK(exc_gemm(g, 0, dx37, ldx, dw, d37, ldy, s->y_dtype, s->accumulate, N_MID, k, m));
+  TW_OK(exc_gemm(g, 0, dx37, ldx, dw, d37, ldy, s->y_dtype, s->accumulate, N_MID, k, m));
   for (size_t i = 0; i < N_MID; i++) {
-    xt_down(h1, (char *)d37 + i * ldy * es, m * es);
-    xt_down(hb, (char *)dbig + (MID_AT + i) * m * es, m * es);
+    tw_down(h1, (char *)d37 + i * ldy * es, m * es);
+    tw_down(hb, (char *)dbig + (MID_AT + i) * m * es, m * es);
     if (memcmp(h1, hb, m * es))
-      xt_fail("%s: row %zu of n=%d differs from the same row of n=%d", s->name, MID_AT + i, N_MID,
+      tw_fail("%s: row %zu of n=%d differs from the same row of n=%d", s->name, MID_AT + i, N_MID,
               N_BIG);
   }
   /* the padding columns beyond ld_y's first m stay poisoned (not written) */
   if (ldy > m) {
     unsigned char *tail = malloc((ldy - m) * es);
-    xt_down(tail, (char *)d37 + m * es, (ldy - m) * es);
+    tw_down(tail, (char *)d37 + m * es, (ldy - m) * es);
     for (size_t i = 0; i < (ldy - m) * es; i++)
       if (tail[i] != 0xff) {
-        xt_fail("%s: wrote beyond column m into the ld padding", s->name);
+        tw_fail("%s: wrote beyond column m into the ld padding", s->name);
         break;
       }
     free(tail);
@@ -179,9 +179,9 @@ done:
 
 /* Uniform values in [-a, a) rounded to bf16 (the float copy is what the GPU sees); cheaper than
  * normal draws for the 27B weights. */
-static void fill_bf16_uniform(struct xt_rng *rng, float *x, size_t n, float a) {
+static void fill_bf16_uniform(struct tw_rng *rng, float *x, size_t n, float a) {
   for (size_t i = 0; i < n; i++)
-    x[i] = cm_bf16_to_f32(cm_f32_to_bf16(xt_uniform(rng, -a, a)));
+    x[i] = cm_bf16_to_f32(cm_f32_to_bf16(tw_uniform(rng, -a, a)));
 }
 
 static const char *sel_name(enum exc_gemm_sel s) {
@@ -237,49 +237,49 @@ static void run_rows(struct exc_gemm *g, const struct shape *s, const void *dx, 
                      void *dy, const void *dy0, size_t n) {
   size_t row_bytes = s->m_true * esize(s->y_dtype);
   if (dy0)
-    XT_CUDA(cudaMemcpy(dy, dy0, n * row_bytes, cudaMemcpyDeviceToDevice));
+    TW_CUDA(cudaMemcpy(dy, dy0, n * row_bytes, cudaMemcpyDeviceToDevice));
   else
-    xt_poison(dy, n * row_bytes);
-  XT_OK(exc_gemm(g, 0, dx, s->k, dw, dy, s->m_true, s->y_dtype, s->accumulate, n, s->k,
+    tw_poison(dy, n * row_bytes);
+  TW_OK(exc_gemm(g, 0, dx, s->k, dw, dy, s->m_true, s->y_dtype, s->accumulate, n, s->k,
                  s->m_true));
-  XT_CUDA(cudaDeviceSynchronize());
+  TW_CUDA(cudaDeviceSynchronize());
 }
 
 /* The bucket test of one layer shape (float32 output, or bf16 without accumulate): see the file
  * comment. */
-static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng *rng) {
+static void run_buckets(struct exc_gemm *g, const struct shape *s, struct tw_rng *rng) {
   enum { N_ALL = 3400, N_REF = EXC_GEMM_REF_ROWS };
   size_t k = s->k, m = s->m_true;
   printf("buckets %s: k %zu m %zu %s%s\n", s->name, k, m,
          s->y_dtype == EXC_DTYPE_BF16 ? "bf16" : "f32", s->accumulate ? " accumulate" : "");
-  XT_OK(exc_gemm_prepare(g, k, m, s->y_dtype, s->accumulate));
+  TW_OK(exc_gemm_prepare(g, k, m, s->y_dtype, s->accumulate));
   const struct exc_gemm_algo *e = entry(g, k, m, s->y_dtype, s->accumulate);
   if (!e)
-    xt_fail("%s: no cache entry after exc_gemm_prepare", s->name);
+    tw_fail("%s: no cache entry after exc_gemm_prepare", s->name);
   else {
     print_selection(s->name, e);
     if (e->sel != EXC_GEMM_SEL_BUCKETS)
-      xt_fail("%s: per-bucket selection did not run (%s)", s->name, sel_name(e->sel));
+      tw_fail("%s: per-bucket selection did not run (%s)", s->name, sel_name(e->sel));
   }
   float *w = malloc(m * k * sizeof(float)), *x = malloc((size_t)N_ALL * k * sizeof(float));
   fill_bf16_uniform(rng, w, m * k, 0.05f);
   fill_bf16_uniform(rng, x, (size_t)N_ALL * k, 1.0f);
-  void *dw = xt_dev_bf16(w, m * k), *dx = xt_dev_bf16(x, (size_t)N_ALL * k);
+  void *dw = tw_dev_bf16(w, m * k), *dx = tw_dev_bf16(x, (size_t)N_ALL * k);
   size_t row_bytes = m * esize(s->y_dtype);
   float *y0 = NULL;
   void *dy0 = NULL;
   if (s->accumulate) {
     y0 = malloc((size_t)N_ALL * row_bytes);
     for (size_t i = 0; i < (size_t)N_ALL * m; i++)
-      y0[i] = xt_uniform(rng, -1.0f, 1.0f);
-    dy0 = xt_dev((size_t)N_ALL * row_bytes);
-    xt_up(dy0, y0, (size_t)N_ALL * row_bytes);
+      y0[i] = tw_uniform(rng, -1.0f, 1.0f);
+    dy0 = tw_dev((size_t)N_ALL * row_bytes);
+    tw_up(dy0, y0, (size_t)N_ALL * row_bytes);
   }
-  void *dy = xt_dev((size_t)N_ALL * row_bytes), *d1 = xt_dev(row_bytes);
+  void *dy = tw_dev((size_t)N_ALL * row_bytes), *d1 = tw_dev(row_bytes);
   unsigned char *href = malloc((size_t)N_REF * row_bytes), *hy = malloc((size_t)N_ALL * row_bytes);
   unsigned char *h1 = malloc(row_bytes);
   run_rows(g, s, dx, dw, dy, dy0, N_REF);
-  xt_down(href, dy, (size_t)N_REF * row_bytes);
+  tw_down(href, dy, (size_t)N_REF * row_bytes);
   /* both ends of every bucket, and 3400 */
   size_t ns[2 * EXC_GEMM_N_BUCKETS + 1];
   int n_ns = 0;
@@ -293,11 +293,11 @@ static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng
   for (int t = 0; t < n_ns; t++) {
     size_t n = ns[t];
     run_rows(g, s, dx, dw, dy, dy0, n);
-    xt_down(hy, dy, n * row_bytes);
+    tw_down(hy, dy, n * row_bytes);
     size_t upto = n < (size_t)N_REF ? n : (size_t)N_REF;
     for (size_t r = 0; r < upto; r++)
       if (memcmp(hy + r * row_bytes, href + r * row_bytes, row_bytes)) {
-        xt_fail("%s: row %zu of n=%zu (bucket %d) differs from the same row of n=%d", s->name, r,
+        tw_fail("%s: row %zu of n=%zu (bucket %d) differs from the same row of n=%d", s->name, r,
                 n, exc_gemm_bucket(n), N_REF);
         break;
       }
@@ -307,14 +307,14 @@ static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng
     for (int i = 0; i < 3; i++) {
       size_t r = alone[i];
       if (dy0)
-        XT_CUDA(cudaMemcpy(d1, (char *)dy0 + r * row_bytes, row_bytes, cudaMemcpyDeviceToDevice));
+        TW_CUDA(cudaMemcpy(d1, (char *)dy0 + r * row_bytes, row_bytes, cudaMemcpyDeviceToDevice));
       else
-        xt_poison(d1, row_bytes);
-      XT_OK(exc_gemm(g, 0, (const __nv_bfloat16 *)dx + r * k, k, dw, d1, m, s->y_dtype,
+        tw_poison(d1, row_bytes);
+      TW_OK(exc_gemm(g, 0, (const __nv_bfloat16 *)dx + r * k, k, dw, d1, m, s->y_dtype,
                      s->accumulate, 1, k, m));
-      xt_down(h1, d1, row_bytes);
+      tw_down(h1, d1, row_bytes);
       if (memcmp(h1, hy + r * row_bytes, row_bytes))
-        xt_fail("%s: row %zu of n=%zu (bucket %d) differs from the row computed alone", s->name, r,
+        tw_fail("%s: row %zu of n=%zu (bucket %d) differs from the row computed alone", s->name, r,
                 n, exc_gemm_bucket(n));
     }
   }
@@ -327,7 +327,7 @@ static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng
   for (int i = 0; i < 2; i++) {
     size_t r = twin_rows[i];
     if (s->y_dtype == EXC_DTYPE_BF16)
-      xt_from_bf16((const uint16_t *)(hy + r * row_bytes), got, m);
+      tw_from_bf16((const uint16_t *)(hy + r * row_bytes), got, m);
     else
       memcpy(got, hy + r * row_bytes, row_bytes);
     snprintf(what, sizeof(what), "%s n=3400 row %zu", s->name, r);
@@ -348,16 +348,16 @@ static void run_buckets(struct exc_gemm *g, const struct shape *s, struct xt_rng
 }
 
 int main(void) {
-  xt_require_gpu();
+  tw_require_gpu();
   struct exc_gemm *g = NULL;
-  XT_OK(exc_gemm_new(32u << 20, &g));
+  TW_OK(exc_gemm_new(32u << 20, &g));
   /* argument checks need no device work */
   if (exc_gemm(g, 0, NULL, 8, NULL, NULL, 8, EXC_DTYPE_F32, false, 1, 12, 8) != -EINVAL)
-    xt_fail("k = 12 (not a multiple of 8) was accepted");
+    tw_fail("k = 12 (not a multiple of 8) was accepted");
   if (exc_gemm_prepare(g, 1024, 1032, EXC_DTYPE_BF16, true) != -EINVAL)
-    xt_fail("accumulate into bf16 output was accepted");
+    tw_fail("accumulate into bf16 output was accepted");
   if (exc_gemm_pad(248079) != 248080 || exc_gemm_pad(248320) != 248320)
-    xt_fail("exc_gemm_pad");
+    tw_fail("exc_gemm_pad");
   const struct shape shapes[] = {
       {"tiny q_proj", 64, 520, EXC_DTYPE_F32, false},
       {"tiny down acc", 96, 64, EXC_DTYPE_F32, true},
@@ -366,25 +366,25 @@ int main(void) {
       {"4b down acc", 9216, 2560, EXC_DTYPE_F32, true},
       {"lm head odd", 2560, 248079, EXC_DTYPE_F32, false},
   };
-  struct xt_rng rng;
-  xt_rng_seed(&rng, 20261129);
+  struct tw_rng rng;
+  tw_rng_seed(&rng, 20261129);
   if (exc_gemm_bucket(1) != 0 || exc_gemm_bucket(32) != 0 || exc_gemm_bucket(33) != 1 ||
       exc_gemm_bucket(2048) != 6 || exc_gemm_bucket(2049) != 7 || exc_gemm_bucket(1u << 30) != 7 ||
       exc_gemm_bucket_rows(5) != 1024 || exc_gemm_bucket_rows(EXC_GEMM_N_BUCKETS) != 0)
-    xt_fail("exc_gemm_bucket / exc_gemm_bucket_rows");
+    tw_fail("exc_gemm_bucket / exc_gemm_bucket_rows");
   if (!g->select)
-    xt_fail("per-bucket selection is off (S1_GEMM_SELECT=0 in the environment?)");
+    tw_fail("per-bucket selection is off (S1_GEMM_SELECT=0 in the environment?)");
   /* prepared first, so that the n = 1, 37 and 3400 calls below run three buckets' algorithms */
   for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
     size_t m = exc_gemm_pad(shapes[i].m_true);
-    XT_OK(exc_gemm_prepare(g, shapes[i].k, m, shapes[i].y_dtype, shapes[i].accumulate));
+    TW_OK(exc_gemm_prepare(g, shapes[i].k, m, shapes[i].y_dtype, shapes[i].accumulate));
     const struct exc_gemm_algo *e = entry(g, shapes[i].k, m, shapes[i].y_dtype,
                                           shapes[i].accumulate);
     print_selection(shapes[i].name, e);
     enum exc_gemm_sel want =
         m * shapes[i].k * 2 > (512u << 20) ? EXC_GEMM_SEL_SKIP_SIZE : EXC_GEMM_SEL_BUCKETS;
     if (e->sel != want)
-      xt_fail("%s: selection %s, expected %s", shapes[i].name, sel_name(e->sel), sel_name(want));
+      tw_fail("%s: selection %s, expected %s", shapes[i].name, sel_name(e->sel), sel_name(want));
   }
   for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
     run_shape(g, &shapes[i], &rng);
@@ -406,5 +406,5 @@ int main(void) {
     run_buckets(g, &layers[i], &rng);
   printf("algorithms cached: %d\n", g->n_algos);
   exc_gemm_free(g);
-  return xt_finish("test_gemm");
+  return tw_finish("test_gemm");
 }

@@ -23,7 +23,7 @@
 #include "cuda_logits.h"
 #include "cuda_norm.h"
 #include "cuda_rope.h"
-#include "exc_test.h"
+#include "twin.h"
 
 static const size_t ROWS[] = {1, 63, 64, 65, 127, 129, 3400};
 #define N_ROWS (sizeof(ROWS) / sizeof(ROWS[0]))
@@ -36,8 +36,8 @@ static float *hmalloc(size_t n) {
 }
 
 static float *dev_f32(const float *x, size_t n) {
-  float *d = xt_dev(n * 4);
-  xt_up(d, x, n * 4);
+  float *d = tw_dev(n * 4);
+  tw_up(d, x, n * 4);
   return d;
 }
 
@@ -58,26 +58,26 @@ static float bf(float x) {
  * (measured 2026-11-30 on the H200: see notes/gpu-runs/); a missing rounding step gives ~0.7. */
 #define BF16_EXACT 0.99
 
-static void test_embed(struct xt_rng *r) {
+static void test_embed(struct tw_rng *r) {
   size_t vocab = 1001, d = 72;
   float *table = hmalloc(vocab * d);
-  xt_fill_bf16_normal(r, table, vocab * d, 1.0f);
-  void *dt = xt_dev_bf16(table, vocab * d);
+  tw_fill_bf16_normal(r, table, vocab * d, 1.0f);
+  void *dt = tw_dev_bf16(table, vocab * d);
   for (size_t k = 0; k < N_ROWS; k++) {
     size_t n = ROWS[k];
     int32_t *ids = malloc(n * 4);
     for (size_t t = 0; t < n; t++)
-      ids[t] = (int32_t)(xt_next(r) % vocab);
-    int32_t *di = xt_dev(n * 4);
-    xt_up(di, ids, n * 4);
-    float *dout = xt_dev(n * d * 4), *got = hmalloc(n * d), *want = hmalloc(n * d);
-    xt_poison(dout, n * d * 4);
-    XT_OK(exc_embed(0, dt, vocab, di, dout, n, d));
-    xt_down(got, dout, n * d * 4);
+      ids[t] = (int32_t)(tw_next(r) % vocab);
+    int32_t *di = tw_dev(n * 4);
+    tw_up(di, ids, n * 4);
+    float *dout = tw_dev(n * d * 4), *got = hmalloc(n * d), *want = hmalloc(n * d);
+    tw_poison(dout, n * d * 4);
+    TW_OK(exc_embed(0, dt, vocab, di, dout, n, d));
+    tw_down(got, dout, n * d * 4);
     ex_cpu_embed(table, vocab, ids, want, n, d);
     char what[64];
     snprintf(what, sizeof(what), "embed n=%zu", n);
-    xt_close(what, got, want, n * d, 0, 0); /* a gather is exact */
+    tw_close(what, got, want, n * d, 0, 0); /* a gather is exact */
     cudaFree(di);
     cudaFree(dout);
     free(ids);
@@ -88,7 +88,7 @@ static void test_embed(struct xt_rng *r) {
   free(table);
 }
 
-static void test_rms_norm(struct xt_rng *r) {
+static void test_rms_norm(struct tw_rng *r) {
   const size_t dims[] = {64, 2560, 5120, 136};
   for (size_t di = 0; di < 4; di++)
     for (size_t k = 0; k < N_ROWS; k++) {
@@ -96,28 +96,28 @@ static void test_rms_norm(struct xt_rng *r) {
       if (d >= 2560 && n != 1 && n != 65 && n != 3400)
         continue;
       float *x = hmalloc(n * d), *add = hmalloc(n * d), *w = hmalloc(d);
-      xt_fill_normal(r, x, n * d, 3.0f);
-      xt_fill_normal(r, add, n * d, 1.0f);
-      xt_fill_bf16_normal(r, w, d, 0.1f);
+      tw_fill_normal(r, x, n * d, 3.0f);
+      tw_fill_normal(r, add, n * d, 1.0f);
+      tw_fill_bf16_normal(r, w, d, 0.1f);
       float *dx = dev_f32(x, n * d), *dadd = dev_f32(add, n * d), *dw = dev_f32(w, d);
-      float *dy = xt_dev(n * d * 4);
-      void *dyb = xt_dev(n * ld * 2);
-      xt_poison(dy, n * d * 4);
-      xt_poison(dyb, n * ld * 2);
-      XT_OK(exc_rms_norm(0, dx, dadd, dw, 1e-6f, dy, dyb, ld, n, d));
+      float *dy = tw_dev(n * d * 4);
+      void *dyb = tw_dev(n * ld * 2);
+      tw_poison(dy, n * d * 4);
+      tw_poison(dyb, n * ld * 2);
+      TW_OK(exc_rms_norm(0, dx, dadd, dw, 1e-6f, dy, dyb, ld, n, d));
       /* CPU twin: residual add in float32, then the norm */
       for (size_t i = 0; i < n * d; i++)
         x[i] += add[i];
       float *want = hmalloc(n * d), *got = hmalloc(n * d), *gotb = hmalloc(n * ld);
       ex_cpu_rms_norm(x, w, 1e-6f, want, n, d);
       char what[96];
-      xt_down(got, dx, n * d * 4);
+      tw_down(got, dx, n * d * 4);
       snprintf(what, sizeof(what), "rms_norm residual n=%zu d=%zu", n, d);
-      xt_close(what, got, x, n * d, 0, 0); /* one float32 add: exact */
-      xt_down(got, dy, n * d * 4);
+      tw_close(what, got, x, n * d, 0, 0); /* one float32 add: exact */
+      tw_down(got, dy, n * d * 4);
       snprintf(what, sizeof(what), "rms_norm f32 n=%zu d=%zu", n, d);
-      xt_close(what, got, want, n * d, F32_ABS, F32_REL);
-      xt_down_bf16(gotb, dyb, n * ld);
+      tw_close(what, got, want, n * d, F32_ABS, F32_REL);
+      tw_down_bf16(gotb, dyb, n * ld);
       float *wantb = hmalloc(n * d), *gotc = hmalloc(n * d);
       for (size_t t = 0; t < n; t++)
         for (size_t i = 0; i < d; i++) {
@@ -125,11 +125,11 @@ static void test_rms_norm(struct xt_rng *r) {
           gotc[t * d + i] = gotb[t * ld + i];
         }
       snprintf(what, sizeof(what), "rms_norm bf16 n=%zu d=%zu", n, d);
-      xt_close(what, gotc, wantb, n * d, BF16_ABS, BF16_REL);
+      tw_close(what, gotc, wantb, n * d, BF16_ABS, BF16_REL);
       /* the ld padding stays poisoned */
       for (size_t t = 0; t < n; t++)
         if (!isnan(gotb[t * ld + d])) {
-          xt_fail("rms_norm bf16 wrote into the ld padding (n=%zu)", n);
+          tw_fail("rms_norm bf16 wrote into the ld padding (n=%zu)", n);
           break;
         }
       cudaFree(dx);
@@ -148,29 +148,29 @@ static void test_rms_norm(struct xt_rng *r) {
     }
 }
 
-static void test_gated_norm(struct xt_rng *r) {
+static void test_gated_norm(struct tw_rng *r) {
   const size_t cfg[][2] = {{4, 24}, {32, 128}, {48, 128}}; /* Hv, dv: tiny, 4B, 27B */
   for (size_t ci = 0; ci < 3; ci++)
     for (size_t k = 0; k < N_ROWS; k++) {
       size_t n = ROWS[k], hv = cfg[ci][0], dv = cfg[ci][1], vd = hv * dv, ldz = vd + 40;
       float *x = hmalloc(n * vd), *z = hmalloc(n * ldz), *w = hmalloc(dv);
-      xt_fill_normal(r, x, n * vd, 1.0f);
-      xt_fill_normal(r, z, n * ldz, 2.0f);
+      tw_fill_normal(r, x, n * vd, 1.0f);
+      tw_fill_normal(r, z, n * ldz, 2.0f);
       for (size_t i = 0; i < dv; i++)
-        w[i] = bf(1.0f + 0.1f * xt_normal(r));
+        w[i] = bf(1.0f + 0.1f * tw_normal(r));
       float *dx = dev_f32(x, n * vd), *dz = dev_f32(z, n * ldz), *dw = dev_f32(w, dv);
-      void *dy = xt_dev(n * vd * 2);
-      xt_poison(dy, n * vd * 2);
-      XT_OK(exc_gated_rms_norm(0, dx, dz, ldz, dw, 1e-6f, dy, n, hv, dv));
+      void *dy = tw_dev(n * vd * 2);
+      tw_poison(dy, n * vd * 2);
+      TW_OK(exc_gated_rms_norm(0, dx, dz, ldz, dw, 1e-6f, dy, n, hv, dv));
       float *zc = hmalloc(n * vd), *want = hmalloc(n * vd), *got = hmalloc(n * vd);
       for (size_t t = 0; t < n; t++)
         memcpy(zc + t * vd, z + t * ldz, vd * 4);
       ex_cpu_gated_rms_norm(x, zc, w, 1e-6f, want, n * hv, dv);
       ex_cpu_round_bf16(want, n * vd);
-      xt_down_bf16(got, dy, n * vd);
+      tw_down_bf16(got, dy, n * vd);
       char what[96];
       snprintf(what, sizeof(what), "gated_rms_norm n=%zu Hv=%zu dv=%zu", n, hv, dv);
-      xt_close(what, got, want, n * vd, BF16_ABS, BF16_REL);
+      tw_close(what, got, want, n * vd, BF16_ABS, BF16_REL);
       /* ref-bf16 variant on bf16-valued z: three roundings as the reference; the device x stays
        * the unrounded float32 (the kernel reads R(x)), the twin gets R(x) */
       for (size_t i = 0; i < n * vd; i++)
@@ -179,15 +179,15 @@ static void test_gated_norm(struct xt_rng *r) {
         z[i] = bf(z[i]);
       for (size_t t = 0; t < n; t++)
         memcpy(zc + t * vd, z + t * ldz, vd * 4);
-      xt_up(dz, z, n * ldz * 4);
-      xt_poison(dy, n * vd * 2);
-      XT_OK(exc_gated_rms_norm_rounded(0, dx, dz, ldz, dw, 1e-6f, dy, n, hv, dv));
+      tw_up(dz, z, n * ldz * 4);
+      tw_poison(dy, n * vd * 2);
+      TW_OK(exc_gated_rms_norm_rounded(0, dx, dz, ldz, dw, 1e-6f, dy, n, hv, dv));
       ex_cpu_gated_rms_norm_bf16(x, zc, w, 1e-6f, want, n * hv, dv);
-      xt_down_bf16(got, dy, n * vd);
+      tw_down_bf16(got, dy, n * vd);
       snprintf(what, sizeof(what), "gated_rms_norm_rounded n=%zu Hv=%zu dv=%zu", n, hv, dv);
       /* two ulps: a one-ulp flip of R(x̂) (the sums of squares differ in order) can grow to two
        * through R(·w) and R(·silu(z)) (seen on 2026-11-30: 45 of 20.9 M elements) */
-      xt_bf16_twin(what, got, want, n * vd, BF16_ABS, 2 * BF16_REL, BF16_EXACT);
+      tw_bf16_twin(what, got, want, n * vd, BF16_ABS, 2 * BF16_REL, BF16_EXACT);
       cudaFree(dx);
       cudaFree(dz);
       cudaFree(dw);
@@ -219,17 +219,17 @@ static void rope_close(const char *what, const float *got, const float *want, co
       float g = got[r * (size_t)d + i];
       if (!(isfinite(g) && fabs((double)g - want[r * (size_t)d + i]) <= lim)) {
         if (!bad)
-          xt_fail("%s: [%zu, %d] got %.9g want %.9g (limit %.3g)", what, r, i, g,
+          tw_fail("%s: [%zu, %d] got %.9g want %.9g (limit %.3g)", what, r, i, g,
                   want[r * (size_t)d + i], lim);
         bad++;
       }
     }
   if (bad)
-    xt_fail("%s: %zu values outside the limit", what, bad);
+    tw_fail("%s: %zu values outside the limit", what, bad);
 }
 
 /* attn_prep over a fused [q_proj | k | v] row, against rms_norm + rope_apply on the CPU. */
-static void test_attn_prep(struct xt_rng *r) {
+static void test_attn_prep(struct tw_rng *r) {
   struct {
     int hq, hkv, d, rot, sec[3];
   } cfgs[] = {
@@ -242,9 +242,9 @@ static void test_attn_prep(struct xt_rng *r) {
       int hq = cfgs[ci].hq, hkv = cfgs[ci].hkv, d = cfgs[ci].d, rot = cfgs[ci].rot, f = rot / 2;
       size_t qw = (size_t)hq * 2 * d, kw = (size_t)hkv * d, ld = qw + 2 * kw + 8;
       float *proj = hmalloc(n * ld), *qn = hmalloc(d), *kn = hmalloc(d);
-      xt_fill_normal(r, proj, n * ld, 1.0f);
-      xt_fill_bf16_normal(r, qn, d, 0.1f);
-      xt_fill_bf16_normal(r, kn, d, 0.1f);
+      tw_fill_normal(r, proj, n * ld, 1.0f);
+      tw_fill_bf16_normal(r, qn, d, 0.1f);
+      tw_fill_bf16_normal(r, kn, d, 0.1f);
       int32_t *pos = malloc(3 * n * 4);
       for (size_t t = 0; t < n; t++) {
         pos[t] = (int32_t)(t + 5);
@@ -254,28 +254,28 @@ static void test_attn_prep(struct xt_rng *r) {
       float *inv = hmalloc(f);
       exc_rope_inv_freq(rot, 1e7, inv);
       float *dproj = dev_f32(proj, n * ld), *dqn = dev_f32(qn, d), *dkn = dev_f32(kn, d);
-      float *dinv = dev_f32(inv, f), *dcos = xt_dev(n * f * 4), *dsin = xt_dev(n * f * 4);
-      int32_t *dpos = xt_dev(3 * n * 4);
-      xt_up(dpos, pos, 3 * n * 4);
+      float *dinv = dev_f32(inv, f), *dcos = tw_dev(n * f * 4), *dsin = tw_dev(n * f * 4);
+      int32_t *dpos = tw_dev(3 * n * 4);
+      tw_up(dpos, pos, 3 * n * 4);
       size_t nq = n * hq * d, nk = n * kw;
-      void *dq = xt_dev(nq * 2), *dg = xt_dev(nq * 2), *dk = xt_dev(nk * 2), *dv = xt_dev(nk * 2);
-      xt_poison(dcos, n * f * 4);
-      xt_poison(dsin, n * f * 4);
-      xt_poison(dq, nq * 2);
-      xt_poison(dg, nq * 2);
-      xt_poison(dk, nk * 2);
-      xt_poison(dv, nk * 2);
-      XT_OK(exc_mrope_tables(0, dpos, n, dinv, f, cfgs[ci].sec, dcos, dsin));
-      XT_OK(exc_attn_prep(0, dproj, dproj + qw, dproj + qw + kw, ld, dqn, dkn, 1e-6f, dcos, dsin,
+      void *dq = tw_dev(nq * 2), *dg = tw_dev(nq * 2), *dk = tw_dev(nk * 2), *dv = tw_dev(nk * 2);
+      tw_poison(dcos, n * f * 4);
+      tw_poison(dsin, n * f * 4);
+      tw_poison(dq, nq * 2);
+      tw_poison(dg, nq * 2);
+      tw_poison(dk, nk * 2);
+      tw_poison(dv, nk * 2);
+      TW_OK(exc_mrope_tables(0, dpos, n, dinv, f, cfgs[ci].sec, dcos, dsin));
+      TW_OK(exc_attn_prep(0, dproj, dproj + qw, dproj + qw + kw, ld, dqn, dkn, 1e-6f, dcos, dsin,
                           rot, dq, dg, dk, dv, n, hq, hkv, d));
       /* CPU twin */
       float *cos_t = hmalloc(n * f), *sin_t = hmalloc(n * f);
-      XT_OK(ex_cpu_mrope_tables(pos, n, rot, 1e7, cfgs[ci].sec, cos_t, sin_t));
+      TW_OK(ex_cpu_mrope_tables(pos, n, rot, 1e7, cfgs[ci].sec, cos_t, sin_t));
       float *gc = hmalloc(n * f);
       char what[96];
-      xt_down(gc, dcos, n * f * 4);
+      tw_down(gc, dcos, n * f * 4);
       snprintf(what, sizeof(what), "mrope cos n=%zu rot=%d", n, rot);
-      xt_close(what, gc, cos_t, n * f, 2e-6, 0); /* cosf of the same float angle: ≤ 2 ulp of 1 */
+      tw_close(what, gc, cos_t, n * f, 2e-6, 0); /* cosf of the same float angle: ≤ 2 ulp of 1 */
       float *q = hmalloc(nq), *g = hmalloc(nq), *kk = hmalloc(nk), *vv = hmalloc(nk);
       for (size_t t = 0; t < n; t++) {
         for (int h = 0; h < hq; h++) {
@@ -294,22 +294,22 @@ static void test_attn_prep(struct xt_rng *r) {
       ex_cpu_round_bf16(kk, nk);
       ex_cpu_round_bf16(vv, nk);
       float *got = hmalloc(nq);
-      xt_down_bf16(got, dq, nq);
+      tw_down_bf16(got, dq, nq);
       snprintf(what, sizeof(what), "attn_prep q n=%zu D=%d", n, d);
-      xt_close(what, got, q, nq, 1e-5, BF16_REL);
-      xt_down_bf16(got, dg, nq);
+      tw_close(what, got, q, nq, 1e-5, BF16_REL);
+      tw_down_bf16(got, dg, nq);
       snprintf(what, sizeof(what), "attn_prep gate n=%zu D=%d", n, d);
-      xt_close(what, got, g, nq, 0, 0);
-      xt_down_bf16(got, dk, nk);
+      tw_close(what, got, g, nq, 0, 0);
+      tw_down_bf16(got, dk, nk);
       snprintf(what, sizeof(what), "attn_prep k n=%zu D=%d", n, d);
-      xt_close(what, got, kk, nk, 1e-5, BF16_REL);
-      xt_down_bf16(got, dv, nk);
+      tw_close(what, got, kk, nk, 1e-5, BF16_REL);
+      tw_down_bf16(got, dv, nk);
       snprintf(what, sizeof(what), "attn_prep v n=%zu D=%d", n, d);
-      xt_close(what, got, vv, nk, 0, 0);
+      tw_close(what, got, vv, nk, 0, 0);
       /* the ref-bf16 variant: norm, round, rotate, round (the CPU forward's round_bf16 steps) */
-      xt_poison(dq, nq * 2);
-      xt_poison(dk, nk * 2);
-      XT_OK(exc_attn_prep_rounded(0, dproj, dproj + qw, dproj + qw + kw, ld, dqn, dkn, 1e-6f, dcos,
+      tw_poison(dq, nq * 2);
+      tw_poison(dk, nk * 2);
+      TW_OK(exc_attn_prep_rounded(0, dproj, dproj + qw, dproj + qw + kw, ld, dqn, dkn, 1e-6f, dcos,
                                   dsin, rot, dq, dg, dk, dv, n, hq, hkv, d));
       for (size_t t = 0; t < n; t++) {
         for (int h = 0; h < hq; h++)
@@ -328,14 +328,14 @@ static void test_attn_prep(struct xt_rng *r) {
       memcpy(kpre, kk, nk * 4);
       ex_cpu_rope_apply_bf16(q, n, hq, d, rot, cos_t, sin_t);
       ex_cpu_rope_apply_bf16(kk, n, hkv, d, rot, cos_t, sin_t);
-      xt_down_bf16(got, dq, nq);
+      tw_down_bf16(got, dq, nq);
       snprintf(what, sizeof(what), "attn_prep_rounded q n=%zu D=%d", n, d);
       rope_close(what, got, q, qpre, n * hq, d, rot);
-      xt_bf16_twin(what, got, q, nq, BF16_ABS, 1.0, BF16_EXACT);
-      xt_down_bf16(got, dk, nk);
+      tw_bf16_twin(what, got, q, nq, BF16_ABS, 1.0, BF16_EXACT);
+      tw_down_bf16(got, dk, nk);
       snprintf(what, sizeof(what), "attn_prep_rounded k n=%zu D=%d", n, d);
       rope_close(what, got, kk, kpre, n * hkv, d, rot);
-      xt_bf16_twin(what, got, kk, nk, BF16_ABS, 1.0, BF16_EXACT);
+      tw_bf16_twin(what, got, kk, nk, BF16_ABS, 1.0, BF16_EXACT);
       free(qpre);
       free(kpre);
       cudaFree(dproj);
@@ -365,15 +365,15 @@ static void test_attn_prep(struct xt_rng *r) {
     }
 }
 
-static void test_swiglu_cast(struct xt_rng *r) {
+static void test_swiglu_cast(struct tw_rng *r) {
   for (size_t k = 0; k < N_ROWS; k++) {
     size_t n = ROWS[k], width = 1000 + 3, ld = 2 * width + 5;
     float *gu = hmalloc(n * ld);
-    xt_fill_normal(r, gu, n * ld, 3.0f);
+    tw_fill_normal(r, gu, n * ld, 3.0f);
     float *dgu = dev_f32(gu, n * ld);
-    void *dout = xt_dev(n * width * 2);
-    xt_poison(dout, n * width * 2);
-    XT_OK(exc_swiglu(0, dgu, dgu + width, ld, dout, n, width));
+    void *dout = tw_dev(n * width * 2);
+    tw_poison(dout, n * width * 2);
+    TW_OK(exc_swiglu(0, dgu, dgu + width, ld, dout, n, width));
     float *g = hmalloc(n * width), *u = hmalloc(n * width), *want = hmalloc(n * width);
     for (size_t t = 0; t < n; t++) {
       memcpy(g + t * width, gu + t * ld, width * 4);
@@ -382,55 +382,55 @@ static void test_swiglu_cast(struct xt_rng *r) {
     ex_cpu_swiglu(g, u, want, n * width);
     ex_cpu_round_bf16(want, n * width);
     float *got = hmalloc(n * width);
-    xt_down_bf16(got, dout, n * width);
+    tw_down_bf16(got, dout, n * width);
     char what[64];
     snprintf(what, sizeof(what), "swiglu n=%zu", n);
-    xt_close(what, got, want, n * width, BF16_ABS, BF16_REL);
+    tw_close(what, got, want, n * width, BF16_ABS, BF16_REL);
     /* ref-bf16 variant: gate and up rounded as read */
-    xt_poison(dout, n * width * 2);
-    XT_OK(exc_swiglu_rounded(0, dgu, dgu + width, ld, dout, n, width));
+    tw_poison(dout, n * width * 2);
+    TW_OK(exc_swiglu_rounded(0, dgu, dgu + width, ld, dout, n, width));
     ex_cpu_round_bf16(g, n * width);
     ex_cpu_round_bf16(u, n * width);
     ex_cpu_swiglu_bf16(g, u, want, n * width);
-    xt_down_bf16(got, dout, n * width);
+    tw_down_bf16(got, dout, n * width);
     snprintf(what, sizeof(what), "swiglu_rounded n=%zu", n);
-    xt_bf16_twin(what, got, want, n * width, BF16_ABS, BF16_REL, BF16_EXACT);
+    tw_bf16_twin(what, got, want, n * width, BF16_ABS, BF16_REL, BF16_EXACT);
     /* cast: exact rounding */
-    xt_poison(dout, n * width * 2);
-    XT_OK(exc_cast_bf16(0, dgu, ld, dout, width, n, width));
+    tw_poison(dout, n * width * 2);
+    TW_OK(exc_cast_bf16(0, dgu, ld, dout, width, n, width));
     for (size_t t = 0; t < n; t++)
       for (size_t i = 0; i < width; i++)
         want[t * width + i] = bf(gu[t * ld + i]);
-    xt_down_bf16(got, dout, n * width);
+    tw_down_bf16(got, dout, n * width);
     snprintf(what, sizeof(what), "cast n=%zu", n);
-    xt_close(what, got, want, n * width, 0, 0);
+    tw_close(what, got, want, n * width, 0, 0);
     /* in-place rounding of the first `width` columns: exact, the rest of each row untouched */
     float *dr = dev_f32(gu, n * ld), *back = hmalloc(n * ld), *wr = hmalloc(n * ld);
-    XT_OK(exc_round_bf16(0, dr, ld, n, width));
+    TW_OK(exc_round_bf16(0, dr, ld, n, width));
     for (size_t t = 0; t < n; t++)
       for (size_t i = 0; i < ld; i++)
         wr[t * ld + i] = i < width ? bf(gu[t * ld + i]) : gu[t * ld + i];
-    xt_down(back, dr, n * ld * 4);
+    tw_down(back, dr, n * ld * 4);
     snprintf(what, sizeof(what), "round_bf16 in place n=%zu", n);
-    xt_close(what, back, wr, n * ld, 0, 0);
+    tw_close(what, back, wr, n * ld, 0, 0);
     /* residual add: h = bf16(h + bf16(y)), exact; h holds bf16 values, y the float32 rows of gu */
     float *hh = hmalloc(n * width);
-    xt_fill_bf16_normal(r, hh, n * width, 4.0f);
+    tw_fill_bf16_normal(r, hh, n * width, 4.0f);
     float *dh = dev_f32(hh, n * width);
-    XT_OK(exc_add_round_bf16(0, dh, dgu, ld, n, width));
+    TW_OK(exc_add_round_bf16(0, dh, dgu, ld, n, width));
     for (size_t t = 0; t < n; t++)
       for (size_t i = 0; i < width; i++)
         want[t * width + i] = bf(hh[t * width + i] + bf(gu[t * ld + i]));
-    xt_down(got, dh, n * width * 4);
+    tw_down(got, dh, n * width * 4);
     snprintf(what, sizeof(what), "add_round_bf16 n=%zu", n);
-    xt_close(what, got, want, n * width, 0, 0);
+    tw_close(what, got, want, n * width, 0, 0);
     /* the same add from the projection held in bf16 (a GEMM's bf16 output): the same bits */
-    void *dgu16 = xt_dev_bf16(gu, n * ld);
-    xt_up(dh, hh, n * width * 4);
-    XT_OK(exc_add_bf16_round(0, dh, dgu16, ld, n, width));
-    xt_down(got, dh, n * width * 4);
+    void *dgu16 = tw_dev_bf16(gu, n * ld);
+    tw_up(dh, hh, n * width * 4);
+    TW_OK(exc_add_bf16_round(0, dh, dgu16, ld, n, width));
+    tw_down(got, dh, n * width * 4);
     snprintf(what, sizeof(what), "add_bf16_round n=%zu", n);
-    xt_close(what, got, want, n * width, 0, 0);
+    tw_close(what, got, want, n * width, 0, 0);
     cudaFree(dgu16);
     cudaFree(dr);
     cudaFree(dh);
@@ -450,18 +450,18 @@ static void test_swiglu_cast(struct xt_rng *r) {
 /* The bf16-input SwiGLU used when the GEMMs write bf16 (ref-bf16): bit-identical to
  * exc_swiglu_rounded on the same values as float32, and the twin of ex_cpu_swiglu_bf16 (the bf16
  * residual add is checked in test_swiglu_cast). */
-static void test_swiglu_bf16(struct xt_rng *r) {
+static void test_swiglu_bf16(struct tw_rng *r) {
   for (size_t k = 0; k < N_ROWS; k++) {
     size_t n = ROWS[k], width = 1000, ld = 2 * width + 8;
     float *gu = hmalloc(n * ld);
-    xt_fill_bf16_normal(r, gu, n * ld, 3.0f);
-    __nv_bfloat16 *dgu16 = xt_dev_bf16(gu, n * ld);
+    tw_fill_bf16_normal(r, gu, n * ld, 3.0f);
+    __nv_bfloat16 *dgu16 = tw_dev_bf16(gu, n * ld);
     float *dgu32 = dev_f32(gu, n * ld);
-    void *dout = xt_dev(n * width * 2), *dref = xt_dev(n * width * 2);
-    xt_poison(dout, n * width * 2);
-    xt_poison(dref, n * width * 2);
-    XT_OK(exc_swiglu_bf16(0, dgu16, dgu16 + width, ld, dout, n, width));
-    XT_OK(exc_swiglu_rounded(0, dgu32, dgu32 + width, ld, dref, n, width));
+    void *dout = tw_dev(n * width * 2), *dref = tw_dev(n * width * 2);
+    tw_poison(dout, n * width * 2);
+    tw_poison(dref, n * width * 2);
+    TW_OK(exc_swiglu_bf16(0, dgu16, dgu16 + width, ld, dout, n, width));
+    TW_OK(exc_swiglu_rounded(0, dgu32, dgu32 + width, ld, dref, n, width));
     float *g = hmalloc(n * width), *u = hmalloc(n * width), *want = hmalloc(n * width);
     float *got = hmalloc(n * width), *ref = hmalloc(n * width);
     for (size_t t = 0; t < n; t++) {
@@ -469,13 +469,13 @@ static void test_swiglu_bf16(struct xt_rng *r) {
       memcpy(u + t * width, gu + t * ld + width, width * 4);
     }
     ex_cpu_swiglu_bf16(g, u, want, n * width);
-    xt_down_bf16(got, dout, n * width);
-    xt_down_bf16(ref, dref, n * width);
+    tw_down_bf16(got, dout, n * width);
+    tw_down_bf16(ref, dref, n * width);
     char what[64];
     snprintf(what, sizeof(what), "swiglu_bf16 vs swiglu_rounded n=%zu", n);
-    xt_close(what, got, ref, n * width, 0, 0);
+    tw_close(what, got, ref, n * width, 0, 0);
     snprintf(what, sizeof(what), "swiglu_bf16 n=%zu", n);
-    xt_bf16_twin(what, got, want, n * width, BF16_ABS, BF16_REL, BF16_EXACT);
+    tw_bf16_twin(what, got, want, n * width, BF16_ABS, BF16_REL, BF16_EXACT);
     free(gu);
     free(g);
     free(u);
@@ -488,34 +488,34 @@ static void test_swiglu_bf16(struct xt_rng *r) {
     cudaFree(dref);
   }
   /* widths the 16-byte form cannot take are refused, not run */
-  void *d = xt_dev(64 * 2);
+  void *d = tw_dev(64 * 2);
   if (exc_swiglu_bf16(0, d, (__nv_bfloat16 *)d + 4, 12, d, 1, 4) != -EINVAL)
-    xt_fail("exc_swiglu_bf16 accepted width 4 (not a multiple of 8)");
+    tw_fail("exc_swiglu_bf16 accepted width 4 (not a multiple of 8)");
   cudaFree(d);
 }
 
 /* LM readouts on a 4B-like head (H 2560) with an odd vocabulary (248,079 valid of 248,080 rows). */
-static void test_logits(struct xt_rng *r) {
+static void test_logits(struct tw_rng *r) {
   size_t h = 2560, vocab = 248079, vpad = exc_gemm_pad(vocab), n = 5, m = 33, chunk = 16384;
   float *w = calloc(vpad * h, sizeof(float)), *x = hmalloc(n * h);
-  xt_fill_bf16_normal(r, w, vocab * h, 0.02f);
-  xt_fill_bf16_normal(r, x, n * h, 1.0f);
-  void *dw = xt_dev_bf16(w, vpad * h), *dx = xt_dev_bf16(x, n * h);
+  tw_fill_bf16_normal(r, w, vocab * h, 0.02f);
+  tw_fill_bf16_normal(r, x, n * h, 1.0f);
+  void *dw = tw_dev_bf16(w, vpad * h), *dx = tw_dev_bf16(x, n * h);
   int32_t rows[33], targets[5];
   for (size_t j = 0; j < m; j++)
-    rows[j] = (int32_t)(xt_next(r) % vocab);
+    rows[j] = (int32_t)(tw_next(r) % vocab);
   rows[0] = (int32_t)vocab - 1;
   for (size_t i = 0; i < n; i++)
-    targets[i] = (int32_t)(xt_next(r) % vocab);
+    targets[i] = (int32_t)(tw_next(r) % vocab);
   targets[0] = (int32_t)vocab - 1;
   targets[1] = 0;
   targets[2] = (int32_t)chunk; /* first row of the second chunk */
-  int32_t *drows = xt_dev(m * 4), *dtg = xt_dev(n * 4);
-  xt_up(drows, rows, m * 4);
-  xt_up(dtg, targets, n * 4);
-  float *dout = xt_dev(n * m * 4);
-  xt_poison(dout, n * m * 4);
-  XT_OK(exc_lm_rows(0, dx, h, dw, drows, dout, n, m, h, true));
+  int32_t *drows = tw_dev(m * 4), *dtg = tw_dev(n * 4);
+  tw_up(drows, rows, m * 4);
+  tw_up(dtg, targets, n * 4);
+  float *dout = tw_dev(n * m * 4);
+  tw_poison(dout, n * m * 4);
+  TW_OK(exc_lm_rows(0, dx, h, dw, drows, dout, n, m, h, true));
   /* CPU twin: full logits (float32), rounded to bf16 */
   float *logits = hmalloc(n * vpad);
   ex_cpu_linear(x, w, NULL, logits, n, h, vpad);
@@ -524,18 +524,18 @@ static void test_logits(struct xt_rng *r) {
   for (size_t i = 0; i < n; i++)
     for (size_t j = 0; j < m; j++)
       want[i * m + j] = logits[i * vpad + (size_t)rows[j]];
-  xt_down(got, dout, n * m * 4);
+  tw_down(got, dout, n * m * 4);
   /* float32 sums in two orders, then bf16: one bf16 ulp apart at most (values ~1: 2^-7) */
-  xt_close("lm_rows", got, want, n * m, 1e-6, BF16_REL);
+  tw_close("lm_rows", got, want, n * m, 1e-6, BF16_REL);
   /* log-prob: float32 normaliser over exactly `vocab` logits (double on the CPU side) */
   struct exc_gemm *g = NULL;
-  XT_OK(exc_gemm_new(32u << 20, &g));
-  void *scratch = xt_dev(exc_lm_logprob_scratch_bytes(n, chunk));
-  float *dlp = xt_dev(n * 4);
-  xt_poison(dlp, n * 4);
-  XT_OK(exc_lm_logprob(g, 0, dx, h, dw, vocab, dtg, dlp, scratch, n, h, chunk));
+  TW_OK(exc_gemm_new(32u << 20, &g));
+  void *scratch = tw_dev(exc_lm_logprob_scratch_bytes(n, chunk));
+  float *dlp = tw_dev(n * 4);
+  tw_poison(dlp, n * 4);
+  TW_OK(exc_lm_logprob(g, 0, dx, h, dw, vocab, dtg, dlp, scratch, n, h, chunk));
   float lp[5], lw[5];
-  xt_down(lp, dlp, n * 4);
+  tw_down(lp, dlp, n * 4);
   for (size_t i = 0; i < n; i++) {
     double mx = -INFINITY, s = 0;
     for (size_t v = 0; v < vocab; v++)
@@ -551,7 +551,7 @@ static void test_logits(struct xt_rng *r) {
     float lt = logits[i * vpad + (size_t)targets[i]];
     double tol = 1e-3 + ldexp(1.0, ilogb(fabsf(lt) > 0 ? lt : 1.0f) - 7);
     if (!(fabs((double)lp[i] - lw[i]) <= tol))
-      xt_fail("lm_logprob position %zu: got %.6f want %.6f (tol %.4f)", i, lp[i], lw[i], tol);
+      tw_fail("lm_logprob position %zu: got %.6f want %.6f (tol %.4f)", i, lp[i], lw[i], tol);
   }
   printf("lm_logprob: got %.6f %.6f %.6f want %.6f %.6f %.6f\n", lp[0], lp[1], lp[2], lw[0], lw[1],
          lw[2]);
@@ -571,9 +571,9 @@ static void test_logits(struct xt_rng *r) {
 }
 
 int main(void) {
-  xt_require_gpu();
-  struct xt_rng r;
-  xt_rng_seed(&r, 8);
+  tw_require_gpu();
+  struct tw_rng r;
+  tw_rng_seed(&r, 8);
   test_embed(&r);
   test_rms_norm(&r);
   test_gated_norm(&r);
@@ -581,5 +581,5 @@ int main(void) {
   test_swiglu_cast(&r);
   test_swiglu_bf16(&r);
   test_logits(&r);
-  return xt_finish("test_ops");
+  return tw_finish("test_ops");
 }

@@ -16,7 +16,7 @@
 
 #include "cm_safetensors.h"
 #include "cuda_vision.h"
-#include "exc_test.h"
+#include "twin.h"
 
 /* bf16 weights and GEMM operands against the fp32 twin through the blocks and the merger:
  * relative L2 error and max |gpu − cpu| / max |cpu|. */
@@ -50,12 +50,12 @@ struct run {
 static struct run gpu_run(struct exc_vision *gv, const float *pix, int64_t n,
                           const int32_t *grid, int n_img, size_t n_out, int *ret_rc) {
   struct run r = {malloc(n_out * 4 + 4), n_out};
-  float *d_out = xt_dev(n_out * 4);
-  xt_poison(d_out, n_out * 4);
+  float *d_out = tw_dev(n_out * 4);
+  tw_poison(d_out, n_out * 4);
   struct cm_diag d = {0};
   *ret_rc = exc_vision_forward(gv, 0, pix, n, grid, n_img, d_out, &d);
   if (*ret_rc == 0)
-    xt_down(r.out, d_out, n_out * 4);
+    tw_down(r.out, d_out, n_out * 4);
   else
     printf("  forward returned %d: %s\n", *ret_rc, d.msg ? d.msg : "");
   cm_diag_fini(&d);
@@ -64,36 +64,36 @@ static struct run gpu_run(struct exc_vision *gv, const float *pix, int64_t n,
 }
 
 static void run_case(const char *name, const struct ex_vision *cv, struct exc_vision *gv,
-                     struct exc_vision *gv_small, struct xt_rng *g, const int32_t *grid,
+                     struct exc_vision *gv_small, struct tw_rng *g, const int32_t *grid,
                      int n_img) {
   const struct ex_vision_config *c = &cv->cfg;
   int64_t n = 0, nm = 0;
   struct cm_diag d = {0};
   if (ex_vision_count(cv, grid, n_img, &n, &nm, &d) != 0) {
-    xt_fail("%s: count: %s", name, d.msg);
+    tw_fail("%s: count: %s", name, d.msg);
     cm_diag_fini(&d);
     return;
   }
   size_t pd = (size_t)c->patch_dim, O = (size_t)c->out_hidden_size, n_out = (size_t)nm * O;
   float *pix = malloc((size_t)n * pd * 4), *ref = malloc(n_out * 4 + 4);
   for (size_t i = 0; i < (size_t)n * pd; i++)
-    pix[i] = xt_uniform(g, -1.0f, 1.0f);
+    pix[i] = tw_uniform(g, -1.0f, 1.0f);
   int rc = ex_vision_forward(cv, pix, n, grid, n_img, ref, &d);
   if (rc) {
-    xt_fail("%s: CPU forward: %s", name, d.msg);
+    tw_fail("%s: CPU forward: %s", name, d.msg);
     goto done;
   }
   struct run full = gpu_run(gv, pix, n, grid, n_img, n_out, &rc);
   if (rc) {
-    xt_fail("%s: GPU forward returned %d", name, rc);
+    tw_fail("%s: GPU forward returned %d", name, rc);
     free(full.out);
     goto done;
   }
-  double e2 = xt_rel_l2(full.out, ref, n_out), em = max_rel(full.out, ref, n_out);
+  double e2 = tw_rel_l2(full.out, ref, n_out), em = max_rel(full.out, ref, n_out);
   printf("%s: %d image(s), %lld patches -> %lld rows; rel L2 %.3g (tol %g), max rel %.3g (tol "
          "%g)\n", name, n_img, (long long)n, (long long)nm, e2, TOL_L2, em, TOL_MAX);
   if (!(e2 <= TOL_L2) || !(em <= TOL_MAX))
-    xt_fail("%s: GPU tower outside tolerance", name);
+    tw_fail("%s: GPU tower outside tolerance", name);
 
   if (n_img > 1) {
     /* Each image alone gives the same rows, bit for bit (no cross-image mixing, and no result
@@ -104,7 +104,7 @@ static void run_case(const char *name, const struct ex_vision *cv, struct exc_vi
       size_t no = (size_t)p / 4 * O;
       struct run one = gpu_run(gv, pix + poff * pd, p, grid + 3 * i, 1, no, &rc);
       if (rc || memcmp(one.out, full.out + off, no * 4) != 0)
-        xt_fail("%s: image %d alone differs from its rows in the %d-image call", name, i, n_img);
+        tw_fail("%s: image %d alone differs from its rows in the %d-image call", name, i, n_img);
       free(one.out);
       off += no;
       poff += (size_t)p;
@@ -114,7 +114,7 @@ static void run_case(const char *name, const struct ex_vision *cv, struct exc_vi
     /* The small reservation runs the same call in several passes. */
     struct run split = gpu_run(gv_small, pix, n, grid, n_img, n_out, &rc);
     if (rc || memcmp(split.out, full.out, n_out * 4) != 0)
-      xt_fail("%s: the call split into passes differs from the single pass", name);
+      tw_fail("%s: the call split into passes differs from the single pass", name);
     else
       printf("%s: split into passes of <= %lld patches: identical\n", name,
              (long long)gv_small->max_patches);
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s hf HF_DIR | fixture DIR NAME\n", argv[0]);
     return 2;
   }
-  xt_require_gpu();
+  tw_require_gpu();
   char path[2048];
   struct json_object *root, *vc;
   bool hf = strcmp(argv[1], "hf") == 0;
@@ -159,18 +159,18 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/model.safetensors", argv[2]);
   else
     snprintf(path, sizeof path, "%s/%s", argv[2], json_object_get_string(get(entry, "weights")));
-  XT_OK(cm_safetensors_open(path, &st, &d));
-  XT_OK(ex_vision_new(&cfg, st, NULL, &cv, &d));
+  TW_OK(cm_safetensors_open(path, &st, &d));
+  TW_OK(ex_vision_new(&cfg, st, NULL, &cv, &d));
   cm_safetensors_close(st);
   printf("tower %s: depth %d, V %d, heads %d (hd %d), F %d, O %d, %s\n", argv[hf ? 2 : 3],
          cfg.depth, cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.intermediate_size,
          cfg.out_hidden_size, cfg.block_act == EX_GELU_TANH ? "gelu tanh" : "gelu erf");
-  XT_OK(exc_gemm_new(32u << 20, &gemm));
-  XT_OK(exc_vision_new(&cfg, cv, 4096, 64, gemm, &gv, &d));
-  XT_OK(exc_vision_new(&cfg, cv, 400, 3, gemm, &gv_small, &d));
+  TW_OK(exc_gemm_new(32u << 20, &gemm));
+  TW_OK(exc_vision_new(&cfg, cv, 4096, 64, gemm, &gv, &d));
+  TW_OK(exc_vision_new(&cfg, cv, 400, 3, gemm, &gv_small, &d));
 
-  struct xt_rng g;
-  xt_rng_seed(&g, 0x715e0005u);
+  struct tw_rng g;
+  tw_rng_seed(&g, 0x715e0005u);
   static const int32_t g1[] = {1, 20, 14};
   static const int32_t g2[] = {1, 2, 2};
   static const int32_t g3[] = {1, 36, 64};
@@ -190,34 +190,34 @@ int main(int argc, char **argv) {
     size_t pd = (size_t)cfg.patch_dim, n_out = (size_t)n / 4 * (size_t)cfg.out_hidden_size;
     float *pix = malloc((size_t)n * pd * 4), *r16 = malloc(n_out * 4), *r32 = malloc(n_out * 4);
     for (size_t i = 0; i < (size_t)n * pd; i++)
-      pix[i] = xt_uniform(&g, -1.0f, 1.0f);
+      pix[i] = tw_uniform(&g, -1.0f, 1.0f);
     cv->round_bf16 = true;
-    XT_OK(ex_vision_forward(cv, pix, n, gk, 1, r16, &d));
+    TW_OK(ex_vision_forward(cv, pix, n, gk, 1, r16, &d));
     cv->round_bf16 = false;
-    XT_OK(ex_vision_forward(cv, pix, n, gk, 1, r32, &d));
+    TW_OK(ex_vision_forward(cv, pix, n, gk, 1, r32, &d));
     int rc = 0;
     struct run got = gpu_run(gv, pix, n, gk, 1, n_out, &rc);
     if (rc) {
-      xt_fail("ref-bf16 %dx%d: GPU forward returned %d", gk[1], gk[2], rc);
+      tw_fail("ref-bf16 %dx%d: GPU forward returned %d", gk[1], gk[2], rc);
     } else {
-      double e16 = xt_rel_l2(got.out, r16, n_out), e32 = xt_rel_l2(got.out, r32, n_out);
+      double e16 = tw_rel_l2(got.out, r16, n_out), e32 = tw_rel_l2(got.out, r32, n_out);
       double em = max_rel(got.out, r16, n_out);
       printf("ref-bf16 %dx%d: rel L2 to the rounded CPU tower %.3g, to the float32 one %.3g, max "
              "rel %.3g\n",
              gk[1], gk[2], e16, e32, em);
       if (!(e16 <= TOL_L2) || !(em <= TOL_MAX) || !(e16 < e32))
-        xt_fail("ref-bf16 %dx%d: GPU tower not the rounded CPU tower's twin", gk[1], gk[2]);
+        tw_fail("ref-bf16 %dx%d: GPU tower not the rounded CPU tower's twin", gk[1], gk[2]);
     }
     free(got.out), free(pix), free(r16), free(r32);
   }
   gv->round_bf16 = false;
 
   /* A single image over the reservation is refused, not truncated. */
-  float *dummy = xt_dev(4);
+  float *dummy = tw_dev(4);
   static const int32_t gbig[] = {1, 22, 22};
   int rc = exc_vision_forward(gv_small, 0, dummy, 484, gbig, 1, dummy, &d);
   if (rc != -CM_ELIMIT)
-    xt_fail("an image of 484 patches on a 400-patch reservation returned %d, expected %d", rc,
+    tw_fail("an image of 484 patches on a 400-patch reservation returned %d, expected %d", rc,
             -CM_ELIMIT);
   cudaFree(dummy);
   cm_diag_fini(&d);
@@ -226,5 +226,5 @@ int main(int argc, char **argv) {
   exc_gemm_free(gemm);
   ex_vision_free(cv);
   json_object_put(root);
-  return xt_finish("vision_tower");
+  return tw_finish("vision_tower");
 }

@@ -1,7 +1,7 @@
 """The OpenAPI document (frontend/openapi.json) against the code and the reference fixtures:
   1. it is an OpenAPI 3.1 document whose schemas are valid JSON Schema 2020-12 and whose
      references all resolve;
-  2. its paths are exactly the routes of frontend/main.c and frontend/fe_static.c (a route missing
+  2. its paths are exactly the routes of the table in frontend/fe_routes.c (a route missing
      from the document fails, and so does a documented path no source serves);
   3. its family schemas are as precise as the families' validation, on the oracle fixtures: every
      request the reference answers (tests/fixtures/open_jev/contract.jsonl, jemm/render.jsonl,
@@ -115,12 +115,12 @@ def check_document(c):
 
 def check_routes(c):
     served = set()
-    for name in ("main.c", "fe_static.c"):
+    for name in ("fe_routes.c",):
         with open(os.path.join(ROOT, "frontend", name), encoding="utf-8") as f:
             served |= openapi_check.routes_of_source(f.read())
     documented = set(c.doc["paths"])
     if len(served) < 6:
-        fail("only %d routes found in frontend/main.c and fe_static.c: %s" % (len(served), served))
+        fail("only %d routes found in frontend/fe_routes.c: %s" % (len(served), served))
     for p in sorted(served - documented):
         fail("route %s of the frontend is missing from frontend/openapi.json" % p)
     for p in sorted(documented - served):

@@ -215,8 +215,8 @@ def check(method, path, status, headers, body, request_body=None):
 
 
 def routes_of_source(text):
-    """The (path, methods) pairs a frontend source serves, read from its route comparisons:
-    h2o_memis(path..., H2O_STRLIT("/x")) in main.c and the {"/x", ...} rows of the asset table."""
+    """The paths a frontend source serves, read from the {"/x", ...} rows of its route table
+    (fe_routes.c) and from route comparisons h2o_memis(path..., H2O_STRLIT("/x"))."""
     paths = set(re.findall(r'h2o_memis\(path\.base, path\.len, H2O_STRLIT\("(/[^"]*)"\)\)', text))
     paths |= set(re.findall(r'^\s*\{"(/[^"]*)",', text, re.M))
     return paths

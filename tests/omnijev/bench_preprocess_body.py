@@ -1,4 +1,4 @@
-"""Writes the OmniJev request bodies of the serving benchmark (tests/gpu/serve_latency.py, the
+"""Writes the OmniJev request bodies of the serving benchmark (tests/cuda/serve_latency.py, the
 u1/u12 workloads of spec/benchmark.md: one seeded 1600x900 PNG as a base64 data URL) for
 tests/omnijev/bench_preprocess. Stdlib only. usage: bench_preprocess_body.py OUT_DIR"""
 import json

@@ -1,4 +1,4 @@
-"""The preprocess stage as the service reports it: starts the trio (tests/gpu/serve_latency.py's
+"""The preprocess stage as the service reports it: starts the trio (tests/cuda/serve_latency.py's
 Trio; CPU executor unless --device) on a model directory, sends the u1 and u12 bodies of the serving
 benchmark (one seeded 1600x900 PNG) one at a time, and writes per workload the Server-Timing
 `preprocess` durations (ms) and the answers with their latency fields removed, so two builds can be

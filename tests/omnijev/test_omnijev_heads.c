@@ -51,6 +51,46 @@ static void add_out(struct cm_safetensors_writer *w, const char *name, float *x,
   }
 }
 
+/* Rows of a batch do not see each other: OrdinalScoreHead over 64 levels at width 512 (its cut MLP
+ * runs batched and split over threads: 64·512·512 multiply-adds, over the threading threshold)
+ * gives, for every level l < k − 1 of a call over only the first k levels, the same bits (μ_l
+ * depends on levels 0 … l alone, and on z). Random weights; shapes independent of the oracle's. */
+static void check_rows_independent(void) {
+  enum { HID = 512, DO = 512, K = 64 };
+  struct ex_omnijev_heads h = {.hidden = HID, .d_ord = DO};
+  struct ex_omnijev_linear *ls[4] = {&h.z0, &h.z2, &h.cut0, &h.cut2};
+  size_t outs[4] = {DO, 1, DO, 1}, ins[4] = {HID, DO, HID, DO};
+  uint64_t st = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 4; i++) {
+    ls[i]->n_out = outs[i], ls[i]->n_in = ins[i];
+    ls[i]->w = malloc(outs[i] * ins[i] * sizeof(float));
+    ls[i]->b = malloc(outs[i] * sizeof(float));
+    for (size_t j = 0; j < outs[i] * ins[i]; j++) {
+      st = st * 6364136223846793005ull + 1442695040888963407ull;
+      ls[i]->w[j] = ((float)(st >> 40) / 16777216.0f - 0.5f) * 0.1f;
+    }
+    for (size_t j = 0; j < outs[i]; j++)
+      ls[i]->b[j] = 0.01f * (float)(j % 7);
+  }
+  float *u = malloc((size_t)K * HID * sizeof(float)), zq[HID], all[K], part[K];
+  for (size_t j = 0; j < (size_t)K * HID; j++) {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    u[j] = (float)(st >> 40) / 16777216.0f - 0.5f;
+  }
+  for (size_t j = 0; j < HID; j++)
+    zq[j] = u[j] * 0.5f;
+  CHECK(ex_omnijev_ordinal(&h, u, K, zq, all) == 0, "ordinal over %d levels", K);
+  const size_t ks[] = {2, 3, 9, 17, 40, K};
+  for (size_t c = 0; c < sizeof ks / sizeof *ks; c++) {
+    CHECK(ex_omnijev_ordinal(&h, u, ks[c], zq, part) == 0, "ordinal over %zu levels", ks[c]);
+    CHECK(memcmp(part, all, (ks[c] - 1) * sizeof(float)) == 0,
+          "ordinal: the first %zu levels alone differ from the same levels among %d", ks[c] - 1, K);
+  }
+  for (int i = 0; i < 4; i++)
+    free(ls[i]->w), free(ls[i]->b);
+  free(u);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -181,6 +221,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n_outs; i++)
     free(outs[i]);
   ex_omnijev_heads_fini(&h);
+  check_rows_independent();
   cm_safetensors_close(hs);
   cm_safetensors_close(cs);
   cm_diag_fini(&d);

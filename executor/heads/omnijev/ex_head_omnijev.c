@@ -6,10 +6,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ex_head.h"
 #include "ex_lm_feats.h"
@@ -130,15 +132,83 @@ void ex_omnijev_heads_fini(struct ex_omnijev_heads *h) {
 
 /* ---- maths ---------------------------------------------------------------------------------- */
 
-/* y = W x + b for one vector, float64 accumulation, one rounding. */
-static void linear(const struct ex_omnijev_linear *l, const float *x, float *y) {
-  for (size_t o = 0; o < l->n_out; o++) {
-    const float *w = l->w + o * l->n_in;
-    double acc = 0.0;
-    for (size_t i = 0; i < l->n_in; i++)
-      acc += (double)w[i] * (double)x[i];
-    y[o] = (float)(acc + (double)l->b[o]);
+enum {
+  ROW_BLOCK = 8,          /* rows sharing one pass over a weight row */
+  MAX_THREADS = 8,        /* threads of one large linear_rows call */
+  THREAD_MIN_MACS = 1 << 22, /* n · n_in · n_out below which one thread does it all */
+};
+
+/* One thread's share of linear_rows: outputs [o0, o1) of every row block. */
+struct lin_job {
+  const struct ex_omnijev_linear *l;
+  const double *xt; /* [n_blocks][n_in][ROW_BLOCK] the rows, widened, zero-padded */
+  size_t n, o0, o1;
+  float *y;
+};
+
+static void *lin_worker(void *arg) {
+  const struct lin_job *j = arg;
+  const struct ex_omnijev_linear *l = j->l;
+  size_t ni = l->n_in;
+  for (size_t r0 = 0; r0 < j->n; r0 += ROW_BLOCK) {
+    size_t nb = j->n - r0 < ROW_BLOCK ? j->n - r0 : ROW_BLOCK;
+    const double *xb = j->xt + (r0 / ROW_BLOCK) * ni * ROW_BLOCK;
+    for (size_t o = j->o0; o < j->o1; o++) {
+      const float *w = l->w + o * ni;
+      double acc[ROW_BLOCK] = {0};
+      for (size_t i = 0; i < ni; i++) {
+        double wi = (double)w[i];
+        const double *xi = xb + i * ROW_BLOCK;
+        for (size_t r = 0; r < ROW_BLOCK; r++)
+          acc[r] += wi * xi[r];
+      }
+      for (size_t r = 0; r < nb; r++)
+        j->y[(r0 + r) * l->n_out + o] = (float)(acc[r] + (double)l->b[o]);
+    }
   }
+  return NULL;
+}
+
+/* y[n, n_out] = x[n, n_in]·Wᵀ + b: each output one float64 chain over the inputs in ascending order
+ * (acc = 0; acc += w[i]·x[i]; then + b, one rounding to float32), rows in blocks of ROW_BLOCK
+ * with independent chains that share each weight row, large calls split by output features over
+ * up to MAX_THREADS threads (the same bits as one row at a time on one thread: no chain depends
+ * on its neighbours). Returns 0 or -ENOMEM. */
+static int linear_rows(const struct ex_omnijev_linear *l, const float *x, size_t n, float *y) {
+  size_t ni = l->n_in, n_blocks = (n + ROW_BLOCK - 1) / ROW_BLOCK;
+  double *xt = malloc((n_blocks * ni * ROW_BLOCK + 1) * sizeof *xt);
+  if (!xt)
+    return -ENOMEM;
+  for (size_t b = 0; b < n_blocks; b++)
+    for (size_t i = 0; i < ni; i++)
+      for (size_t r = 0; r < ROW_BLOCK; r++) {
+        size_t row = b * ROW_BLOCK + r;
+        xt[(b * ni + i) * ROW_BLOCK + r] = row < n ? (double)x[row * ni + i] : 0.0;
+      }
+  size_t n_thr = 1;
+  if ((double)n * (double)ni * (double)l->n_out >= THREAD_MIN_MACS) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    n_thr = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (size_t)cpus;
+    n_thr = n_thr > l->n_out ? l->n_out : n_thr;
+  }
+  struct lin_job jobs[MAX_THREADS];
+  pthread_t tid[MAX_THREADS];
+  bool started[MAX_THREADS] = {false};
+  for (size_t t = 0; t < n_thr; t++) {
+    jobs[t] = (struct lin_job){.l = l, .xt = xt, .n = n, .o0 = l->n_out * t / n_thr,
+                               .o1 = l->n_out * (t + 1) / n_thr, .y = y};
+    if (t > 0) /* a thread that cannot start is run here */
+      started[t] = pthread_create(&tid[t], NULL, lin_worker, &jobs[t]) == 0;
+  }
+  lin_worker(&jobs[0]);
+  for (size_t t = 1; t < n_thr; t++) {
+    if (started[t])
+      pthread_join(tid[t], NULL);
+    else
+      lin_worker(&jobs[t]);
+  }
+  free(xt);
+  return 0;
 }
 
 /* exact GELU: x · Φ(x) = 0.5 x (1 + erf(x / √2)) */
@@ -147,48 +217,56 @@ static void gelu(float *x, size_t n) {
     x[i] = (float)(0.5 * (double)x[i] * (1.0 + erf((double)x[i] * 0.70710678118654752440)));
 }
 
-/* Linear → GELU → Linear (the heads' MLPs); tmp [first.n_out]. */
-static void mlp(const struct ex_omnijev_linear *a, const struct ex_omnijev_linear *b,
-                const float *x, float *tmp, float *y) {
-  linear(a, x, tmp);
-  gelu(tmp, a->n_out);
-  linear(b, tmp, y);
+/* Linear → GELU → Linear (the heads' MLPs) over n rows: x [n, a.n_in], y [n, b.n_out]. Returns 0
+ * or -ENOMEM. */
+static int mlp_rows(const struct ex_omnijev_linear *a, const struct ex_omnijev_linear *b,
+                    const float *x, size_t n, float *y) {
+  float *tmp = malloc((n * a->n_out + 1) * sizeof *tmp);
+  int rc = tmp ? linear_rows(a, x, n, tmp) : -ENOMEM;
+  if (!rc) {
+    gelu(tmp, n * a->n_out);
+    rc = linear_rows(b, tmp, n, y);
+  }
+  free(tmp);
+  return rc;
 }
 
 static float sigmoidf_(float x) {
   return (float)(1.0 / (1.0 + exp(-(double)x)));
 }
 
-int ex_omnijev_option_scorer(const struct ex_omnijev_heads *h, const float *u, size_t k,
-                             const float *zq, const float *feats, int type, float *mu) {
-  if ((type != 0 && type != 1) || k == 0 || (type == 0 && k != 1))
-    return -EINVAL;
-  size_t dh = h->d_hidden;
-  float *g = malloc(dh * sizeof *g), *tmp = malloc(dh * sizeof *tmp), *hk = malloc(dh * sizeof *hk),
-        *fk = malloc(dh * sizeof *fk), *s = malloc((k + 1) * sizeof *s);
-  if (!g || !tmp || !hk || !fk || !s) {
-    free(g), free(tmp), free(hk), free(fk), free(s);
-    return -ENOMEM;
-  }
-  mlp(&h->que0, &h->que2, zq, tmp, g);
-  for (size_t i = 0; i < dh; i++)
+/* The question gates g [n, dh] = tanh(que MLP(zq)) of n questions (zq [n, H]). */
+static int gates(const struct ex_omnijev_heads *h, const float *zq, size_t n, float *g) {
+  int rc = mlp_rows(&h->que0, &h->que2, zq, n, g);
+  for (size_t i = 0; !rc && i < n * h->d_hidden; i++)
     g[i] = tanhf(g[i]);
+  return rc;
+}
+
+/* OptionScorer's end for one question from its gate g [dh] and option states hk [k, dh] (the opt
+ * MLP of u; overwritten): as ex_omnijev_option_scorer. */
+static int scorer_end(const struct ex_omnijev_heads *h, float *hk, size_t k, const float *g,
+                      const float *feats, int type, float *mu) {
+  size_t dh = h->d_hidden;
+  float *fk = malloc((k * dh + 1) * sizeof *fk), *s = malloc((k + 1) * sizeof *s),
+        *sc = malloc((k + 1) * sizeof *sc), *fl = malloc((k + 1) * sizeof *fl);
+  int rc = fk && s && sc && fl ? 0 : -ENOMEM;
+  if (!rc)
+    rc = linear_rows(&h->feat, feats, k, fk);
+  for (size_t i = 0; !rc && i < k * dh; i++)
+    hk[i] = hk[i] * g[i % dh] + fk[i];
+  if (!rc)
+    rc = linear_rows(&h->score, hk, k, sc);
+  if (!rc)
+    rc = linear_rows(&h->feat_lin, feats, k, fl);
   float t = expf(h->log_tau[type]);
-  for (size_t r = 0; r < k; r++) {
-    mlp(&h->opt0, &h->opt2, u + r * h->hidden, tmp, hk);
-    linear(&h->feat, feats + r * EX_LM_FEATS_N, fk);
-    for (size_t i = 0; i < dh; i++)
-      hk[i] = hk[i] * g[i] + fk[i];
-    float sc, fl;
-    linear(&h->score, hk, &sc);
-    linear(&h->feat_lin, feats + r * EX_LM_FEATS_N, &fl);
-    s[r] = (sc + fl) / t;
-  }
-  if (type == 0) {
+  for (size_t r = 0; !rc && r < k; r++)
+    s[r] = (sc[r] + fl[r]) / t;
+  if (!rc && type == 0) {
     mu[0] = sigmoidf_(s[0]); /* softmax over [s, 0] */
-  } else {
+  } else if (!rc) {
     float a;
-    linear(&h->abstain, g, &a);
+    rc = linear_rows(&h->abstain, g, 1, &a);
     s[k] = a / t;
     double m = s[0], z = 0.0;
     for (size_t r = 1; r <= k; r++)
@@ -198,8 +276,25 @@ int ex_omnijev_option_scorer(const struct ex_omnijev_heads *h, const float *u, s
     for (size_t r = 0; r < k; r++)
       mu[r] = (float)(exp((double)s[r] - m) / z);
   }
-  free(g), free(tmp), free(hk), free(fk), free(s);
-  return 0;
+  free(fk), free(s), free(sc), free(fl);
+  return rc;
+}
+
+int ex_omnijev_option_scorer(const struct ex_omnijev_heads *h, const float *u, size_t k,
+                             const float *zq, const float *feats, int type, float *mu) {
+  if ((type != 0 && type != 1) || k == 0 || (type == 0 && k != 1))
+    return -EINVAL;
+  size_t dh = h->d_hidden;
+  float *g = malloc(dh * sizeof *g), *hk = malloc(k * dh * sizeof *hk);
+  int rc = g && hk ? 0 : -ENOMEM;
+  if (!rc)
+    rc = gates(h, zq, 1, g);
+  if (!rc)
+    rc = mlp_rows(&h->opt0, &h->opt2, u, k, hk);
+  if (!rc)
+    rc = scorer_end(h, hk, k, g, feats, type, mu);
+  free(g), free(hk);
+  return rc;
 }
 
 /* softplus with β = 1 and threshold 20 */
@@ -207,35 +302,33 @@ static float softplusf_(float x) {
   return x > 20.0f ? x : (float)log1p(exp((double)x));
 }
 
-int ex_omnijev_ordinal(const struct ex_omnijev_heads *h, const float *u, size_t k, const float *zq,
-                       float *mu) {
-  if (k == 0)
-    return -EINVAL;
-  float *tmp = malloc(h->d_ord * sizeof *tmp), *theta = malloc(k * sizeof *theta);
-  if (!tmp || !theta) {
-    free(tmp), free(theta);
-    return -ENOMEM;
-  }
-  float z, r0;
-  mlp(&h->z0, &h->z2, zq, tmp, &z);
-  mlp(&h->cut0, &h->cut2, u, tmp, &r0);
-  theta[0] = r0;
-  float acc = 0.0f; /* cumulative sum of the softplus gaps, float32 as torch.cumsum */
-  for (size_t l = 1; l < k; l++) {
-    float r;
-    mlp(&h->cut0, &h->cut2, u + l * h->hidden, tmp, &r);
-    acc += softplusf_(r);
-    theta[l] = r0 + acc;
-  }
+/* OrdinalScoreHead's end from z (the z MLP of zq) and r [k] (the cut MLP of each u row). */
+static void ordinal_end(float z, const float *r, size_t k, float *mu) {
+  float r0 = r[0], acc = 0.0f; /* cumulative sum of the softplus gaps, float32 as torch.cumsum */
   float prev = 0.0f;
   for (size_t l = 0; l < k; l++) {
-    float c = l + 1 < k ? sigmoidf_(theta[l] - z) : 1.0f;
+    if (l > 0)
+      acc += softplusf_(r[l]);
+    float theta = l == 0 ? r0 : r0 + acc;
+    float c = l + 1 < k ? sigmoidf_(theta - z) : 1.0f;
     float p = l == 0 ? c : c - prev;
     mu[l] = p < 1e-8f ? 1e-8f : p;
     prev = c;
   }
-  free(tmp), free(theta);
-  return 0;
+}
+
+int ex_omnijev_ordinal(const struct ex_omnijev_heads *h, const float *u, size_t k, const float *zq,
+                       float *mu) {
+  if (k == 0)
+    return -EINVAL;
+  float *r = malloc(k * sizeof *r), z;
+  int rc = r ? mlp_rows(&h->z0, &h->z2, zq, 1, &z) : -ENOMEM;
+  if (!rc)
+    rc = mlp_rows(&h->cut0, &h->cut2, u, k, r);
+  if (!rc)
+    ordinal_end(z, r, k, mu);
+  free(r);
+  return rc;
 }
 
 /* ---- the group readout ------------------------------------------------------------------------ */
@@ -290,6 +383,26 @@ static int begin(const void *state, const int32_t *args, uint32_t n_args, void *
   return 0;
 }
 
+/* The log-probabilities a row of `a` reads (positions o−1 … c−2 predict x_{o+1} (first, from
+ * before the marker), then x_{o+1} … x_{c−1}): *ret_n = 0 for a score question, an empty option
+ * text or a bad layout. */
+static void lm_targets(const void *acc, int32_t position, const int32_t *ids, uint32_t n,
+                       uint32_t *ret_first, int32_t *tg, size_t *ret_n) {
+  const struct acc *a = acc;
+  *ret_n = 0;
+  *ret_first = 0;
+  if (a->type == 2 || position < 1 || (uint32_t)position + 2 > n)
+    return;
+  uint32_t o = (uint32_t)position, c = n - 1, n_in = c - o - 1;
+  if (n_in == 0)
+    return;
+  tg[0] = ids[o + 1];
+  for (uint32_t i = 1; i <= n_in; i++)
+    tg[i] = ids[o + i];
+  *ret_first = o - 1;
+  *ret_n = n_in + 1;
+}
+
 static int row(const void *state, const struct ex_head_lm *lm, void *acc, uint32_t k,
                int32_t position, const int32_t *ids, uint32_t n, const float *hidden,
                struct cm_diag *diag) {
@@ -306,22 +419,20 @@ static int row(const void *state, const struct ex_head_lm *lm, void *acc, uint32
   a->n_in[k] = c - o - 1;
   if (a->type == 2 || a->n_in[k] == 0)
     return 0; /* score ignores the features; an empty text has S = first = 0 */
-  /* positions o−1 … c−2 predict x_{o+1} (first, from before the marker), then x_{o+1} … x_{c−1} */
-  uint32_t np = a->n_in[k] + 1;
-  int32_t *tg = malloc(np * sizeof *tg);
-  float *lp = malloc(np * sizeof *lp);
+  int32_t *tg = malloc(n * sizeof *tg);
+  float *lp = malloc(n * sizeof *lp);
   int rc = tg && lp ? 0 : -ENOMEM;
+  uint32_t first = 0;
+  size_t np = 0;
   if (!rc) {
-    tg[0] = ids[o + 1];
-    for (uint32_t i = 1; i < np; i++)
-      tg[i] = ids[o + i];
-    rc = lm->target_logprobs(lm, o - 1, tg, np, lp, diag);
+    lm_targets(a, position, ids, n, &first, tg, &np);
+    rc = lm->target_logprobs(lm, first, tg, np, lp, diag);
     if (rc == -EINVAL)
       rc = cm_diag_set(diag, -CM_EPROGRAM, "omnijev readout: option token outside the vocabulary");
   }
   if (!rc) {
     float s = 0.0f;
-    for (uint32_t i = 1; i < np; i++)
+    for (size_t i = 1; i < np; i++)
       s += lp[i];
     a->sum_lp[k] = s;
     a->first[k] = lp[0];
@@ -330,22 +441,65 @@ static int row(const void *state, const struct ex_head_lm *lm, void *acc, uint32
   return rc;
 }
 
-static int finish(const void *state, void *acc, float *out, struct cm_diag *diag) {
+/* Every readout's rows in one batched pass per MLP (the opt and cut MLPs over all option rows,
+ * the que and z MLPs over all questions), then each question's end: the same bits as one finish
+ * per readout, since a row's chains do not depend on its neighbours (linear_rows). */
+static int finish_all(const void *state, void *const *accs, size_t n, float *const *outs,
+                      struct cm_diag *diag) {
   const struct ex_omnijev_heads *h = state;
-  struct acc *a = acc;
-  int rc;
-  if (a->type == 2) {
-    rc = ex_omnijev_ordinal(h, a->u, a->k, a->zq, out);
-  } else {
-    float *feats = out + a->k;
-    ex_lm_option_feats(a->sum_lp, a->n_in, a->first, a->k, feats);
-    rc = ex_omnijev_option_scorer(h, a->u, a->k, a->zq, feats, a->type, out);
+  size_t H = h->hidden, dh = h->d_hidden, m_opt = 0, n_opt = 0, m_ord = 0, n_ord = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct acc *a = accs[i];
+    if (a->type == 2)
+      m_ord += a->k, n_ord++;
+    else
+      m_opt += a->k, n_opt++;
   }
+  float *u_opt = malloc((m_opt * H + 1) * sizeof(float)), *z_opt = malloc((n_opt * H + 1) * sizeof(float));
+  float *hk = malloc((m_opt * dh + 1) * sizeof(float)), *g = malloc((n_opt * dh + 1) * sizeof(float));
+  float *u_ord = malloc((m_ord * H + 1) * sizeof(float)), *z_ord = malloc((n_ord * H + 1) * sizeof(float));
+  float *r_ord = malloc((m_ord + 1) * sizeof(float)), *zz = malloc((n_ord + 1) * sizeof(float));
+  int rc = u_opt && z_opt && hk && g && u_ord && z_ord && r_ord && zz ? 0 : -ENOMEM;
+  size_t mo = 0, no = 0, mr = 0, nr = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    const struct acc *a = accs[i];
+    bool ord = a->type == 2;
+    memcpy((ord ? u_ord + mr * H : u_opt + mo * H), a->u, (size_t)a->k * H * sizeof(float));
+    memcpy((ord ? z_ord + nr * H : z_opt + no * H), a->zq, H * sizeof(float));
+    if (ord)
+      mr += a->k, nr++;
+    else
+      mo += a->k, no++;
+  }
+  if (!rc && n_opt && !(rc = mlp_rows(&h->opt0, &h->opt2, u_opt, m_opt, hk)))
+    rc = gates(h, z_opt, n_opt, g);
+  if (!rc && n_ord && !(rc = mlp_rows(&h->cut0, &h->cut2, u_ord, m_ord, r_ord)))
+    rc = mlp_rows(&h->z0, &h->z2, z_ord, n_ord, zz);
+  mo = no = mr = nr = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    struct acc *a = accs[i];
+    if (a->type == 2) {
+      ordinal_end(zz[nr++], r_ord + mr, a->k, outs[i]);
+      mr += a->k;
+      continue;
+    }
+    float *feats = outs[i] + a->k;
+    ex_lm_option_feats(a->sum_lp, a->n_in, a->first, a->k, feats);
+    rc = scorer_end(h, hk + mo * dh, a->k, g + no * dh, feats, a->type, outs[i]);
+    mo += a->k, no++;
+  }
+  free(u_opt), free(z_opt), free(hk), free(g), free(u_ord), free(z_ord), free(r_ord), free(zz);
   return rc ? cm_diag_set(diag, rc, "omnijev heads: %s", cm_strerror(rc)) : 0;
 }
 
+static int finish(const void *state, void *acc, float *out, struct cm_diag *diag) {
+  return finish_all(state, &acc, 1, &out, diag);
+}
+
 static const struct ex_head_group group = {
-    .shape = shape, .begin = begin, .row = row, .finish = finish, .free_acc = free_acc};
+    .shape = shape, .begin = begin, .row = row, .lm_targets = lm_targets, .finish = finish,
+    .finish_all = finish_all,
+    .free_acc = free_acc};
 
 static int load(const struct cm_model_dir *dir, size_t hidden, void **ret_state, size_t *ret_n_out,
                 struct cm_diag *diag) {
