@@ -13,21 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cm_family.h"
 #include "cm_qwen35.h"
 #include "cm_sha256.h"
 #include "cm_verify_cache.h"
-
-/* Family names without a loader in this build, refused with their own message; NULL-terminated
- * (every planned family has one now). */
-static const char *const reserved_families[] = {NULL};
-
-bool cm_model_family_known(const char *family) {
-  /* open_jev: a Qwen3.5 text backbone + heads.safetensors (checked by its head loader) */
-  /* omnijev: Qwen3.5 + vision, the resized tied embedding, heads.safetensors (head.* / ord.*) */
-  /* jemm: a Qwen3.5 backbone (+ kept adapter); its manifest blocks are read by the family */
-  return strcmp(family, "qwen3_5") == 0 || strcmp(family, "open_jev") == 0 ||
-         strcmp(family, "omnijev") == 0 || strcmp(family, "jemm") == 0;
-}
 
 const char *cm_numerics_name(enum cm_numerics numerics) {
   return numerics == CM_NUMERICS_FP32 ? "fp32" : numerics == CM_NUMERICS_BF16 ? "bf16" : NULL;
@@ -398,14 +387,9 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
   if (rc)
     goto fail;
   md->family = json_object_get_string(jv);
-  if (!cm_model_family_known(md->family)) {
-    bool reserved = false;
-    for (size_t i = 0; reserved_families[i]; i++)
-      reserved |= strcmp(md->family, reserved_families[i]) == 0;
-    rc = cm_diag_set(diag, -CM_EUNSUPPORTED,
-                     reserved ? "%s: key 'family': \"%s\" is reserved; this build has no loader for it"
-                              : "%s: key 'family': unknown family \"%s\"",
-                     mpath, md->family);
+  if (!cm_family_find(md->family)) {
+    rc = cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: key 'family': unknown family \"%s\"", mpath,
+                     md->family);
     goto fail;
   }
   if ((rc = need(m, "config", json_type_object, mpath, "", &md->config, diag)) ||
@@ -513,20 +497,13 @@ int cm_model_dir_add_file(json_object *files, const char *dir, const char *name,
   return 0;
 }
 
-static uint64_t family_max_body(const char *family) {
-  if (strcmp(family, "jemm") == 0)
-    return CM_LIMIT_MAX_BODY_JEMM;
-  if (strcmp(family, "omnijev") == 0)
-    return CM_LIMIT_MAX_BODY_OMNIJEV;
-  return CM_LIMIT_MAX_BODY_OPEN_JEV;
-}
-
 int cm_model_dir_max_body(const struct cm_model_dir *dir, uint64_t *ret_bytes,
                           struct cm_diag *diag) {
   json_object *lim = NULL, *v = NULL;
   if (!json_object_object_get_ex(dir->manifest, "limits", &lim) ||
       !json_object_object_get_ex(lim, "max_body_bytes", &v)) {
-    *ret_bytes = family_max_body(dir->family);
+    const struct cm_family *f = cm_family_find(dir->family);
+    *ret_bytes = f && f->max_body_bytes ? f->max_body_bytes : CM_LIMIT_MAX_BODY_OPEN_JEV;
     return 0;
   }
   int64_t n = json_object_get_int64(v);

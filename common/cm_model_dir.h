@@ -82,20 +82,19 @@ struct cm_model_dir {
  * Ownership: *ret_dir is heap-owned, freed with cm_model_dir_free.
  * Returns: 0; -ENOENT / -CM_EMISSING (file or key absent), -CM_EFORMAT (bad JSON or format id,
  * an unknown numerics, embed_f32_rows of the wrong shape, dtype or ids),
- * -CM_EHASH (hash mismatch), -CM_EUNSUPPORTED (unknown family), or a cm_safetensors_open error.
+ * -CM_EHASH (hash mismatch), -CM_EUNSUPPORTED (a family not in cm_family.h), or a
+ * cm_safetensors_open error.
  * `diag` names the file (and tensor or key). */
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag);
 void cm_model_dir_free(struct cm_model_dir *dir);
 
 /* The request body limit of a model, bytes: manifest limits.max_body_bytes (an integer in
- * 1 .. CM_LIMIT_MAX_BODY_HARD), else its family's CM_LIMIT_MAX_BODY_* (4 MiB for another family).
+ * 1 .. CM_LIMIT_MAX_BODY_HARD), else its family's max_body_bytes (cm_family.h; 4 MiB for one
+ * without, the bare backbone).
  * Returns 0 with *ret_bytes; -CM_EFORMAT when limits.max_body_bytes is present and not such an
  * integer (diag names it). */
 int cm_model_dir_max_body(const struct cm_model_dir *dir, uint64_t *ret_bytes,
                           struct cm_diag *diag);
-
-/* True for a family whose loader this build has ("qwen3_5", "open_jev", "omnijev", "jemm"). */
-bool cm_model_family_known(const char *family);
 
 /* Hashes dir/name and records {"sha256": hex, "bytes": n} under files[name] (used by writers).
  * Returns 0 or cm_sha256_file's error. */

@@ -61,9 +61,8 @@ struct executor {
 
 struct model {
   struct cm_model_dir *dir;     /* opened directory */
-  const struct pp_family *fam;  /* its family */
-  void *state;                  /* family state */
-  struct pp_model_desc desc;    /* id, aliases, revision, describe */
+  struct pp_model *pm;          /* its family, tokenizer and family state */
+  struct pp_model_desc desc;    /* pm->desc: id, aliases, revision, describe */
   char *describe_text;          /* desc.describe as compact JSON */
   uint64_t max_body;            /* request body limit, bytes (manifest limits.max_body_bytes) */
 };
@@ -658,7 +657,7 @@ static void handle_job(struct job_slot *js, const struct proto_job *job, struct 
                        md->desc.id);
     goto out;
   }
-  if ((code = md->fam->compile(md->state, root, &info, &prog, &ctx, &diag)))
+  if ((code = md->pm->family->compile(md->pm->state, root, &info, &prog, &ctx, &diag)))
     goto out;
   prog.deadline_us = job->deadline_us;
   /* The program's request id is unique (the client's x-request-id need not be): the client's
@@ -766,7 +765,8 @@ static void handle_job(struct job_slot *js, const struct proto_job *job, struct 
     char *json = NULL;
     size_t n = 0;
     struct pp_finish_stats stats = {0};
-    if ((code = md->fam->finish(md->state, ctx, &res, &info, &json, &n, &stats, &diag))) {
+    const struct pp_family *fam = md->pm->family;
+    if ((code = fam->finish(md->pm->state, ctx, &res, &info, &json, &n, &stats, &diag))) {
       code = code == -ENOMEM ? code : -CM_EINTERNAL;
       goto out;
     }
@@ -796,7 +796,7 @@ out:
   rp->timings.heads_us = res.timings.readout_us + res.timings.heads_us;
   rp->timings.wait_us = res.timings.wait_us;
   if (md && ctx)
-    md->fam->ctx_free(ctx);
+    md->pm->family->ctx_free(ctx);
   nng_msg_free(m);
   nng_msg_free(pm);
   proto_program_fini(&prog);
@@ -907,15 +907,12 @@ static void *worker_thread(void *arg) {
 static int load_model(const char *path, struct model *md) {
   struct cm_diag diag = {0};
   int r = cm_model_dir_open(path, &md->dir, &diag);
-  if (!r && !(md->fam = pp_family_find(md->dir->family)))
-    r = cm_diag_set(&diag, -CM_EUNSUPPORTED, "%s: family \"%s\" has no preprocessor family in "
-                    "this build", path, md->dir->family);
   if (!r)
-    r = md->fam->load(md->dir, &md->state, &diag);
+    r = pp_model_load(md->dir, &md->pm, &diag);
   if (!r)
     r = cm_model_dir_max_body(md->dir, &md->max_body, &diag);
   if (!r) {
-    md->fam->describe(md->state, &md->desc);
+    md->desc = md->pm->desc;
     /* /v1/models lists the body limit; the frontend reads it from here */
     json_object_object_add(md->desc.describe, "max_body_bytes",
                            json_object_new_int64((int64_t)md->max_body));
@@ -1096,7 +1093,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < g.credits; i++)
     nng_aio_free(g.slots[i].aio);
   for (int i = 0; i < g.n_models; i++) {
-    g.models[i].fam->free(g.models[i].state);
+    pp_model_free(g.models[i].pm);
     free(g.models[i].describe_text);
     cm_model_dir_free(g.models[i].dir);
   }

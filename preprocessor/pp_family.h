@@ -1,10 +1,12 @@
-/* The model-family interface of the preprocessor and the registry by family name. A family turns
- * a parsed request into a program for the executor (compile) and the program's result into the
+/* The model-family interface of the preprocessor, its one registration table (pp_family.c) and the
+ * loading every family shares (pp_model_load: tokenizer, the /v1/models entry). A family turns a
+ * parsed request into a program for the executor (compile) and the program's result into the
  * response JSON (finish). The preprocessor's main owns sockets, strict JSON parsing (duplicate
  * keys, NaN, surrogates and depth are refused before a family sees the request), model routing by
  * id / alias, deadlines and errors; a family only reads the model directory and its request.
- * To add a family: define `const struct pp_family pp_family_<name>` in families/<name>.c (meson
- * picks the file up when it exists) and list it in pp_family.c. */
+ * Adding a family: its folder families/<name>/ (its code and `const struct pp_family
+ * pp_family_<name>`), one line in pp_family.c's table, its name in families/meson.build; the name
+ * must be in common/cm_family.c (test family_tables; families/README.md has the whole map). */
 #ifndef S1_PP_FAMILY_H
 #define S1_PP_FAMILY_H
 
@@ -14,6 +16,7 @@
 
 #include "cm_error.h"
 #include "cm_model_dir.h"
+#include "pp_tok.h"
 #include "proto_program.h"
 
 /* How a loaded model presents itself (routing, /v1/models, headers). Borrowed from the model
@@ -42,16 +45,22 @@ struct pp_finish_stats {
 };
 
 struct pp_family {
-  const char *name; /* manifest "family" value, e.g. "open_jev" */
+  const char *name;                   /* manifest "family" value (cm_family.h), e.g. "open_jev" */
+  const char *const *question_types;  /* NULL-terminated, /v1/models "question_types" order */
+  const char *const *heads;           /* NULL-terminated executor head kinds its programs name in
+                                         HEAD readouts (executor/server/ex_head.c lists them) */
 
-  /* Loads the family's state from an opened, verified model directory (tokenizer, manifest
-   * fields, limits). The directory stays open while the model is loaded; the state may borrow
-   * from it. Ownership: *ret_model is freed with free(). Returns 0 or a negative code with diag
-   * naming the file or key. */
-  int (*load)(const struct cm_model_dir *dir, void **ret_model, struct cm_diag *diag);
+  /* Loads the family's state from an opened, verified model directory (manifest fields,
+   * limits) and its tokenizer. The directory and the tokenizer stay alive while the model is
+   * loaded; the state may borrow from both. Fills ret_desc's id, aliases, n_aliases and revision
+   * (borrowed from the state or the directory); the caller builds describe. Ownership: *ret_model
+   * is freed with free. Returns 0 or a negative code with diag naming the file or key. */
+  int (*load)(const struct cm_model_dir *dir, const struct pp_tok *tok, void **ret_model,
+              struct pp_model_desc *ret_desc, struct cm_diag *diag);
 
-  /* Fills *ret_desc with borrowed pointers into the state. */
-  void (*describe)(const void *model, struct pp_model_desc *ret_desc);
+  /* Adds the family's keys to its /v1/models entry after id, aliases, family and question_types
+   * (candidate_limits, image_limits, max_tokens, ...). */
+  void (*describe)(const void *model, json_object *entry);
 
   /* Validates the request and compiles it. `request` is the whole parsed body (a JSON object,
    * strictly parsed, its "model" already resolved to this model). Every limit is checked here,
@@ -77,10 +86,31 @@ struct pp_family {
   void (*free)(void *model);    /* frees a loaded state; accepts NULL */
 };
 
+/* A loaded model: what every family shares, around the family's own state. */
+struct pp_model {
+  const struct pp_family *family; /* its registry entry */
+  struct pp_tok *tok;             /* the directory's tokenizer.json, owned */
+  void *state;                    /* the family's state, owned (family->free) */
+  struct pp_model_desc desc;      /* id, aliases, revision from the family; describe owned here */
+};
+
+/* Loads the model of an opened directory: its family's entry, the tokenizer (dir->tokenizer_path),
+ * the family's state, and the /v1/models entry {id, aliases, family, question_types, then the
+ * family's keys}. `dir` must outlive the model. Ownership: *ret_model is heap, freed with
+ * pp_model_free. Returns 0; -CM_EUNSUPPORTED (no preprocessor family of that name: diag names
+ * the directory and family), the tokenizer's or the family's error; -ENOMEM. */
+int pp_model_load(const struct cm_model_dir *dir, struct pp_model **ret_model,
+                  struct cm_diag *diag);
+void pp_model_free(struct pp_model *model); /* accepts NULL */
+
+/* A JSON array [lo, hi] (a /v1/models range; families/pp_describe.c, in the families' library).
+ * Returns NULL when out of memory. */
+json_object *pp_describe_range(int64_t lo, int64_t hi);
+
 /* The family registered under `name`, or NULL. */
 const struct pp_family *pp_family_find(const char *name);
 
-/* Names of every registered family, NULL-terminated (static). */
-const char *const *pp_family_names(void);
+/* The registered families, NULL-terminated (static). */
+const struct pp_family *const *pp_families(void);
 
 #endif

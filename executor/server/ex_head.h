@@ -1,7 +1,9 @@
-/* Learned heads the executor runs over gathered hidden rows (HEAD readouts), fp32, and their
- * registry by name. A head kind is defined in executor/heads/<file>.c as
- * `const struct ex_head_kind ex_head_<name>` and listed in ex_head.c (meson compiles
- * executor/heads/ex_head_open_jev.c when it exists and defines EX_HEAD_OPEN_JEV). */
+/* Learned heads the executor runs over gathered hidden rows (HEAD readouts), fp32, and the
+ * executor's one family table (ex_head.c): each family of common/cm_family.h with the head kinds
+ * its models carry. A family's heads live in executor/heads/<family>/ as
+ * `const struct ex_head_kind ex_head_<name>`; adding a family: that folder, one line in ex_head.c's
+ * table, its sources in server/meson.build (test family_tables checks the names against the
+ * common and preprocessor tables). */
 #ifndef S1_EX_HEAD_H
 #define S1_EX_HEAD_H
 
@@ -10,6 +12,7 @@
 
 #include "cm_error.h"
 #include "cm_model_dir.h"
+#include "cm_safetensors.h"
 
 /* What a group head may ask of the backbone about the row it is reading: log-probabilities of
  * target tokens at the row's positions (the engine's bf16-rounded LM-head logits, full-vocabulary
@@ -72,10 +75,31 @@ struct ex_head_kind {
   const struct ex_head_group *group; /* NULL for a per-row head; else run is unused */
 };
 
-/* The head kind registered under `name`, or NULL. */
+#define EX_FAMILY_MAX_HEADS 2 /* head kinds of one family */
+#define EX_HEAD_FILE "heads.safetensors" /* the model directory's fp32 heads */
+
+/* What the executor runs for one family beyond the backbone. */
+struct ex_family {
+  const char *name; /* manifest "family" (cm_family.h) */
+  const struct ex_head_kind *heads[EX_FAMILY_MAX_HEADS + 1]; /* its head kinds, NULL-terminated */
+};
+
+/* The family registered under `name`, or NULL. */
+const struct ex_family *ex_family_find(const char *name);
+
+/* The registered families (static) and their count. */
+const struct ex_family *ex_families(size_t *ret_n);
+
+/* Opens dir/heads.safetensors for a head's load. Ownership: *ret_st (cm_safetensors_close) and
+ * *ret_path (heap, free) are the caller's, written only on success. Returns 0; -ENOENT when the
+ * directory has no heads file; -ENOMEM; cm_safetensors_open's error with diag. */
+int ex_head_file_open(const struct cm_model_dir *dir, struct cm_safetensors **ret_st,
+                      char **ret_path, struct cm_diag *diag);
+
+/* The head kind registered under `name` (in any family), or NULL. */
 const struct ex_head_kind *ex_head_find(const char *name);
 
-/* The registered kinds, NULL-terminated. */
+/* Every family's head kinds, NULL-terminated (static). */
 const struct ex_head_kind *const *ex_head_kinds(void);
 
 #endif

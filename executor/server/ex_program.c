@@ -85,7 +85,13 @@ int ex_runner_new(const struct cm_model_dir *dir, const struct ex_runner_options
   if (r)
     goto fail;
   const struct ex_qwen35_config cfg = x->eng->cfg;
-  const struct ex_head_kind *const *kinds = ex_head_kinds();
+  const struct ex_family *fam = ex_family_find(dir->family);
+  if (!fam) {
+    r = cm_diag_set(diag, -CM_EUNSUPPORTED, "%s: family \"%s\" has no executor family in this "
+                    "build", dir->path, dir->family);
+    goto fail;
+  }
+  const struct ex_head_kind *const *kinds = fam->heads; /* only this family's heads */
   size_t n_kinds = 0;
   while (kinds[n_kinds])
     n_kinds++;

@@ -25,10 +25,11 @@ struct ex_runner_options {
 /* Loads the backbone on opt->device in one numerics mode (opt->numerics, else on the CPU the model
  * directory's "numerics" and on CUDA bf16, the only mode it serves; an explicit fp32 on CUDA is
  * refused) with a kept LoRA adapter if the directory has one, the vision tower when
- * the manifest has one, and every registered head the directory provides (only the kinds named
- * in the manifest's "head_kinds" array when it has one).
+ * the manifest has one, and every head of the directory's family (ex_head.h's table) the
+ * directory provides (only the kinds named in the manifest's "head_kinds" array when it has one).
  * Ownership: `dir` must outlive the runner; *ret_runner is freed with ex_runner_free.
- * Returns 0 or the loader's negative code with diag. */
+ * Returns 0; -CM_EUNSUPPORTED (a family without an executor entry); or the loader's negative
+ * code with diag. */
 int ex_runner_new(const struct cm_model_dir *dir, const struct ex_runner_options *opt,
                   struct ex_runner **ret_runner, struct cm_diag *diag);
 void ex_runner_free(struct ex_runner *runner);

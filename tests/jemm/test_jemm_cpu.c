@@ -54,8 +54,9 @@ static double bf16_step(double x) {
 struct model {
   struct cm_model_dir *dir;    /* opened directory */
   struct ex_runner *runner;    /* CPU executor */
-  const struct pp_family *fam; /* the jemm family */
-  void *state;                 /* its loaded state */
+  struct pp_model *pm;         /* the loaded jemm model */
+  const struct pp_family *fam; /* pm->family */
+  void *state;                 /* pm->state */
 };
 
 static int open_model(const char *path, bool bf16, struct model *m, struct cm_diag *d) {
@@ -63,17 +64,17 @@ static int open_model(const char *path, bool bf16, struct model *m, struct cm_di
   int rc = cm_model_dir_open(path, &m->dir, d);
   if (!rc)
     rc = ex_runner_new(m->dir, &opt, &m->runner, d);
-  m->fam = pp_family_find(m->dir ? m->dir->family : "");
-  if (!rc && !m->fam)
+  if (!rc && !pp_family_find(m->dir->family))
     return -1;
-  if (!rc)
-    rc = m->fam->load(m->dir, &m->state, d);
+  if (!rc && !(rc = pp_model_load(m->dir, &m->pm, d))) {
+    m->fam = m->pm->family;
+    m->state = m->pm->state;
+  }
   return rc;
 }
 
 static void close_model(struct model *m) {
-  if (m->fam && m->state)
-    m->fam->free(m->state);
+  pp_model_free(m->pm);
   ex_runner_free(m->runner);
   cm_model_dir_free(m->dir);
 }

@@ -113,10 +113,11 @@ static int run(int argc, char **argv) {
   struct cm_model_dir *dir = NULL;
   if (cm_model_dir_open(argv[1], &dir, &d))
     return die("model dir", &d);
-  const struct pp_family *fam = pp_family_find(dir->family);
-  void *state = NULL;
-  if (!fam || fam->load(dir, &state, &d))
+  struct pp_model *pm = NULL;
+  if (pp_model_load(dir, &pm, &d))
     return die("family load", &d);
+  const struct pp_family *fam = pm->family;
+  void *state = pm->state;
   FILE *f = fopen(argv[2], "rb");
   if (!f)
     return die(argv[2], NULL);
@@ -254,7 +255,7 @@ static int run(int argc, char **argv) {
   free(cpu);
   free(wall);
   free(body);
-  fam->free(state);
+  pp_model_free(pm);
   cm_model_dir_free(dir);
   cm_diag_fini(&d);
   return 0;

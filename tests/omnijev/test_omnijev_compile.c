@@ -163,11 +163,9 @@ int main(int argc, char **argv) {
   }
   CHECK(model.ids.opt == 248077 && model.ids.opt_end == 248078 && model.ids.image_pad == 248056,
         "special ids %d %d %d", model.ids.opt, model.ids.opt_end, model.ids.image_pad);
-  /* the adapter, on a state built the way load() builds it */
+  /* the adapter, on its state: the model load() builds (a struct pp_omnijev_model) */
   const struct pp_family *fam = pp_family_find("omnijev");
   CHECK(fam != NULL, "family omnijev not registered");
-  struct { struct pp_omnijev_model model; struct pp_tok *tok; json_object *d; const char *rev; }
-      st = {model, tok, NULL, "test"};
   FILE *f = fopen(argv[1], "r");
   if (!f) {
     perror(argv[1]);
@@ -199,7 +197,7 @@ int main(int argc, char **argv) {
       if (!rc) {
         check_ok(name, r, get(c, "expect"));
         if (fam)
-          check_program(name, fam, &st, req, get(c, "expect"));
+          check_program(name, fam, &model, req, get(c, "expect"));
       }
       n_ok++;
     }

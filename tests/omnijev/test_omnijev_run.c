@@ -31,10 +31,11 @@ int main(int argc, char **argv) {
   struct cm_model_dir *dir = NULL;
   if (cm_model_dir_open(argv[1], &dir, &d))
     return die("model dir", &d);
-  const struct pp_family *fam = pp_family_find(dir->family);
-  void *state = NULL, *ctx = NULL;
-  if (!fam || fam->load(dir, &state, &d))
+  struct pp_model *pm = NULL;
+  if (pp_model_load(dir, &pm, &d))
     return die("family load", &d);
+  const struct pp_family *fam = pm->family;
+  void *state = pm->state, *ctx = NULL;
   json_object *req = json_object_from_file(argv[2]);
   struct proto_program p = {0};
   struct pp_request_info info = {.request_id = "t"};
@@ -171,7 +172,7 @@ int main(int argc, char **argv) {
   proto_result_fini(&res);
   proto_program_fini(&p);
   fam->ctx_free(ctx);
-  fam->free(state);
+  pp_model_free(pm);
   ex_runner_free(runner);
   cm_model_dir_free(dir);
   json_object_put(req);

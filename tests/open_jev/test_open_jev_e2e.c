@@ -364,17 +364,18 @@ int main(int argc, char **argv) {
   }
   struct cm_diag d = {0};
   struct cm_model_dir *dir = NULL;
-  void *state = NULL;
+  struct pp_model *pm = NULL;
   json_object *fix = json_object_from_file(argv[2]);
   const struct pp_family *fam = pp_family_find("open_jev");
   if (!fix || !fam) {
     fprintf(stderr, "cannot read %s or no open_jev family\n", argv[2]);
     return 1;
   }
-  if (cm_model_dir_open(argv[1], &dir, &d) != 0 || fam->load(dir, &state, &d) != 0) {
+  if (cm_model_dir_open(argv[1], &dir, &d) != 0 || pp_model_load(dir, &pm, &d) != 0) {
     fprintf(stderr, "%s: %s\n", argv[1], d.msg);
     return 1;
   }
+  void *state = pm->state;
   double worst32 = INFINITY, worst16 = INFINITY;
   if (run_all(dir, fam, state, fix, false, &worst32) != 0 ||
       run_all(dir, fam, state, fix, true, &worst16) != 0)
@@ -382,7 +383,7 @@ int main(int argc, char **argv) {
   printf("open_jev e2e: max |answer - fp32 reference| = %.3g; with bf16 rounding points, "
          "max |answer - bf16 reference| = %.3g\n",
          worst32, worst16);
-  fam->free(state);
+  pp_model_free(pm);
   cm_model_dir_free(dir);
   json_object_put(fix);
   cm_diag_fini(&d);

@@ -342,6 +342,40 @@ static void usage(FILE *f) {
 
 static int export_main(int argc, char **argv);
 
+/* The exporters by family: one line per family of common/cm_family.h (test family_tables). */
+struct export_family {
+  const char *name; /* manifest "family" */
+  /* its own command line (argv as given, qwen_main for the base it wraps); NULL: export_main, the
+   * Hugging Face base (+ PEFT adapter) with the family's blocks added there */
+  int (*main)(int argc, char **argv, int (*qwen_main)(int, char **));
+};
+
+static const struct export_family export_families[] = {
+    {.name = "qwen3_5", .main = NULL},
+    {.name = "open_jev", .main = ex_export_open_jev_main}, /* open_jev/ */
+    {.name = "omnijev", .main = ex_export_omnijev_main},   /* omnijev/ */
+    {.name = "jemm", .main = NULL},                        /* jemm/: blocks in export_main */
+};
+#define N_EXPORT_FAMILIES (sizeof export_families / sizeof *export_families)
+
+static const struct export_family *export_family_find(const char *name) {
+  for (size_t i = 0; name && i < N_EXPORT_FAMILIES; i++)
+    if (strcmp(export_families[i].name, name) == 0)
+      return &export_families[i];
+  return NULL;
+}
+
+/* The family names, ", "-separated, in buf[n]. */
+static const char *export_family_list(char *buf, size_t n) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < N_EXPORT_FAMILIES && at < n; i++) {
+    int w = snprintf(buf + at, n - at, "%s%s", i ? ", " : "", export_families[i].name);
+    at += w > 0 ? (size_t)w : 0;
+  }
+  return buf;
+}
+
 /* s1-export: takes --numerics out of argv, runs the family's exporter and records the directory's
  * default numerics (manifest "numerics") in the manifest it wrote. */
 int main(int argc, char **argv) {
@@ -402,12 +436,12 @@ static int export_main(int argc, char **argv) {
                                      {"chat", required_argument, 0, 'c'},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
-  for (int i = 1; i + 1 < argc; i++) /* --family open_jev: tools/export/open_jev_export.c */
-    if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "open_jev") == 0)
-      return ex_export_open_jev_main(argc, argv, export_main);
-  for (int i = 1; i + 1 < argc; i++) /* --family omnijev: tools/export/omnijev_export.c */
-    if (strcmp(argv[i], "--family") == 0 && strcmp(argv[i + 1], "omnijev") == 0)
-      return ex_export_omnijev_main(argc, argv, export_main);
+  for (int i = 1; i + 1 < argc; i++) /* a family with its own command line */
+    if (strcmp(argv[i], "--family") == 0) {
+      const struct export_family *f = export_family_find(argv[i + 1]);
+      if (f && f->main)
+        return f->main(argc, argv, export_main);
+    }
   int c;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     switch (c) {
@@ -425,9 +459,12 @@ static int export_main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  bool jemm = strcmp(family, "jemm") == 0; /* export_jemm.c adds its checks and manifest blocks */
-  if (strcmp(family, "qwen3_5") != 0 && !jemm)
-    return ex_export_fail("--family \"%s\" is not supported (qwen3_5, jemm)", family), 2;
+  bool jemm = strcmp(family, "jemm") == 0; /* jemm/export_jemm.c adds its checks and blocks */
+  if (!export_family_find(family)) {
+    char known[128];
+    return ex_export_fail("--family \"%s\" is not supported (%s)", family,
+                          export_family_list(known, sizeof known)), 2;
+  }
   if (chat_path && !jemm)
     return ex_export_fail("--chat is for --family jemm"), 2;
   if (lora_mode && strcmp(lora_mode, "merge") != 0 && strcmp(lora_mode, "keep") != 0)

@@ -76,6 +76,8 @@ static void fill_normal(struct rng *r, double mean, double std, float *out, size
 
 /* ---- options and model description ----------------------------------------------------------- */
 
+struct mk_family;
+
 struct opts {
   const char *shape;         /* tiny | 4b | 9b | 27b */
   bool vision;               /* write the vision tower */
@@ -92,7 +94,8 @@ struct opts {
   const char *adapter_targets; /* comma-separated module names */
   bool adapter_bf16;         /* factors stored as BF16 instead of F32 */
   uint64_t shard_bytes;      /* largest shard, bytes (--max-shard-bytes; tests use small ones) */
-  const char *family;        /* --s1-out: qwen3_5 (default), omnijev, open_jev, jemm */
+  const char *family;        /* --s1-out: a name of the family table (qwen3_5 by default) */
+  const struct mk_family *fam; /* its table entry (set once the arguments are checked) */
   bool kept_adapter;         /* --s1-out with --adapter-rank: adapter.safetensors kept unmerged */
   int head_width, ord_width; /* omnijev: OptionScorer and ordinal widths (1024, 512) */
   const char *tokenizer_config; /* the base's tokenizer_config.json (--s1-out: the tokenizer class,
@@ -821,31 +824,52 @@ static int write_f32_rows(const struct opts *o, const int32_t opt_ids[2]) {
   return rc;
 }
 
-/* heads.safetensors of the family (F32): omnijev head.* (OptionScorer, 17 tensors) and ord.*
- * (OrdinalScoreHead, 8) at widths D / O as s1-export names them; open_jev open_jev.head.weight
- * [1, H] and .bias [1]. */
+/* What --family F adds to a --s1-out directory (the table: mk_families below). */
+struct mk_family {
+  const char *name;   /* manifest "family" */
+  bool vision_kept;   /* needs --vision and a kept adapter, no --causal */
+  bool chat_template; /* needs --tokenizer-config (the base's chat template) */
+  bool option_rows;   /* OmniJev's layout: <|opt|> tokens, the tied embedding resized to the
+                         tokenizer, those rows kept in float32, head widths in the generator */
+  /* its heads.safetensors tensors; NULL: no heads file */
+  void (*heads)(const struct opts *o, struct head_t *h, size_t *n, int64_t hidden);
+  /* its manifest blocks, after "files"; NULL: none (the bare backbone) */
+  int (*manifest)(const struct opts *o, json_object *m, json_object *src,
+                  const struct cm_qwen35_dims *dims, const struct adapter_counts *ac,
+                  int64_t image_token_id, const int32_t opt_ids[2], int64_t vocab);
+};
+
+/* OmniJev's heads (F32): head.* (OptionScorer, 17 tensors) and ord.* (OrdinalScoreHead, 8) at
+ * widths D / O as s1-export names them. */
+static void omnijev_heads(const struct opts *o, struct head_t *h, size_t *n, int64_t hidden) {
+  int64_t d = o->head_width, w = o->ord_width;
+  add_linear(h, n, "head.", "opt.0", d, hidden, 2.0);
+  add_linear(h, n, "head.", "opt.2", d, d, 2.0);
+  add_linear(h, n, "head.", "que.0", d, hidden, 2.0);
+  add_linear(h, n, "head.", "que.2", d, d, 2.0);
+  add_linear(h, n, "head.", "score", 1, d, 0.5);
+  add_linear(h, n, "head.", "abstain", 1, d, 0.5);
+  add_linear(h, n, "head.", "feat", d, 6, 0.02);
+  add_linear(h, n, "head.", "feat_lin", 1, 6, 0.02);
+  add_head(h, n, "head.log_tau", 3, 0, 0.0);
+  add_linear(h, n, "ord.", "z.0", w, hidden, 2.0);
+  add_linear(h, n, "ord.", "z.2", 1, w, 3.0);
+  add_linear(h, n, "ord.", "cut.0", w, hidden, 2.0);
+  add_linear(h, n, "ord.", "cut.2", 1, w, 3.0);
+}
+
+/* Open-Jev's head (F32): open_jev.head.weight [1, H] and .bias [1]. */
+static void open_jev_heads(const struct opts *o, struct head_t *h, size_t *n, int64_t hidden) {
+  (void)o;
+  add_head(h, n, "open_jev.head.weight", 1, hidden, 1.0 / sqrt((double)hidden));
+  add_head(h, n, "open_jev.head.bias", 1, 0, 0.1);
+}
+
+/* The family's heads.safetensors (its table entry's heads). */
 static int write_heads(const struct opts *o, int64_t hidden) {
   struct head_t h[32];
   size_t n = 0;
-  if (strcmp(o->family, "omnijev") == 0) {
-    int64_t d = o->head_width, w = o->ord_width;
-    add_linear(h, &n, "head.", "opt.0", d, hidden, 2.0);
-    add_linear(h, &n, "head.", "opt.2", d, d, 2.0);
-    add_linear(h, &n, "head.", "que.0", d, hidden, 2.0);
-    add_linear(h, &n, "head.", "que.2", d, d, 2.0);
-    add_linear(h, &n, "head.", "score", 1, d, 0.5);
-    add_linear(h, &n, "head.", "abstain", 1, d, 0.5);
-    add_linear(h, &n, "head.", "feat", d, 6, 0.02);
-    add_linear(h, &n, "head.", "feat_lin", 1, 6, 0.02);
-    add_head(h, &n, "head.log_tau", 3, 0, 0.0);
-    add_linear(h, &n, "ord.", "z.0", w, hidden, 2.0);
-    add_linear(h, &n, "ord.", "z.2", 1, w, 3.0);
-    add_linear(h, &n, "ord.", "cut.0", w, hidden, 2.0);
-    add_linear(h, &n, "ord.", "cut.2", 1, w, 3.0);
-  } else {
-    add_head(h, &n, "open_jev.head.weight", 1, hidden, 1.0 / sqrt((double)hidden));
-    add_head(h, &n, "open_jev.head.bias", 1, 0, 0.1);
-  }
+  o->fam->heads(o, h, &n, hidden);
   struct cm_safetensors_writer *w = NULL;
   int rc = cm_safetensors_writer_new(&w);
   for (size_t i = 0; i < n && !rc; i++) {
@@ -876,79 +900,90 @@ static int write_heads(const struct opts *o, int64_t hidden) {
 /* The family's manifest blocks (what s1-export --family F writes for such a checkpoint), with
  * the small inputs the exporters read (JEMM's decision_config.json and the base's chat template)
  * written under DIR/generator/ and listed in upstream.sources. */
-static int family_manifest(const struct opts *o, json_object *m, json_object *src,
-                           const struct cm_qwen35_dims *dims, const struct adapter_counts *ac,
-                           int64_t image_token_id, const int32_t opt_ids[2], int64_t vocab) {
+static int omnijev_manifest(const struct opts *o, json_object *m, json_object *src,
+                            const struct cm_qwen35_dims *dims, const struct adapter_counts *ac,
+                            int64_t image_token_id, const int32_t opt_ids[2], int64_t vocab) {
+  (void)src, (void)dims, (void)ac, (void)image_token_id;
   int rc = 0;
-  if (strcmp(o->family, "omnijev") == 0) {
-    /* the 4B release's published calibration (recipe/omnijev/make_demo_checkpoint.py) */
-    json_object *meta = json_tokener_parse(
-        "{\"norm\": \"softmax\", \"lm_feats\": true, \"ordinal\": true, \"branch\": true, "
-        "\"temperatures\": {\"noul\": 1.1991, \"choice\": 1.1199, \"score\": 1.1909}, "
-        "\"biases\": {\"noul\": 0.05310856608843584}}");
-    json_object *calib = NULL;
-    struct cm_diag d = {0};
-    rc = meta ? ex_omnijev_check_meta(meta, &calib, &d) : -ENOMEM;
-    json_object_put(meta);
-    if (rc) {
-      fprintf(stderr, "s1-mkmodel: %s\n", d.msg ? d.msg : "head_meta");
-      cm_diag_fini(&d);
-      return rc;
-    }
-    ADD(m, "family", STR("omnijev"));
-    ADD(m, "model_id", STR("tinnel123/OmniJev"));
-    json_object *lr = json_object_new_object(), *oi = json_object_new_array();
-    json_object *proc = json_object_new_object(), *kinds = json_object_new_array();
-    ADD(lr, "rank", I64(o->adapter_rank));
-    ADD(lr, "alpha", json_object_new_double(o->adapter_alpha));
-    ADD(lr, "mode", STR("keep"));
-    ADD(calib, "lora", lr);
-    json_object_array_add(oi, json_object_new_int(opt_ids[0]));
-    json_object_array_add(oi, json_object_new_int(opt_ids[1]));
-    ADD(calib, "option_token_ids", oi);
-    ADD(calib, "vocab_size", I64(vocab));
-    ADD(proc, "min_pixels", json_object_new_int(65536));
-    ADD(proc, "max_pixels", json_object_new_int(602112)); /* the MSO1 override */
-    ADD(calib, "processor", proc);
-    ADD(calib, "heads", STR("heads.safetensors"));
-    ADD(m, "omnijev", calib);
-    /* the option rows in float32, as s1-export keeps new_tok_emb.pt (write_f32_rows) */
-    json_object *fr = json_object_new_object(), *fri = json_object_new_array();
-    ADD(fr, "file", STR("embed_f32_rows.safetensors"));
-    ADD(fr, "tensor", STR("embed_tokens.f32_rows"));
-    json_object_array_add(fri, json_object_new_int(opt_ids[0]));
-    json_object_array_add(fri, json_object_new_int(opt_ids[1]));
-    ADD(fr, "ids", fri);
-    ADD(m, "embed_f32_rows", fr);
-    json_object_array_add(kinds, STR("omnijev"));
-    ADD(m, "head_kinds", kinds);
-    return 0;
+  /* the 4B release's published calibration (recipe/omnijev/make_demo_checkpoint.py) */
+  json_object *meta = json_tokener_parse(
+      "{\"norm\": \"softmax\", \"lm_feats\": true, \"ordinal\": true, \"branch\": true, "
+      "\"temperatures\": {\"noul\": 1.1991, \"choice\": 1.1199, \"score\": 1.1909}, "
+      "\"biases\": {\"noul\": 0.05310856608843584}}");
+  json_object *calib = NULL;
+  struct cm_diag d = {0};
+  rc = meta ? ex_omnijev_check_meta(meta, &calib, &d) : -ENOMEM;
+  json_object_put(meta);
+  if (rc) {
+    fprintf(stderr, "s1-mkmodel: %s\n", d.msg ? d.msg : "head_meta");
+    cm_diag_fini(&d);
+    return rc;
   }
-  if (strcmp(o->family, "open_jev") == 0) {
-    /* the pinned base of the shape (spec/open_jev.md §9.1); the package hash stands for the
-     * generator's arguments */
-    bool b27 = strcmp(o->shape, "27b") == 0, b9 = strcmp(o->shape, "9b") == 0;
-    const char *model_id = b27 ? "Qwen/Qwen3.8-27B" : b9 ? "Qwen/Qwen3.5-9B"
-                                                        : "s1serve/open-jev-tiny-random";
-    const char *rev = b27 ? "1d4bf0f2ff6012fd82039f2fa52739d0dd7c60c0"
-                      : b9 ? "c202236235762e1c871ad0ccb60c8ee5ba337b9a"
-                           : "s1-mkmodel --shape tiny";
-    char args[160], hex[CM_SHA256_HEX];
-    uint8_t dg[CM_SHA256_BYTES];
-    snprintf(args, sizeof args, "s1-mkmodel --shape %s --seed %llu --family open_jev", o->shape,
-             (unsigned long long)o->seed);
-    struct cm_sha256 h = {0};
-    if ((rc = cm_sha256_init(&h)) || (rc = cm_sha256_update(&h, args, strlen(args))) ||
-        (rc = cm_sha256_final(&h, dg))) {
-      cm_sha256_fini(&h);
-      return rc;
-    }
+  ADD(m, "family", STR("omnijev"));
+  ADD(m, "model_id", STR("tinnel123/OmniJev"));
+  json_object *lr = json_object_new_object(), *oi = json_object_new_array();
+  json_object *proc = json_object_new_object(), *kinds = json_object_new_array();
+  ADD(lr, "rank", I64(o->adapter_rank));
+  ADD(lr, "alpha", json_object_new_double(o->adapter_alpha));
+  ADD(lr, "mode", STR("keep"));
+  ADD(calib, "lora", lr);
+  json_object_array_add(oi, json_object_new_int(opt_ids[0]));
+  json_object_array_add(oi, json_object_new_int(opt_ids[1]));
+  ADD(calib, "option_token_ids", oi);
+  ADD(calib, "vocab_size", I64(vocab));
+  ADD(proc, "min_pixels", json_object_new_int(65536));
+  ADD(proc, "max_pixels", json_object_new_int(602112)); /* the MSO1 override */
+  ADD(calib, "processor", proc);
+  ADD(calib, "heads", STR("heads.safetensors"));
+  ADD(m, "omnijev", calib);
+  /* the option rows in float32, as s1-export keeps new_tok_emb.pt (write_f32_rows) */
+  json_object *fr = json_object_new_object(), *fri = json_object_new_array();
+  ADD(fr, "file", STR("embed_f32_rows.safetensors"));
+  ADD(fr, "tensor", STR("embed_tokens.f32_rows"));
+  json_object_array_add(fri, json_object_new_int(opt_ids[0]));
+  json_object_array_add(fri, json_object_new_int(opt_ids[1]));
+  ADD(fr, "ids", fri);
+  ADD(m, "embed_f32_rows", fr);
+  json_object_array_add(kinds, STR("omnijev"));
+  ADD(m, "head_kinds", kinds);
+  return 0;
+}
+
+static int open_jev_manifest(const struct opts *o, json_object *m, json_object *src,
+                             const struct cm_qwen35_dims *dims, const struct adapter_counts *ac,
+                             int64_t image_token_id, const int32_t opt_ids[2], int64_t vocab) {
+  (void)src, (void)dims, (void)ac, (void)image_token_id, (void)opt_ids, (void)vocab;
+  int rc = 0;
+  /* the pinned base of the shape (spec/open_jev.md §9.1); the package hash stands for the
+   * generator's arguments */
+  bool b27 = strcmp(o->shape, "27b") == 0, b9 = strcmp(o->shape, "9b") == 0;
+  const char *model_id = b27 ? "Qwen/Qwen3.8-27B" : b9 ? "Qwen/Qwen3.5-9B"
+                                                      : "s1serve/open-jev-tiny-random";
+  const char *rev = b27 ? "1d4bf0f2ff6012fd82039f2fa52739d0dd7c60c0"
+                    : b9 ? "c202236235762e1c871ad0ccb60c8ee5ba337b9a"
+                         : "s1-mkmodel --shape tiny";
+  char args[160], hex[CM_SHA256_HEX];
+  uint8_t dg[CM_SHA256_BYTES];
+  snprintf(args, sizeof args, "s1-mkmodel --shape %s --seed %llu --family open_jev", o->shape,
+           (unsigned long long)o->seed);
+  struct cm_sha256 h = {0};
+  if ((rc = cm_sha256_init(&h)) || (rc = cm_sha256_update(&h, args, strlen(args))) ||
+      (rc = cm_sha256_final(&h, dg))) {
     cm_sha256_fini(&h);
-    cm_sha256_hex(dg, hex);
-    return ex_open_jev_manifest_add(m, model_id, rev, hex, 1.3862943611198906, 16384,
-                                    o->kept_adapter, NULL, 0);
+    return rc;
   }
-  /* jemm: export_jemm's checks and blocks over the generator's two small inputs */
+  cm_sha256_fini(&h);
+  cm_sha256_hex(dg, hex);
+  return ex_open_jev_manifest_add(m, model_id, rev, hex, 1.3862943611198906, 16384,
+                                  o->kept_adapter, NULL, 0);
+}
+
+/* jemm: export_jemm's checks and blocks over the generator's two small inputs */
+static int jemm_manifest(const struct opts *o, json_object *m, json_object *src,
+                         const struct cm_qwen35_dims *dims, const struct adapter_counts *ac,
+                         int64_t image_token_id, const int32_t opt_ids[2], int64_t vocab) {
+  (void)opt_ids, (void)vocab;
+  int rc = 0;
   char *gdir = path_join(o->s1_out, "generator");
   char *dc = gdir ? path_join(gdir, "decision_config.json") : NULL;
   char *tcp = gdir ? path_join(gdir, "tokenizer_config.json") : NULL;
@@ -973,6 +1008,25 @@ static int family_manifest(const struct opts *o, json_object *m, json_object *sr
     rc = -EINVAL;
   free(gdir), free(dc), free(tcp);
   return rc;
+}
+
+/* ---- the family table ------------------------------------------------------------------------ */
+
+/* One line per family of common/cm_family.h (test family_tables compares the names). */
+static const struct mk_family mk_families[] = {
+    {.name = "qwen3_5"},
+    {.name = "open_jev", .heads = open_jev_heads, .manifest = open_jev_manifest},
+    {.name = "omnijev", .vision_kept = true, .option_rows = true, .heads = omnijev_heads,
+     .manifest = omnijev_manifest},
+    {.name = "jemm", .vision_kept = true, .chat_template = true, .manifest = jemm_manifest},
+};
+#define N_MK_FAMILIES (sizeof mk_families / sizeof *mk_families)
+
+static const struct mk_family *mk_family_find(const char *name) {
+  for (size_t i = 0; name && i < N_MK_FAMILIES; i++)
+    if (strcmp(mk_families[i].name, name) == 0)
+      return &mk_families[i];
+  return NULL;
 }
 
 /* ---- s1serve model directory (--s1-out) ------------------------------------------------------ */
@@ -1021,7 +1075,7 @@ static int write_s1_manifest(const struct opts *o, json_object *config,
       ADD(gen, "adapter_alpha", json_object_new_double(o->adapter_alpha));
       ADD(gen, "adapter_targets", STR(o->adapter_targets));
     }
-    if (strcmp(o->family, "omnijev") == 0) {
+    if (o->fam->option_rows) {
       ADD(gen, "head_width", I64(o->head_width));
       ADD(gen, "ord_width", I64(o->ord_width));
     }
@@ -1045,7 +1099,7 @@ static int write_s1_manifest(const struct opts *o, json_object *config,
     }
     json_object *files = json_object_new_object();
     ADD(m, "files", files);
-    if (strcmp(o->family, "qwen3_5") != 0) { /* after "files", in the exporters' key order */
+    if (o->fam->manifest) { /* after "files", in the exporters' key order */
       json_object *cfg_m = NULL, *tc_m = NULL, *jv;
       int64_t vocab = 0;
       if (json_object_object_get_ex(m, "config", &cfg_m)) {
@@ -1054,7 +1108,7 @@ static int write_s1_manifest(const struct opts *o, json_object *config,
         if (json_object_object_get_ex(tc_m, "vocab_size", &jv))
           vocab = json_object_get_int64(jv);
       }
-      rc = family_manifest(o, m, src, dims, ac, image_token_id, opt_ids, vocab);
+      rc = o->fam->manifest(o, m, src, dims, ac, image_token_id, opt_ids, vocab);
     }
     if (!rc)
       rc = cm_model_dir_add_file(files, o->s1_out, "weights.safetensors", &d);
@@ -1062,9 +1116,9 @@ static int write_s1_manifest(const struct opts *o, json_object *config,
       rc = cm_model_dir_add_file(files, o->s1_out, "tokenizer.json", &d);
     if (!rc && o->kept_adapter)
       rc = cm_model_dir_add_file(files, o->s1_out, "adapter.safetensors", &d);
-    if (!rc && (strcmp(o->family, "omnijev") == 0 || strcmp(o->family, "open_jev") == 0))
+    if (!rc && o->fam->heads)
       rc = cm_model_dir_add_file(files, o->s1_out, "heads.safetensors", &d);
-    if (!rc && strcmp(o->family, "omnijev") == 0)
+    if (!rc && o->fam->option_rows)
       rc = cm_model_dir_add_file(files, o->s1_out, "embed_f32_rows.safetensors", &d);
     if (!rc)
       rc = cm_model_dir_write_manifest(o->s1_out, m, &d);
@@ -1201,13 +1255,12 @@ int main(int argc, char **argv) {
                     "--s1-out, --adapter-rank/--adapter-alpha/--adapter-targets keep one\n");
     return 2;
   }
-  bool fam_known = false;
-  static const char *const families[] = {"qwen3_5", "omnijev", "open_jev", "jemm"};
-  for (int i = 0; i < 4; i++)
-    fam_known |= strcmp(o.family, families[i]) == 0;
-  if (!fam_known || (strcmp(o.family, "qwen3_5") != 0 && !o.s1_out)) {
-    fprintf(stderr, "s1-mkmodel: --family must be qwen3_5, omnijev, open_jev or jemm, with "
-                    "--s1-out\n");
+  o.fam = mk_family_find(o.family);
+  if (!o.fam || (o.fam->manifest && !o.s1_out)) {
+    fprintf(stderr, "s1-mkmodel: --family must be one of");
+    for (size_t i = 0; i < N_MK_FAMILIES; i++)
+      fprintf(stderr, "%s %s", i ? "," : "", mk_families[i].name);
+    fprintf(stderr, "; every family but the bare %s needs --s1-out\n", mk_families[0].name);
     return 2;
   }
   o.kept_adapter = o.s1_out && o.adapter_rank > 0;
@@ -1216,15 +1269,15 @@ int main(int argc, char **argv) {
                     "and --adapter-targets\n");
     return 2;
   }
-  bool omni = strcmp(o.family, "omnijev") == 0, jemm = strcmp(o.family, "jemm") == 0;
-  if ((omni || jemm) && (!o.kept_adapter || !o.vision || o.causal)) {
+  bool omni = o.fam->option_rows;
+  if (o.fam->vision_kept && (!o.kept_adapter || !o.vision || o.causal)) {
     fprintf(stderr, "s1-mkmodel: --family %s needs --vision and a kept adapter (--adapter-rank, "
                     "--adapter-alpha, --adapter-targets)\n", o.family);
     return 2;
   }
-  if (jemm && !o.tokenizer_config) {
-    fprintf(stderr, "s1-mkmodel: --family jemm needs --tokenizer-config (the base's chat "
-                    "template, which s1-export checks the wrapper against)\n");
+  if (o.fam->chat_template && !o.tokenizer_config) {
+    fprintf(stderr, "s1-mkmodel: --family %s needs --tokenizer-config (the base's chat "
+                    "template, which s1-export checks the wrapper against)\n", o.family);
     return 2;
   }
   if (o.causal && o.vision) {
@@ -1295,7 +1348,8 @@ int main(int argc, char **argv) {
     json_object_put(pp);
   }
   if (!rc && omni && !dims.tied) {
-    fprintf(stderr, "s1-mkmodel: --family omnijev needs the tied embedding (--tied or --shape 4b)\n");
+    fprintf(stderr, "s1-mkmodel: --family %s needs the tied embedding (--tied or --shape 4b)\n",
+            o.family);
     rc = -EINVAL;
   }
   if (!rc)
@@ -1304,7 +1358,7 @@ int main(int argc, char **argv) {
     rc = write_adapter(&o, list, n);
   if (!rc && o.kept_adapter)
     rc = write_kept_adapter(&o, list, n, &ac);
-  if (!rc && (omni || strcmp(o.family, "open_jev") == 0)) {
+  if (!rc && o.fam->heads) {
     json_object *jh;
     rc = json_object_object_get_ex(tc, "hidden_size", &jh) ? write_heads(&o, json_object_get_int64(jh))
                                                            : -CM_EMISSING;

@@ -1,8 +1,8 @@
 /* The OmniJev family behind the preprocessor's family interface (pp_family.h): one program per
  * request with the image, the shared prefix (parent -1), one row per option continuing it, and one
- * HEAD readout "omnijev" per question over its consecutive rows (executor/heads/ex_head_omnijev.h
- * documents the readout's layout); a request of only empty choices sends a one-token program
- * whose output nothing reads. Finish reads each question's μ and writes the answers. */
+ * HEAD readout "omnijev" per question over its consecutive rows (the readout's layout:
+ * executor/heads/omnijev/ex_head_omnijev.h); a request of only empty choices sends a one-token
+ * program whose output nothing reads. Finish reads each question's μ and writes the answers. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,86 +13,58 @@
 #include "pp_family.h"
 #include "proto.h"
 
-#define OMNIJEV_HEAD "omnijev" /* executor/heads/ex_head_omnijev.c */
 #define OMNIJEV_ID "tinnel123/OmniJev"
 
 static const char *const ALIASES[] = {"omnijev", "omnijev-4b-v1.1"};
-
-struct state {
-  struct pp_omnijev_model model; /* constants */
-  struct pp_tok *tok;            /* tokenizer, owned */
-  json_object *describe;         /* /v1/models entry, owned */
-  const char *revision;          /* x-model-revision, borrowed from the manifest */
-};
+static const char *const QUESTION_TYPES[] = {"noul", "choice", "score", NULL};
+static const char *const HEADS[] = {"omnijev", NULL}; /* executor/heads/omnijev/ */
 
 struct ctx {
   struct pp_omnijev_request *req; /* compiled request, owned */
   int32_t *readout_of;            /* [n_questions] readout index per question, -1 for none */
 };
 
+/* The state is a heap struct pp_omnijev_model (constants; nothing of its own to free). */
 static void state_free(void *p) {
-  struct state *s = p;
-  if (!s)
-    return;
-  pp_tok_free(s->tok);
-  json_object_put(s->describe);
-  free(s);
+  free(p);
 }
 
-static int load(const struct cm_model_dir *dir, void **ret_model, struct cm_diag *diag) {
-  struct state *s = calloc(1, sizeof *s);
-  if (!s)
+static int load(const struct cm_model_dir *dir, const struct pp_tok *tok, void **ret_model,
+                struct pp_model_desc *ret_desc, struct cm_diag *diag) {
+  struct pp_omnijev_model *m = calloc(1, sizeof *m);
+  if (!m)
     return -ENOMEM;
-  int rc = pp_tok_load_file(dir->tokenizer_path, &s->tok, diag);
-  if (!rc)
-    rc = pp_omnijev_model_init(dir->manifest, s->tok, &s->model, diag);
+  int rc = pp_omnijev_model_init(dir->manifest, tok, m, diag);
   if (rc) {
-    state_free(s);
+    free(m);
     return rc;
   }
   json_object *v = NULL;
-  s->revision = json_object_object_get_ex(dir->manifest, "revision", &v) &&
-                        json_object_is_type(v, json_type_string)
-                    ? json_object_get_string(v)
-                    : "unknown";
-  json_object *d = json_object_new_object(), *al = json_object_new_array(),
-              *types = json_object_new_array(), *lim = json_object_new_object(),
-              *img = json_object_new_object();
-  json_object_object_add(d, "id", json_object_new_string(OMNIJEV_ID));
-  for (size_t i = 0; i < sizeof ALIASES / sizeof *ALIASES; i++)
-    json_object_array_add(al, json_object_new_string(ALIASES[i]));
-  json_object_object_add(d, "aliases", al);
-  json_object_object_add(d, "family", json_object_new_string("omnijev"));
-  json_object_array_add(types, json_object_new_string("noul"));
-  json_object_array_add(types, json_object_new_string("choice"));
-  json_object_array_add(types, json_object_new_string("score"));
-  json_object_object_add(d, "question_types", types);
+  ret_desc->id = OMNIJEV_ID;
+  ret_desc->aliases = ALIASES;
+  ret_desc->n_aliases = sizeof ALIASES / sizeof *ALIASES;
+  ret_desc->revision = json_object_object_get_ex(dir->manifest, "revision", &v) &&
+                               json_object_is_type(v, json_type_string)
+                           ? json_object_get_string(v)
+                           : "unknown";
+  *ret_model = m;
+  return 0;
+}
+
+static void describe(const void *model, json_object *d) {
+  (void)model;
+  json_object *lim = json_object_new_object(), *img = json_object_new_object();
   json_object_object_add(lim, "questions", json_object_new_int(PP_OMNIJEV_MAX_QUESTIONS));
   json_object_object_add(lim, "options_per_question", json_object_new_int(PP_OMNIJEV_MAX_OPTIONS));
   json_object_object_add(lim, "options", json_object_new_int(PP_OMNIJEV_MAX_ROWS));
   json_object_object_add(d, "candidate_limits", lim);
   /* one still, or 2..16 stills (one panel), or one video mosaic */
-  json_object *n_img = json_object_new_array();
-  json_object_array_add(n_img, json_object_new_int(1));
-  json_object_array_add(n_img, json_object_new_int(PP_OMNIJEV_MAX_STILLS));
-  json_object_object_add(img, "images", n_img);
+  json_object_object_add(img, "images", pp_describe_range(1, PP_OMNIJEV_MAX_STILLS));
   json_object_object_add(img, "max_bytes", json_object_new_int64(PP_OMNIJEV_MAX_IMAGE_BYTES));
   json_object_object_add(img, "max_side", json_object_new_int(PP_OMNIJEV_MAX_IMAGE_SIDE));
   json_object_object_add(img, "max_pixels", json_object_new_int(PP_OMNIJEV_MAX_PIXELS));
   json_object_object_add(d, "image_limits", img);
   json_object_object_add(d, "max_tokens", json_object_new_int(PP_OMNIJEV_MAX_INPUT_TOKENS));
-  s->describe = d;
-  *ret_model = s;
-  return 0;
-}
-
-static void describe(const void *model, struct pp_model_desc *ret_desc) {
-  const struct state *s = model;
-  ret_desc->id = OMNIJEV_ID;
-  ret_desc->aliases = ALIASES;
-  ret_desc->n_aliases = sizeof ALIASES / sizeof *ALIASES;
-  ret_desc->revision = s->revision;
-  ret_desc->describe = s->describe;
 }
 
 static void ctx_free(void *p) {
@@ -157,7 +129,7 @@ static int build_program(struct pp_omnijev_request *r, struct proto_program *p,
     uint32_t ro;
     if (!rc)
       rc = proto_program_add_readout(p, PROTO_READOUT_HEAD, first, (int32_t)q->open_offset, args,
-                                     2, OMNIJEV_HEAD, &ro);
+                                     2, HEADS[0], &ro);
     if (!rc)
       readout_of[i] = (int32_t)ro;
   }
@@ -168,11 +140,11 @@ static int build_program(struct pp_omnijev_request *r, struct proto_program *p,
 static int compile(const void *model, json_object *request, const struct pp_request_info *info,
                    struct proto_program *ret_program, void **ret_ctx, struct cm_diag *diag) {
   (void)info;
-  const struct state *s = model;
+  const struct pp_omnijev_model *m = model;
   struct ctx *c = calloc(1, sizeof *c);
   if (!c)
     return -ENOMEM;
-  int rc = pp_omnijev_compile(&s->model, request, &c->req, diag);
+  int rc = pp_omnijev_compile(m, request, &c->req, diag);
   if (!rc && !(c->readout_of = malloc(c->req->n_questions * sizeof *c->readout_of)))
     rc = -ENOMEM;
   if (!rc && (rc = build_program(c->req, ret_program, c->readout_of)))
@@ -188,7 +160,6 @@ static int compile(const void *model, json_object *request, const struct pp_requ
 static int finish(const void *model, void *ctx, const struct proto_result *result,
                   const struct pp_request_info *info, char **ret_json, size_t *ret_len,
                   struct pp_finish_stats *ret_stats, struct cm_diag *diag) {
-  const struct state *s = model;
   const struct ctx *c = ctx;
   const struct pp_omnijev_request *r = c->req;
   const float **mu = calloc(r->n_questions, sizeof *mu);
@@ -211,7 +182,7 @@ static int finish(const void *model, void *ctx, const struct proto_result *resul
   double seconds = (double)(info->compile_end_us - info->received_us) / 1e6 +
                    (double)(result->timings.total_us) / 1e6;
   if (!rc)
-    rc = pp_omnijev_finish(&s->model, r, mu, seconds, ret_json, ret_len, diag);
+    rc = pp_omnijev_finish(model, r, mu, seconds, ret_json, ret_len, diag);
   free(mu);
   if (!rc && ret_stats) {
     ret_stats->tokens = r->input_tokens;
@@ -222,6 +193,8 @@ static int finish(const void *model, void *ctx, const struct proto_result *resul
 
 const struct pp_family pp_family_omnijev = {
     .name = "omnijev",
+    .question_types = QUESTION_TYPES,
+    .heads = HEADS,
     .load = load,
     .describe = describe,
     .compile = compile,

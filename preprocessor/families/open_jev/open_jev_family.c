@@ -2,7 +2,8 @@
  * constants and tokenizer from a model directory, turns a compiled request into a program (one
  * row per candidate sequence with a HEAD readout of the scalar head at its last token; the
  * sequences' common token prefixes run once, as shared prefixes on the 64-token grid, see
- * pp_open_jev_program) and the result's head outputs into the response. */
+ * pp_open_jev_program) and the result's head outputs into the response. The tokenizer and the
+ * /v1/models entry's head are the core's (pp_model_load). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,13 +13,12 @@
 #include "pp_family.h"
 #include "proto.h"
 
-#define OPEN_JEV_HEAD "open_jev_scalar" /* executor/heads/ex_head_open_jev.c */
+static const char *const QUESTION_TYPES[] = {"choice", "score", "noul", NULL};
+static const char *const HEADS[] = {"open_jev_scalar", NULL}; /* executor/heads/open_jev/ */
 
+/* The loaded model: its constants (model id, aliases, temperature, limits). */
 struct state {
   struct pp_open_jev_model model; /* constants */
-  struct pp_tok *tok;             /* tokenizer, owned */
-  json_object *describe;          /* /v1/models entry, owned */
-  const char *revision;           /* x-model-revision: the checkpoint hash; borrowed */
 };
 
 struct ctx {
@@ -30,66 +30,44 @@ static void state_free(void *p) {
   if (!s)
     return;
   pp_open_jev_model_fini(&s->model);
-  pp_tok_free(s->tok);
-  json_object_put(s->describe);
   free(s);
 }
 
-static json_object *range(int lo, int hi) {
-  json_object *a = json_object_new_array();
-  json_object_array_add(a, json_object_new_int(lo));
-  json_object_array_add(a, json_object_new_int(hi));
-  return a;
-}
-
-static int load(const struct cm_model_dir *dir, void **ret_model, struct cm_diag *diag) {
+static int load(const struct cm_model_dir *dir, const struct pp_tok *tok, void **ret_model,
+                struct pp_model_desc *ret_desc, struct cm_diag *diag) {
   struct state *s = calloc(1, sizeof *s);
   if (!s)
     return -ENOMEM;
-  int rc = pp_tok_load_file(dir->tokenizer_path, &s->tok, diag);
-  if (!rc)
-    rc = pp_open_jev_model_init(dir->manifest, s->tok, &s->model, diag);
+  int rc = pp_open_jev_model_init(dir->manifest, tok, &s->model, diag);
   if (rc) {
     state_free(s);
     return rc;
   }
   json_object *v = NULL;
-  if (json_object_object_get_ex(s->model.metadata, "checkpoint_sha256", &v) &&
-      json_object_is_type(v, json_type_string))
-    s->revision = json_object_get_string(v);
-  else
-    s->revision = "unknown";
-  json_object *d = json_object_new_object(), *al = json_object_new_array(),
-              *types = json_object_new_array(), *lim = json_object_new_object();
-  json_object_object_add(d, "id", json_object_new_string(s->model.model_id));
-  for (size_t i = 0; i < s->model.n_aliases; i++)
-    json_object_array_add(al, json_object_new_string(s->model.aliases[i]));
-  json_object_object_add(d, "aliases", al);
-  json_object_object_add(d, "family", json_object_new_string("open_jev"));
-  json_object_array_add(types, json_object_new_string("choice"));
-  json_object_array_add(types, json_object_new_string("score"));
-  json_object_array_add(types, json_object_new_string("noul"));
-  json_object_object_add(d, "question_types", types);
-  json_object_object_add(lim, "questions", range(1, PP_OPEN_JEV_MAX_QUESTIONS));
-  json_object_object_add(lim, "choice_options", range(1, PP_OPEN_JEV_MAX_CHOICE));
-  json_object_object_add(lim, "score_levels", range(PP_OPEN_JEV_MIN_SCORE, PP_OPEN_JEV_MAX_SCORE));
-  json_object_object_add(lim, "candidate_sequences", json_object_new_int(PP_OPEN_JEV_MAX_SEQUENCES));
-  json_object_object_add(d, "candidate_limits", lim);
-  json_object_object_add(d, "image_limits", json_object_new_int(0));
-  json_object_object_add(d, "max_tokens", json_object_new_int64(s->model.max_length));
-  json_object_object_add(d, "temperature", json_object_new_double(s->model.temperature));
-  s->describe = d;
+  ret_desc->id = s->model.model_id;
+  ret_desc->aliases = (const char *const *)s->model.aliases;
+  ret_desc->n_aliases = s->model.n_aliases;
+  ret_desc->revision = json_object_object_get_ex(s->model.metadata, "checkpoint_sha256", &v) &&
+                               json_object_is_type(v, json_type_string)
+                           ? json_object_get_string(v)
+                           : "unknown";
   *ret_model = s;
   return 0;
 }
 
-static void describe(const void *model, struct pp_model_desc *ret_desc) {
+static void describe(const void *model, json_object *d) {
   const struct state *s = model;
-  ret_desc->id = s->model.model_id;
-  ret_desc->aliases = (const char *const *)s->model.aliases;
-  ret_desc->n_aliases = s->model.n_aliases;
-  ret_desc->revision = s->revision;
-  ret_desc->describe = s->describe;
+  json_object *lim = json_object_new_object();
+  json_object_object_add(lim, "questions", pp_describe_range(1, PP_OPEN_JEV_MAX_QUESTIONS));
+  json_object_object_add(lim, "choice_options", pp_describe_range(1, PP_OPEN_JEV_MAX_CHOICE));
+  json_object_object_add(lim, "score_levels",
+                         pp_describe_range(PP_OPEN_JEV_MIN_SCORE, PP_OPEN_JEV_MAX_SCORE));
+  json_object_object_add(lim, "candidate_sequences",
+                         json_object_new_int(PP_OPEN_JEV_MAX_SEQUENCES));
+  json_object_object_add(d, "candidate_limits", lim);
+  json_object_object_add(d, "image_limits", json_object_new_int(0));
+  json_object_object_add(d, "max_tokens", json_object_new_int64(s->model.max_length));
+  json_object_object_add(d, "temperature", json_object_new_double(s->model.temperature));
 }
 
 static void ctx_free(void *p) {
@@ -109,7 +87,7 @@ static int compile(const void *model, json_object *request, const struct pp_requ
     return -ENOMEM;
   int rc = pp_open_jev_compile(&s->model, request, false, &c->req, diag);
   if (!rc)
-    rc = pp_open_jev_program(c->req, true, OPEN_JEV_HEAD, ret_program, diag);
+    rc = pp_open_jev_program(c->req, true, HEADS[0], ret_program, diag);
   if (rc) {
     ctx_free(c);
     return rc;
@@ -251,6 +229,8 @@ static int finish(const void *model, void *ctx, const struct proto_result *resul
 
 const struct pp_family pp_family_open_jev = {
     .name = "open_jev",
+    .question_types = QUESTION_TYPES,
+    .heads = HEADS,
     .load = load,
     .describe = describe,
     .compile = compile,

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ex_head.h"
@@ -504,16 +503,11 @@ static const struct ex_head_group group = {
 
 static int load(const struct cm_model_dir *dir, size_t hidden, void **ret_state, size_t *ret_n_out,
                 struct cm_diag *diag) {
-  size_t n = strlen(dir->path) + sizeof EX_HEAD_OMNIJEV_FILE + 1;
-  char *path = malloc(n);
-  if (!path)
-    return -ENOMEM;
-  snprintf(path, n, "%s/%s", dir->path, EX_HEAD_OMNIJEV_FILE);
-  struct stat sb;
   struct cm_safetensors *st = NULL;
   struct ex_omnijev_heads *h = NULL;
   struct cm_tensor_view v;
-  int rc = stat(path, &sb) != 0 ? -ENOENT : cm_safetensors_open(path, &st, diag);
+  char *path = NULL;
+  int rc = ex_head_file_open(dir, &st, &path, diag); /* -ENOENT: no heads file */
   if (!rc && cm_safetensors_find(st, "head.opt.0.weight", &v) != 0)
     rc = -ENOENT; /* another family's heads */
   if (!rc && !(h = calloc(1, sizeof *h)))

@@ -11,7 +11,6 @@
 #include "cm_error.h"
 #include "cm_safetensors.h"
 
-#define EX_HEAD_OMNIJEV_FILE "heads.safetensors"
 #define EX_HEAD_OMNIJEV_NAME "omnijev"
 
 /* One fp32 nn.Linear. */

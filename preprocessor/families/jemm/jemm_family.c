@@ -1,7 +1,8 @@
 /* The JEMM family behind the preprocessor's family interface (pp_family.h): loads the manifest
  * constants and the tokenizer, compiles a request into one program (images, a shared prefix, one
  * row per question with a LABEL_LOGITS readout of its candidates' label ids at the last token)
- * and turns the label logits into the reference's response. */
+ * and turns the label logits into the reference's response. The tokenizer and the /v1/models
+ * entry's head are the core's (pp_model_load). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +12,11 @@
 #include "pp_family.h"
 #include "proto.h"
 
+static const char *const QUESTION_TYPES[] = {"choice", "score", "noul", NULL};
+static const char *const HEADS[] = {NULL}; /* LABEL_LOGITS readouts only: no executor head */
+
 struct state {
   struct pp_jemm_model model; /* constants, label ids, chat wrapper */
-  struct pp_tok *tok;         /* tokenizer, owned */
-  json_object *describe;      /* /v1/models entry, owned */
   char revision[16];          /* x-model-revision: a SHA-256 prefix of the checkpoint file */
 };
 
@@ -23,25 +25,15 @@ static void state_free(void *p) {
   if (!s)
     return;
   pp_jemm_model_fini(&s->model);
-  pp_tok_free(s->tok);
-  json_object_put(s->describe);
   free(s);
 }
 
-static json_object *range(int lo, int hi) {
-  json_object *a = json_object_new_array();
-  json_object_array_add(a, json_object_new_int(lo));
-  json_object_array_add(a, json_object_new_int(hi));
-  return a;
-}
-
-static int load(const struct cm_model_dir *dir, void **ret_model, struct cm_diag *diag) {
+static int load(const struct cm_model_dir *dir, const struct pp_tok *tok, void **ret_model,
+                struct pp_model_desc *ret_desc, struct cm_diag *diag) {
   struct state *s = calloc(1, sizeof *s);
   if (!s)
     return -ENOMEM;
-  int rc = pp_tok_load_file(dir->tokenizer_path, &s->tok, diag);
-  if (!rc)
-    rc = pp_jemm_model_init(dir->manifest, s->tok, &s->model, diag);
+  int rc = pp_jemm_model_init(dir->manifest, tok, &s->model, diag);
   if (rc) {
     state_free(s);
     return rc;
@@ -55,41 +47,29 @@ static int load(const struct cm_model_dir *dir, void **ret_model, struct cm_diag
     snprintf(s->revision, sizeof s->revision, "%.12s", json_object_get_string(h));
   else
     snprintf(s->revision, sizeof s->revision, "unknown");
-  json_object *d = json_object_new_object(), *al = json_object_new_array(),
-              *types = json_object_new_array(), *lim = json_object_new_object(),
-              *img = json_object_new_object(), *tok = json_object_new_object();
-  json_object_object_add(d, "id", json_object_new_string(s->model.model_id));
-  for (size_t i = 0; i < s->model.n_aliases; i++)
-    json_object_array_add(al, json_object_new_string(s->model.aliases[i]));
-  json_object_object_add(d, "aliases", al);
-  json_object_object_add(d, "family", json_object_new_string("jemm"));
-  json_object_array_add(types, json_object_new_string("choice"));
-  json_object_array_add(types, json_object_new_string("score"));
-  json_object_array_add(types, json_object_new_string("noul"));
-  json_object_object_add(d, "question_types", types);
-  json_object_object_add(lim, "questions", range(1, PP_JEMM_MAX_QUESTIONS));
-  json_object_object_add(lim, "choice_options", range(2, PP_JEMM_N_LABELS));
-  json_object_object_add(lim, "score_levels", range(2, PP_JEMM_N_LABELS));
+  ret_desc->id = s->model.model_id;
+  ret_desc->aliases = (const char *const *)s->model.aliases;
+  ret_desc->n_aliases = s->model.n_aliases;
+  ret_desc->revision = s->revision;
+  *ret_model = s;
+  return 0;
+}
+
+static void describe(const void *model, json_object *d) {
+  (void)model;
+  json_object *lim = json_object_new_object(), *img = json_object_new_object(),
+              *tok = json_object_new_object();
+  json_object_object_add(lim, "questions", pp_describe_range(1, PP_JEMM_MAX_QUESTIONS));
+  json_object_object_add(lim, "choice_options", pp_describe_range(2, PP_JEMM_N_LABELS));
+  json_object_object_add(lim, "score_levels", pp_describe_range(2, PP_JEMM_N_LABELS));
   json_object_object_add(d, "candidate_limits", lim);
-  json_object_object_add(img, "images", range(0, PP_JEMM_MAX_IMAGES));
+  json_object_object_add(img, "images", pp_describe_range(0, PP_JEMM_MAX_IMAGES));
   json_object_object_add(img, "max_pixels", json_object_new_int(PP_JEMM_MAX_IMAGE_PIXELS));
   json_object_object_add(img, "formats", json_object_new_string("PNG, JPEG, WebP"));
   json_object_object_add(d, "image_limits", img);
   json_object_object_add(tok, "text", json_object_new_int(PP_JEMM_MAX_TEXT_TOKENS));
   json_object_object_add(tok, "with_images", json_object_new_int(PP_JEMM_MAX_MM_TOKENS));
   json_object_object_add(d, "max_tokens", tok);
-  s->describe = d;
-  *ret_model = s;
-  return 0;
-}
-
-static void describe(const void *model, struct pp_model_desc *ret_desc) {
-  const struct state *s = model;
-  ret_desc->id = s->model.model_id;
-  ret_desc->aliases = (const char *const *)s->model.aliases;
-  ret_desc->n_aliases = s->model.n_aliases;
-  ret_desc->revision = s->revision;
-  ret_desc->describe = s->describe;
 }
 
 static void ctx_free(void *p) {
@@ -136,6 +116,8 @@ static int finish(const void *model, void *ctx, const struct proto_result *resul
 
 const struct pp_family pp_family_jemm = {
     .name = "jemm",
+    .question_types = QUESTION_TYPES,
+    .heads = HEADS,
     .load = load,
     .describe = describe,
     .compile = compile,

@@ -9,7 +9,6 @@
 #include "cm_error.h"
 #include "cm_safetensors.h"
 
-#define EX_HEAD_OPEN_JEV_FILE "heads.safetensors"
 #define EX_HEAD_OPEN_JEV_WEIGHT "open_jev.head.weight" /* F32 [1, H] */
 #define EX_HEAD_OPEN_JEV_BIAS "open_jev.head.bias"     /* F32 [1] */
 

@@ -5,10 +5,8 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ex_head.h"
 
@@ -69,33 +67,18 @@ int ex_head_open_jev_run(const struct ex_head_open_jev *head, const float *hidde
 
 static int load(const struct cm_model_dir *dir, size_t hidden, void **ret_state, size_t *ret_n_out,
                 struct cm_diag *diag) {
-  size_t n = strlen(dir->path) + sizeof EX_HEAD_OPEN_JEV_FILE + 1;
-  char *path = malloc(n);
-  if (!path)
-    return -ENOMEM;
-  snprintf(path, n, "%s/%s", dir->path, EX_HEAD_OPEN_JEV_FILE);
-  struct stat sb;
   struct cm_safetensors *st = NULL;
-  struct ex_head_open_jev *head = NULL;
-  int rc;
-  if (stat(path, &sb) != 0) {
-    rc = -ENOENT; /* this model has no Open-Jev head */
-    goto out;
-  }
-  head = calloc(1, sizeof *head);
-  if (!head) {
-    rc = -ENOMEM;
-    goto out;
-  }
-  rc = cm_safetensors_open(path, &st, diag);
-  if (!rc)
-    rc = ex_head_open_jev_init(st, path, hidden, head, diag);
+  char *path = NULL;
+  int rc = ex_head_file_open(dir, &st, &path, diag); /* -ENOENT: this model has no head */
+  if (rc)
+    return rc;
+  struct ex_head_open_jev *head = calloc(1, sizeof *head);
+  rc = head ? ex_head_open_jev_init(st, path, hidden, head, diag) : -ENOMEM;
   if (!rc) {
     *ret_state = head;
     *ret_n_out = 1;
     head = NULL;
   }
-out:
   free(head);
   cm_safetensors_close(st);
   free(path);

@@ -1,5 +1,5 @@
 /* s1-export --family jemm (see export_jemm.h): adapter shape, calibration, label ids, the chat
- * wrapper, and the manifest blocks the JEMM family reads (preprocessor/families/jemm.c). */
+ * wrapper, and the manifest blocks the JEMM family reads (preprocessor/families/jemm/jemm.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
