@@ -10,9 +10,19 @@ chart of latency and throughput against concurrency; `report` remakes the table 
 raw file (e.g. on a machine with matplotlib). Client: httpx (one keep-alive connection per
 client thread); images: Pillow; chart: matplotlib.
 
+--between CMD runs a shell command (a peer: the reference procedure on the same GPU) after the first
+measured run at the first concurrency and before the second, so that s1 and the peer alternate
+(s1, peer, s1); the GPU memory sampler pauses meanwhile (the peak stays the trio's). CMD finds
+S1_BENCH_FAMILY and S1_BENCH_WORKLOADS (a JSON file: per workload its input tokens, questions,
+request body and s1's answer, from the feasibility run) in its environment; its exit status and
+time are a "between" line of the raw file. The summary gives, besides the table per concurrency (the mix),
+one row per workload and concurrency: requests, warm p50 / p95, failures, the serial rate at
+concurrency 1 (requests / sum of latencies) and the median Server-Timing split.
+
   bench_serve.py run --bin DIR --model FAMILY=DIR [--model ...] --out DIR [--device cpu|cuda:N]
                      [--concurrency 1,8,16] [--runs 2] [--duration S] [--workloads full|quick]
                      [--executors N] [--preprocessors N] [--credits K] [--executor-arg ARG ...]
+                     [--between CMD]
   bench_serve.py report --raw FILE --out DIR
 """
 import argparse
@@ -232,10 +242,14 @@ class Sampler(threading.Thread):
     def __init__(self, trio, gpu):
         super().__init__(daemon=True)
         self.trio, self.gpu, self.stop_ev = trio, gpu, threading.Event()
+        self.paused = threading.Event()
         self.rss_kib = self.gpu_mib = 0
 
     def run(self):
         while not self.stop_ev.is_set():
+            if self.paused.is_set():
+                self.stop_ev.wait(0.25)
+                continue
             self.rss_kib = max(self.rss_kib, self.trio.rss_kib()[0])
             if self.gpu is not None:
                 try:
@@ -317,6 +331,7 @@ def run_family(args, family, model, raw):
         raw.flush()
 
     sampler = None
+    fwork = {}
     try:
         ready_s = trio.up()
         gpu = int(args.device.split(":")[1]) if args.device.startswith("cuda:") else (
@@ -325,7 +340,8 @@ def run_family(args, family, model, raw):
         sampler.start()
         emit({"kind": "ready", "process_to_ready_s": round(ready_s, 3), "model": model,
               "device": args.device, "executors": args.executors,
-              "preprocessors": args.preprocessors, "credits": args.credits})
+              "preprocessors": args.preprocessors, "credits": args.credits,
+              "executor_args": args.executor_arg})
         with httpx.Client(timeout=600) as cl:
             t0, lat, status, data, st = post(cl, trio.port, items[0][1])
             emit({"kind": "first", "workload": items[0][0], "latency_s": round(lat, 6),
@@ -343,9 +359,14 @@ def run_family(args, family, model, raw):
                     raise SystemExit("bench serve: %s: workload %s: %d %s" % (family, name, status,
                                                                               data[:300]))
                 ref[name] = norm(data)
+                fwork[name] = {"tokens": json.loads(data).get("usage", {}).get("input_tokens"),
+                               "questions": n_q, "body": json.loads(body),
+                               "answer": json.loads(data)}
         for c in args.concurrency:
             sampler.take()
             for run in range(1, args.runs + 1):
+                if run == 2 and c == args.concurrency[0] and args.between:
+                    between(args, family, fwork, sampler, emit)
                 def emit_run(rec, c=c, run=run):
                     rec.update(kind="request", concurrency=c, run=run)
                     emit(rec)
@@ -366,6 +387,20 @@ def run_family(args, family, model, raw):
             print("bench serve: %s logs in %s" % (family, work))
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def between(args, family, fwork, sampler, emit):
+    """The --between command (the peer), the sampler paused; its status is a raw line."""
+    path = os.path.join(args.out, "s1_workloads_%s.json" % family)
+    with open(path, "w") as f:
+        json.dump(fwork, f)
+    sampler.paused.set()
+    t0 = time.time()
+    rc = subprocess.run(args.between, shell=True, env=dict(
+        os.environ, S1_BENCH_FAMILY=family, S1_BENCH_WORKLOADS=path)).returncode
+    sampler.paused.clear()
+    emit({"kind": "between", "concurrency": args.concurrency[0], "after_run": 1, "rc": rc,
+          "s": round(time.time() - t0, 3), "command": args.between})
 
 
 # ---- report -----------------------------------------------------------------------------------
@@ -393,6 +428,8 @@ def summarize(raw_path):
                 lv = d["levels"].setdefault(r["concurrency"], {})
                 lv.setdefault("runs", {})[r["run"]] = {"wall_s": r["wall_s"], "lat": [], "dec": 0,
                                                        "fail": 0, "n": 0}
+            elif k == "between":
+                d.setdefault("between", []).append(r)
             elif k == "request":
                 lv = d["levels"].setdefault(r["concurrency"], {})
                 lv.setdefault("pending", []).append(r)
@@ -401,6 +438,17 @@ def summarize(raw_path):
             for r in lv.pop("pending", []):
                 run = lv["runs"][r["run"]]
                 run["n"] += 1
+                w = lv.setdefault("workloads", {}).setdefault(r["workload"], {
+                    "lat": [], "n": 0, "fail": 0, "dec": 0, "tokens": None, "stages": {}})
+                w["n"] += 1
+                if r["status"] == 200 and r.get("ok", True):
+                    w["lat"].append(r["latency_s"])
+                    w["dec"] += r["decisions"]
+                    w["tokens"] = r.get("tokens", w["tokens"])
+                    for s, v in r.get("server_timing_ms", {}).items():
+                        w["stages"].setdefault(s, []).append(v)
+                else:
+                    w["fail"] += 1
                 if r["status"] == 200:
                     run["lat"].append(r["latency_s"])
                     run["dec"] += r["decisions"]
@@ -446,7 +494,38 @@ def table(fam):
                 st = d["stages"][c]
                 out.append("| %d | " % c + " | ".join(
                     "%.1f" % (sum(st[s]) / len(st[s])) if st.get(s) else "-" for s in names) + " |")
+        for b in d.get("between", []):
+            out.append("\n--between after run %d at concurrency %d: rc %d, %.1f s (`%s`)" % (
+                b["after_run"], b["concurrency"], b["rc"], b["s"], b["command"][:120]))
+        out.append(workload_table(d))
         out.append("")
+    return "\n".join(out)
+
+
+SPLIT = ("preprocess", "queue", "wait", "vision", "prefix", "rows", "heads", "execute", "finish")
+
+
+def workload_table(d):
+    """One row per concurrency and workload: warm latency, failures, the serial rate at
+    concurrency 1 and the median Server-Timing split (ms)."""
+    names = [s for s in SPLIT if any(s in w["stages"] for lv in d["levels"].values()
+                                     for w in lv.get("workloads", {}).values())]
+    out = ["\nper workload (warm, nearest rank; split: median Server-Timing, ms; serial rate at "
+           "concurrency 1 = requests / sum of their latencies):\n",
+           "| concurrency | workload | tokens | requests | failures | p50 ms | p95 ms | "
+           "requests/s serial | decisions/s serial | " + " | ".join(names) + " |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(names)]
+    for c in sorted(d["levels"]):
+        for name, w in d["levels"][c].get("workloads", {}).items():
+            tot = sum(w["lat"])
+            serial = c == 1 and tot > 0
+            out.append("| %d | %s | %s | %d | %d | %.1f | %.1f | %s | %s | " % (
+                c, name, w["tokens"] if w["tokens"] is not None else "-", w["n"], w["fail"],
+                1000 * nearest_rank(w["lat"], 50), 1000 * nearest_rank(w["lat"], 95),
+                "%.2f" % (len(w["lat"]) / tot) if serial else "-",
+                "%.2f" % (w["dec"] / tot) if serial else "-") + " | ".join(
+                "%.1f" % nearest_rank(w["stages"][s], 50) if w["stages"].get(s) else "-"
+                for s in names) + " |")
     return "\n".join(out)
 
 
@@ -520,6 +599,8 @@ def main():
     r.add_argument("--executor-arg", action="append", default=[])
     r.add_argument("--ready-timeout", type=int, default=1800)
     r.add_argument("--keep-logs", action="store_true")
+    r.add_argument("--between", default="", help="shell command run between the first two "
+                   "measured runs at the first concurrency (a peer)")
     p = sub.add_parser("report")
     p.add_argument("--raw", required=True)
     p.add_argument("--out", required=True)

@@ -12,8 +12,11 @@ evenly over the request's candidates: the prompts of one question differ only by
 text, so this is the mean length), with seeded random ids. Per request: CUDA events around all of
 its candidate forwards in order; --warmup excluded, then --reps timed per workload and round.
 
-usage: open_jev_peer.py --model DIR --summary S1_SUMMARY.json --out FILE.jsonl [--rounds 1]
-         [--reps 10] [--warmup 2] [--round-label N]
+With --workloads FILE (bench_serve.py's S1_BENCH_WORKLOADS file, --between) the workloads are
+bench_serve.py's instead: each one's request body and the token count s1 reported for it.
+
+usage: open_jev_peer.py --model DIR (--summary S1_SUMMARY.json | --workloads FILE) --out FILE.jsonl
+         [--rounds 1] [--reps 10] [--warmup 2] [--round-label N]
 """
 import argparse
 import inspect
@@ -57,7 +60,8 @@ def bound_impls(mq):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--summary", required=True)
+    ap.add_argument("--summary")
+    ap.add_argument("--workloads", default=os.environ.get("S1_BENCH_WORKLOADS"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--round-label", type=int, default=1)
@@ -74,10 +78,18 @@ def main():
     from qwen35_bf16_parity import model_folder
     import serve_latency as sl
     torch.backends.cuda.matmul.allow_tf32 = False
-    with open(a.summary) as f:
-        s1 = json.load(f)
-    W = sl.workloads("open_jev", None)
-    toks = s1.get("input_tokens", {})
+    if a.summary:
+        with open(a.summary) as f:
+            s1 = json.load(f)
+        W = sl.workloads("open_jev", None)
+        toks = s1.get("input_tokens", {})
+    elif a.workloads:
+        with open(a.workloads) as f:
+            bw = json.load(f)
+        W = {k: (v["body"], v["questions"]) for k, v in bw.items()}
+        toks = {k: v["tokens"] for k, v in bw.items()}
+    else:
+        ap.error("--summary or --workloads (S1_BENCH_WORKLOADS)")
     sel = [k for k in W if k in toks and toks[k] and (not a.only or k in a.only.split(","))]
     log = open(a.out, "a")
 

@@ -21,7 +21,12 @@ a failing family (every family with S1_TRIO_DUMP=1); exits 1 on any failure, 0 w
 
 usage: trio_cuda_check.py STAGE_DIR BIN_DIR LOG_DIR [DEVICE]   (DEVICE default cuda:0)
   S1_TRIO_FAMILIES=open_jev,omnijev,jemm limits the families; S1_TRIO_EXECUTOR_ARGS adds
-  s1-executor options (e.g. "--max-seqs 3" with DEVICE cpu packs rows as the CUDA engine does).
+  s1-executor options (e.g. "--max-seqs 3" with DEVICE cpu packs rows as the CUDA engine does);
+  S1_ROOT names the repository root (fixtures, tests/integration) for a copy of this script run
+  from elsewhere (a staged folder); S1_TRIO_REQUEST_S bounds each request (default 60 on CUDA,
+  430 on the CPU: 255 rows under ASan). Every stage of a family is logged with its time (a family
+  that never finishes shows where it stopped), and an answer outside frontend/openapi.json while
+  waiting for /health fails at once with its message instead of being retried as "not ready".
 """
 import hashlib
 import json
@@ -34,7 +39,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+ROOT = os.path.abspath(os.environ.get("S1_ROOT") or os.path.join(HERE, "..", ".."))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import trio  # noqa: E402
@@ -190,8 +195,9 @@ def wait_ready(t, timeout):
         try:
             t.wait_health(200, timeout=2)
             return
-        except AssertionError:
-            pass
+        except AssertionError as e:  # not ready yet; any other assertion (the contract) fails
+            if not str(e).startswith("health never became"):
+                raise
     raise AssertionError("health never became 200 in %d s" % timeout)
 
 
@@ -201,9 +207,15 @@ def run_family(case, bindir, logdir, device, tokdir, tok35, work, log):
     ok = False
     t = BundleTrio(bindir)
     t0 = time.time()
+    fam = case["family"]
+    req_s = float(os.environ.get("S1_TRIO_REQUEST_S") or (430 if device == "cpu" else 60))
+
+    def stage(what):
+        log("  %s: %s (%.1f s)" % (fam, what, time.time() - t0))
     try:
         t.model = build_model(case["family"], lambda n: os.path.join(bindir, n), tokdir, tok35,
                               work)
+        stage("model directory built")
         got = model_hashes(t.model)
         if got != case["model_sha256"]:
             raise AssertionError("model directory differs from the staged one: %s vs %s"
@@ -214,10 +226,14 @@ def run_family(case, bindir, logdir, device, tokdir, tok35, work, log):
                        t.ex_url, "--numerics", "bf16"] + os.environ.get("S1_TRIO_EXECUTOR_ARGS", "").split())
         t.start_frontend(max_body=case["max_body"], timeout_ms=400000)  # 255 rows under ASan
         t.start_preprocessor()
+        stage("trio started")
         wait_ready(t, 180)
         ready = time.time() - t0
+        stage("ready")
         for r, cpu in zip(case["requests"], case["cpu"]):
-            s, _, b = t.post(r["body"], timeout=430)
+            t1 = time.time()
+            s, _, b = t.post(r["body"], timeout=req_s)
+            stage("%s: HTTP %d in %.2f s" % (r["name"], s, time.time() - t1))
             try:
                 a = json.loads(b)
             except ValueError:

@@ -26,8 +26,11 @@ background while the rest runs), of transformers bf16 and fp32 (get_image_featur
 pixels; judged: ||cuda - cpu32|| / ||cpu32|| <= 1.25 * ||hf_bf16 - hf_fp32|| / ||hf_fp32||, and
 the CPU tower within 1e-4 of transformers fp32 (float32 against float32; reported with both).
 
+--no-layers skips the layer-by-layer part (the spreads, s1's layer jobs): the end-to-end and vision
+checks alone (issue 18's 27B rerun, whose layer part had passed before the fp32 load failed).
+
 Usage: qwen35_layer_parity.py --model DIR --forward S1_FORWARD --work DIR [--device cuda:0|cpu]
-         [--lengths 17,129,333] [--image 16,24] [--flip 0.01] [--seeds 3] [--no-fp32]
+         [--lengths 17,129,333] [--image 16,24] [--flip 0.01] [--seeds 3] [--no-fp32] [--no-layers]
          [--cpu-forward S1_FORWARD] [--vision-grid 8,8] [--seed N] [--out FILE.json]
 Exit status 0 only when every judged check passes.
 On a machine without a GPU (torch CPU from PyPI in a scratch venv, outside CI): python3 -m venv V;
@@ -173,6 +176,7 @@ def main():
     ap.add_argument("--flip", type=float, default=0.01)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--no-fp32", action="store_true")
+    ap.add_argument("--no-layers", action="store_true", help="end to end and vision only")
     ap.add_argument("--cpu-forward", help="s1-forward for the float32 CPU tower (vision check)")
     ap.add_argument("--vision-grid", default="8,8")
     ap.add_argument("--seed", type=int, default=1818)
@@ -241,6 +245,9 @@ def main():
         recs, fin = hf_trace(model, c, pixels if "grid" in c else None)
         assert len(recs) == L, (len(recs), L)
         hf_final[c["name"]] = fin
+        if a.no_layers:
+            print(f"{c['name']:>9}: n {len(c['hf_ids'])} (layers skipped: --no-layers)", flush=True)
+            continue
         xs = np.stack([r["x"][0].float().cpu().numpy() for r in recs])
         np.save(os.path.join(a.work, f"layer_in_{c['name']}.npy"), xs.astype(np.float32))
         c["y"] = np.stack([r["y"][0].float().cpu().numpy() for r in recs])
@@ -267,7 +274,8 @@ def main():
     t_hf = time.monotonic() - t0
     # every reference to the bf16 model goes before the fp32 one loads (27B: 54 + 101 GiB would not
     # fit; the H200 run of 2026-12-01 failed here while `lm` still held the language model)
-    del model, lm, recs
+    del model, lm
+    recs = None
     import gc
     gc.collect()
     if DEV == "cuda":
@@ -280,7 +288,8 @@ def main():
                 "layer_out": f"layer_out_{c['name']}.npy"}
         if "grid" in c:
             body["images"] = [{"grid_thw": c["grid"]}]
-        jobs.append((len(c["hf_ids"]), "L_" + c["name"], body))
+        if not a.no_layers:
+            jobs.append((len(c["hf_ids"]), "L_" + c["name"], body))
         e2e = {"tokens": c["tokens"], "readout": c["readout"]}
         if "grid" in c:
             e2e["images"] = [{"pixels": c["pixels"], "grid_thw": c["grid"]}]
@@ -296,6 +305,9 @@ def main():
     fails = []
     print(f"s1-forward: {len(jobs)} jobs in {t_s1:.1f} s", flush=True)
     for c in cases:
+        if a.no_layers:
+            results.append({"case": c["name"], "n": len(c["hf_ids"]), "pass_layers": None})
+            continue
         lo = np.load(os.path.join(a.work, f"layer_out_{c['name']}.npy"))
         c["err"] = [rowrel(lo[i], c["y"][i]) for i in range(L)]
         bad = [i for i in range(L) if not (c["err"][i] <= c["spread"][i])]
@@ -313,6 +325,7 @@ def main():
         del c["y"]
     summary = {"model": os.path.abspath(a.model), "device": a.device, "layers": L, "hidden": H,
                "flip": a.flip, "seeds": a.seeds, "e2e_ratio_bound": E2E_RATIO,
+               "layers_run": not a.no_layers,
                "hf_load_s": t_load, "hf_bf16_s": t_hf, "s1_s": t_s1, "results": results,
                "fails": fails}
 
@@ -392,9 +405,10 @@ def main():
                                               for k, v in vision.items()), flush=True)
     summary.update({"hf_fp32_s": None if a.no_fp32 else t_fp32, "vision": vision})
     save()
-    n_lay = sum(r["pass_layers"] for r in results)
+    n_lay = sum(r["pass_layers"] or 0 for r in results)
     print(f"layer parity {os.path.basename(a.model.rstrip('/'))}: {len(cases)} prompts x {L} layers, "
-          f"{n_lay}/{len(cases) * L} within transformers' own spread; "
+          + ("layers not run (--no-layers); " if a.no_layers else
+             f"{n_lay}/{len(cases) * L} within transformers' own spread; ") +
           f"{'PASS' if not fails else 'FAIL: ' + '; '.join(fails[:12])}"
           f"{' (+%d more)' % (len(fails) - 12) if len(fails) > 12 else ''}", flush=True)
     return 1 if fails else 0
