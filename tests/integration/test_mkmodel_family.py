@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
+sys.path.insert(0, os.path.join(HERE, "..", "cuda"))
 import trio_cuda_stage as stage  # noqa: E402
 
 OMNI_T = "q_proj,k_proj,v_proj,o_proj,in_proj_qkv,in_proj_z,out_proj,gate_proj,up_proj,down_proj"

@@ -11,7 +11,7 @@ import re
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cuda"))
 import serve_latency as sl  # noqa: E402
 
 ap = argparse.ArgumentParser()
