@@ -40,6 +40,7 @@
 #define RECV_MAX_BYTES ((size_t)1 << 30)
 #define DRAIN_MAX_US 55000000   /* SIGTERM: longest wait for jobs in hand (systemd stop: 60 s) */
 #define DRAIN_REPLY_US 10000000 /* SIGTERM: longest retrying to deliver a finished job's reply */
+#define CLOSE_MAX_US 5000000    /* SIGTERM: longest for closing the sockets once the drain is over */
 
 struct executor {
   const char *url;        /* nng URL (argv) */
@@ -902,6 +903,19 @@ static void *worker_thread(void *arg) {
   return NULL;
 }
 
+/* The exit's last guard. nng 1.5's nng_close of the frontend socket was seen to block for good
+ * (trio_drain under load, 2026-12-02: main in nng_close -> pthread_cond_wait inside libnng, every
+ * worker already gone, the status thread idle); by then every reply is delivered or given up, so
+ * a close that outlasts CLOSE_MAX_US ends the process (status 0) instead of waiting for systemd's
+ * SIGKILL. Started (detached) just before the sockets close; main's normal return beats it. */
+static void *close_watchdog(void *arg) {
+  (void)arg;
+  usleep(CLOSE_MAX_US);
+  fprintf(stderr, "s1-preprocessor: drained, exiting (closing the sockets took over %d s: "
+          "left to the kernel)\n", CLOSE_MAX_US / 1000000);
+  _exit(0);
+}
+
 /* ---- start-up ------------------------------------------------------------------------------- */
 
 static int load_model(const char *path, struct model *md) {
@@ -1082,6 +1096,9 @@ int main(int argc, char **argv) {
       cancel_job(id);
     }
   }
+  pthread_t wd;
+  if (pthread_create(&wd, NULL, close_watchdog, NULL) == 0)
+    pthread_detach(wd);
   nng_close(g.front);
   for (int i = 0; i < g.credits; i++)
     pthread_join(workers[i], NULL);
