@@ -27,20 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import bench_serve as bs  # noqa: E402
 
-
-def load_jsonl(path):
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    out.append(json.loads(line))
-    return out
-
-
-def f(x, d=1):
-    return "–" if x is None else f"{x:.{d}f}"
+sys.path.insert(0, HERE)
+from issue18_tables import f, load_jsonl  # noqa: E402
 
 
 def p(xs, q):
