@@ -3,7 +3,8 @@
  * program runs alone by default; --batch gives them all to one scheduler at once (ex_sched.h), so
  * they share batches as under load (--repeat K submits them K times, the later rounds meeting the
  * caches), and prints the scheduler's counters. Exit status 0 when every record replays
- * identically, 1 when any differs, 2 on usage or I/O. */
+ * identically, 1 when any differs, 2 on usage or I/O. --describe runs nothing and needs no model:
+ * it prints what each recorded program asks of an executor (describe_program). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -21,11 +22,18 @@ static void usage(void) {
           "usage: s1-replay RECORD_DIR --model DIR [--numerics fp32|bf16] [--max-seqs N]\n"
           "                 [--batch [--repeat K] [--max-batch-tokens N] [--prefix-cache-bytes B]\n"
           "                  [--vision-cache-bytes B] [--order]]\n"
+          "       s1-replay RECORD_DIR --describe\n"
           "  --numerics  the mode the executor served (default: the directory's);\n"
           "              --bf16-rounding is --numerics bf16\n"
           "  --batch   every program to one scheduler at once (default: each alone); B in bytes\n"
           "  --order   print each program as it finishes: its record, status and the steps it\n"
-          "            took part in\n");
+          "            took part in\n"
+          "  --describe  run nothing (no --model): one line per record, the work its program\n"
+          "            asks for: images, patches, merged (patches/4), patch_pairs (sum of\n"
+          "            patches^2 per image), prefixes, prefix_tokens, rows, row_tokens, launched\n"
+          "            (prefix + row tokens), seq_tokens (each row's whole sequence: chain +\n"
+          "            own), pairs (causal query-key pairs over each piece's context), hidden,\n"
+          "            label_ids, logprob_positions (full-vocabulary rows), heads\n");
 }
 
 static bool count_arg(const char *s, size_t *ret) {
@@ -81,6 +89,75 @@ static bool same(const struct record *x, const struct proto_result *got, int rou
   return !why;
 }
 
+/* Tokens of prefix i's whole chain (its ancestors' and its own). */
+static uint64_t chain_tokens(const struct proto_program *p, int32_t i) {
+  uint64_t n = 0;
+  for (uint32_t hops = 0; i >= 0 && (uint32_t)i < p->n_prefixes && hops <= p->n_prefixes; hops++) {
+    n += p->prefixes[i].n_tokens;
+    i = p->prefixes[i].parent;
+  }
+  return n;
+}
+
+/* Query-key pairs of a causal piece of n new tokens after c tokens of context: sum over its
+ * tokens of the keys each one reads, n·c + n(n+1)/2. */
+static uint64_t causal_pairs(uint64_t c, uint64_t n) { return n * c + n * (n + 1) / 2; }
+
+/* One line "record SEQ request=ID key=value ..." of the work program p asks for, model-free:
+ *   images, patches (Σ t·h·w), merged (patches / 4: the rows the tower hands the backbone),
+ *   patch_pairs (Σ patches² per image: the tower attends within an image),
+ *   prefixes, prefix_tokens, rows, row_tokens, launched (prefix_tokens + row_tokens: what the
+ *   backbone runs), seq_tokens (Σ over rows of its chain + its own tokens: what one forward per
+ *   row's whole sequence would run, the reference's count for Open-Jev and JEMM),
+ *   pairs (causal query-key pairs of every prefix piece and row over its context),
+ *   readouts by kind (hidden, label_ids: LM-head rows of LABEL_LOGITS, logprob_positions: distinct
+ *   (row, position) pairs of TOKEN_LOGPROB, each a full-vocabulary LM-head row; heads). */
+static void describe_program(uint64_t seq, const struct proto_program *p) {
+  uint64_t patches = 0, patch_pairs = 0, prefix_tokens = 0, row_tokens = 0, seq_tokens = 0;
+  uint64_t pairs = 0, hidden = 0, label_ids = 0, logprob_positions = 0, heads = 0;
+  for (uint32_t i = 0; i < p->n_images; i++) {
+    patches += p->images[i].n_patches;
+    patch_pairs += (uint64_t)p->images[i].n_patches * p->images[i].n_patches;
+  }
+  for (uint32_t i = 0; i < p->n_prefixes; i++) {
+    prefix_tokens += p->prefixes[i].n_tokens;
+    pairs += causal_pairs(chain_tokens(p, p->prefixes[i].parent), p->prefixes[i].n_tokens);
+  }
+  for (uint32_t i = 0; i < p->n_rows; i++) {
+    uint64_t c = chain_tokens(p, p->rows[i].prefix);
+    row_tokens += p->rows[i].n_tokens;
+    seq_tokens += c + p->rows[i].n_tokens;
+    pairs += causal_pairs(c, p->rows[i].n_tokens);
+  }
+  for (uint32_t i = 0; i < p->n_readouts; i++) {
+    const struct proto_readout *r = &p->readouts[i];
+    switch (r->kind) {
+    case PROTO_READOUT_HIDDEN: hidden++; break;
+    case PROTO_READOUT_LABEL_LOGITS: label_ids += r->n_ids; break;
+    case PROTO_READOUT_HEAD: heads++; break;
+    case PROTO_READOUT_TOKEN_LOGPROB: {
+      bool seen = false; /* one full-vocabulary row per (row, position), however many targets */
+      for (uint32_t j = 0; j < i && !seen; j++)
+        seen = p->readouts[j].kind == PROTO_READOUT_TOKEN_LOGPROB &&
+               p->readouts[j].row == r->row && p->readouts[j].position == r->position;
+      logprob_positions += !seen;
+      break;
+    }
+    default: break;
+    }
+  }
+  printf("record %08llu request=%s images=%u patches=%llu merged=%llu patch_pairs=%llu "
+         "prefixes=%u prefix_tokens=%llu rows=%u row_tokens=%llu launched=%llu seq_tokens=%llu "
+         "pairs=%llu hidden=%llu label_ids=%llu logprob_positions=%llu heads=%llu\n",
+         (unsigned long long)seq, p->request_id ? p->request_id : "?", p->n_images,
+         (unsigned long long)patches, (unsigned long long)(patches / 4),
+         (unsigned long long)patch_pairs, p->n_prefixes, (unsigned long long)prefix_tokens,
+         p->n_rows, (unsigned long long)row_tokens,
+         (unsigned long long)(prefix_tokens + row_tokens), (unsigned long long)seq_tokens,
+         (unsigned long long)pairs, (unsigned long long)hidden, (unsigned long long)label_ids,
+         (unsigned long long)logprob_positions, (unsigned long long)heads);
+}
+
 int main(int argc, char **argv) {
   if (cm_version_requested(argc, argv, "s1-replay"))
     return 0;
@@ -94,12 +171,13 @@ int main(int argc, char **argv) {
                                        {"prefix-cache-bytes", required_argument, 0, 'c'},
                                        {"vision-cache-bytes", required_argument, 0, 'v'},
                                        {"order", no_argument, 0, 'o'},
+                                       {"describe", no_argument, 0, 'd'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *model = NULL;
   struct ex_runner_options ro = {0};
   struct ex_sched_options so = {0};
-  bool batch = false, ok = true, order = false;
+  bool batch = false, ok = true, order = false, describe = false;
   size_t repeat = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -113,6 +191,7 @@ int main(int argc, char **argv) {
       break;
     case 'B': batch = true; break;
     case 'o': order = true; break;
+    case 'd': describe = true; break;
     case 'k': ok = ok && count_arg(optarg, &repeat) && repeat >= 1 && repeat <= 100; break;
     case 't': ok = ok && count_arg(optarg, &so.max_batch_tokens); break;
     case 's': ok = ok && count_arg(optarg, &ro.engine.max_seqs) && ro.engine.max_seqs; break;
@@ -122,7 +201,7 @@ int main(int argc, char **argv) {
     default: usage(); return 2;
     }
   }
-  if (!model || optind != argc - 1 || !ok) {
+  if ((!model && !describe) || optind != argc - 1 || !ok) {
     usage();
     return 2;
   }
@@ -135,7 +214,8 @@ int main(int argc, char **argv) {
   uint64_t *seqs = NULL;
   size_t n = 0, identical = 0, differ = 0;
   int rc = 2;
-  if (cm_model_dir_open(model, &dir, &diag) || ex_runner_new(dir, &ro, &runner, &diag) ||
+  if ((!describe && (cm_model_dir_open(model, &dir, &diag) ||
+                     ex_runner_new(dir, &ro, &runner, &diag))) ||
       ex_record_list(rec, &seqs, &n, &diag)) {
     fprintf(stderr, "s1-replay: %s\n", diag.msg ? diag.msg : "cannot start");
     goto out;
@@ -152,6 +232,20 @@ int main(int argc, char **argv) {
     }
     x[i].decode = proto_program_decode(x[i].pb, x[i].pn, &x[i].p, NULL);
     x[i].p.deadline_us = 0; /* a replay is not bound by the original deadline */
+  }
+  if (describe) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (x[i].decode) {
+        printf("record %08llu: unreadable program\n", (unsigned long long)x[i].seq);
+        bad++;
+      } else {
+        describe_program(x[i].seq, &x[i].p);
+      }
+    }
+    printf("s1-replay: %zu records described, %zu unreadable\n", n, bad);
+    rc = bad ? 1 : 0;
+    goto out;
   }
   if (!batch) {
     for (size_t i = 0; i < n; i++) {

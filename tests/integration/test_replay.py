@@ -1,7 +1,8 @@
 """Replay: an executor started with --record writes every program and its result; s1-replay re-runs
 them against the model directory and finds them identical (exit 0), also all at once through one
 scheduler (--batch: the programs mixed in steps); against a model directory with another head it
-reports the difference (exit 1)."""
+reports the difference (exit 1). --describe reports each program's tokens as the answers counted
+them."""
 import copy
 import hashlib
 import json
@@ -58,6 +59,25 @@ def test(t):
     t.kill("ex", 15)
     files = sorted(os.listdir(rec))
     assert files == ["%08d.%s.msgpack" % (i, k) for i in range(3) for k in ("program", "result")], files
+    # --describe reads the records without a model: each program's whole-sequence tokens are the
+    # reference's count the preprocessor answered (usage.input_tokens: one forward per candidate
+    # prompt), and what the backbone launches is its prefixes and rows, each token once
+    r = subprocess.run([t.bin("tools/s1-replay"), rec, "--describe"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    desc = r.stdout.decode()
+    assert r.returncode == 0 and "3 records described, 0 unreadable" in desc, desc
+    lines = [dict(kv.split("=", 1) for kv in ln.split()[2:])
+             for ln in desc.splitlines() if ln.startswith("record ")]
+    assert len(lines) == 3, desc
+    for d, b in zip(lines, answers):
+        want = json.loads(b)["usage"]["input_tokens"]
+        k = {key: int(v) for key, v in d.items() if key != "request"}
+        assert k["seq_tokens"] == want, (d, want)
+        assert k["launched"] == k["prefix_tokens"] + k["row_tokens"] <= want, d
+        assert k["rows"] >= 1 and k["heads"] == k["rows"] and k["images"] == 0, d
+        if k["rows"] == 1 and k["prefixes"] == 0:  # one causal sequence: n(n+1)/2 query-key pairs
+            assert k["pairs"] == k["launched"] * (k["launched"] + 1) // 2, d
+    assert sum(int(d["rows"]) for d in lines) >= 4, desc
     r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", t.model],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = r.stdout.decode()
@@ -84,6 +104,7 @@ def test(t):
         assert s == 200
         strip = lambda x: x.split(b'"inference_seconds"')[0]
         assert strip(b) == strip(before), (b, before)
+    print(desc.strip())
     print(out.strip())
 
 
