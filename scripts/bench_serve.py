@@ -5,7 +5,9 @@ per family, one server (executor(s), preprocessor(s), frontend from the binaries
 workload request (its answers are the correctness reference), then at each concurrency two
 measured runs of the closed-loop client (each client sends its next request when the previous
 answer arrives). Every answer is compared with the reference, timing fields aside; a wrong answer
-stops the run (exit 3). Writes raw per-request JSON lines, a summary table (Markdown) and a PNG
+stops the run (exit 3). The executors run with their step log (S1_EXECUTOR_STEPS=1): each measured
+run adds one "steps" raw line per executor (its steps summed) and the summary a table of them.
+Writes raw per-request JSON lines, a summary table (Markdown) and a PNG
 chart of latency and throughput against concurrency; `report` remakes the table and chart from a
 raw file (e.g. on a machine with matplotlib). Client: httpx (one keep-alive connection per
 client thread); images: Pillow; chart: matplotlib.
@@ -174,19 +176,40 @@ class Trio:
         self.args, self.model, self.work = args, model, work
         self.procs, self.port = {}, free_port()
 
-    def start(self, name, argv):
+    def start(self, name, argv, env=None):
         log = open(os.path.join(self.work, name + ".log"), "ab")
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                            env=env)
         log.close()
+
+    def step_marks(self):
+        """Where each executor's log ends now (its step log is read from there on)."""
+        return {name: os.path.getsize(os.path.join(self.work, name + ".log"))
+                for name in self.procs if name.startswith("executor")}
+
+    def steps_since(self, marks):
+        """Per executor, the step-log lines (S1_EXECUTOR_STEPS=1) written since `marks`, as
+        dicts of ints."""
+        out = {}
+        for name, at in marks.items():
+            with open(os.path.join(self.work, name + ".log"), "rb") as f:
+                f.seek(at)
+                text = f.read().decode(errors="replace")
+            out[name] = [{k: int(v) for k, v in (kv.split("=", 1) for kv in ln.split()[1:])}
+                         for ln in text.splitlines() if ln.startswith("s1-executor: step=")]
+        return out
 
     def up(self):
         a = self.args
         fe_url = "ipc://%s/fe.sock" % self.work
         ex_urls = ["ipc://%s/ex%d.sock" % (self.work, i) for i in range(a.executors)]
         t0 = time.time()
+        # the step log: one stderr line per executor step, read back per measured run
+        ex_env = dict(os.environ, S1_EXECUTOR_STEPS="1")
         for i, u in enumerate(ex_urls):
             self.start("executor%d" % i, [binary(a.bin, "s1-executor"), "--model", self.model,
-                                          "--device", a.device, "--listen", u] + a.executor_arg)
+                                          "--device", a.device, "--listen", u] + a.executor_arg,
+                       env=ex_env)
         self.start("frontend", [binary(a.bin, "s1-frontend"), "--listen", "127.0.0.1:%d" % self.port,
                                 "--pool", fe_url, "--queue", "256", "--timeout-ms", "600000"])
         for i in range(a.preprocessors):
@@ -370,9 +393,12 @@ def run_family(args, family, model, raw):
                 def emit_run(rec, c=c, run=run):
                     rec.update(kind="request", concurrency=c, run=run)
                     emit(rec)
+                marks = trio.step_marks()
                 n, wall, wrong = closed_loop(trio.port, items, ref, c, args.duration, emit_run)
                 emit({"kind": "run", "concurrency": c, "run": run, "requests": n,
                       "wall_s": round(wall, 3)})
+                for name, st in sorted(trio.steps_since(marks).items()):
+                    emit(step_totals(st, c, run, name, wall))
                 if wrong:
                     raise SystemExit("bench serve: %s: wrong answer at concurrency %d for %s: %r"
                                      % (family, c, wrong[0][0], wrong[0][1]))
@@ -387,6 +413,23 @@ def run_family(args, family, model, raw):
             print("bench serve: %s logs in %s" % (family, work))
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+STEP_SUMS = ("programs", "images", "image_rows", "pieces", "rows", "tokens", "readouts",
+             "finished", "vision_us", "forward_us", "logprob_us", "readout_us", "heads_us",
+             "total_us")
+
+
+def step_totals(steps, c, run, executor, wall):
+    """A "steps" raw line: an executor's step log over one measured run, summed (STEP_SUMS), with
+    the step count, the largest step's tokens and programs, and the run's wall time."""
+    rec = {"kind": "steps", "concurrency": c, "run": run, "executor": executor,
+           "steps": len(steps), "wall_s": round(wall, 3),
+           "max_tokens": max((x["tokens"] for x in steps), default=0),
+           "max_programs": max((x["programs"] for x in steps), default=0)}
+    for k in STEP_SUMS:
+        rec[k] = sum(x.get(k, 0) for x in steps)
+    return rec
 
 
 def between(args, family, fwork, sampler, emit):
@@ -430,6 +473,8 @@ def summarize(raw_path):
                                                        "fail": 0, "n": 0}
             elif k == "between":
                 d.setdefault("between", []).append(r)
+            elif k == "steps":
+                d.setdefault("steps", []).append(r)
             elif k == "request":
                 lv = d["levels"].setdefault(r["concurrency"], {})
                 lv.setdefault("pending", []).append(r)
@@ -498,7 +543,31 @@ def table(fam):
             out.append("\n--between after run %d at concurrency %d: rc %d, %.1f s (`%s`)" % (
                 b["after_run"], b["concurrency"], b["rc"], b["s"], b["command"][:120]))
         out.append(workload_table(d))
+        if d.get("steps"):
+            out.append(steps_table(d["steps"]))
         out.append("")
+    return "\n".join(out)
+
+
+def steps_table(steps):
+    """One row per measured run and executor from its step log: how many steps, how full, how busy
+    the compute thread was (Σ step time / wall) and where the step time went."""
+    out = ["\nexecutor steps per measured run (the executor's step log; busy = step time / wall "
+           "time; shares of the step time):\n",
+           "| concurrency | run | executor | steps | steps/s | programs per step | tokens per "
+           "step (max) | busy | forward | vision | log-probs + readouts | heads | forming |",
+           "|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in steps:
+        n, tot = r["steps"], r["total_us"]
+        pct = lambda v: "%.0f %%" % (100.0 * v / tot) if tot else "-"  # noqa: E731
+        other = tot - r["forward_us"] - r["vision_us"] - r["logprob_us"] - r["readout_us"] - \
+            r["heads_us"]
+        out.append("| %d | %d | %s | %d | %.1f | %s | %s (%d) | %s | %s | %s | %s | %s | %s |" % (
+            r["concurrency"], r["run"], r["executor"], n, n / r["wall_s"] if r["wall_s"] else 0,
+            "%.2f" % (r["programs"] / n) if n else "-", "%.0f" % (r["tokens"] / n) if n else "-",
+            r["max_tokens"], "%.0f %%" % (100.0 * tot / 1e6 / r["wall_s"]) if r["wall_s"] else "-",
+            pct(r["forward_us"]), pct(r["vision_us"]), pct(r["logprob_us"] + r["readout_us"]),
+            pct(r["heads_us"]), pct(other)))
     return "\n".join(out)
 
 

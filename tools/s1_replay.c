@@ -21,13 +21,15 @@ static void usage(void) {
   fprintf(stderr,
           "usage: s1-replay RECORD_DIR --model DIR [--numerics fp32|bf16] [--max-seqs N]\n"
           "                 [--batch [--repeat K] [--max-batch-tokens N] [--prefix-cache-bytes B]\n"
-          "                  [--vision-cache-bytes B] [--order]]\n"
+          "                  [--vision-cache-bytes B] [--order] [--steps]]\n"
           "       s1-replay RECORD_DIR --describe\n"
           "  --numerics  the mode the executor served (default: the directory's);\n"
           "              --bf16-rounding is --numerics bf16\n"
           "  --batch   every program to one scheduler at once (default: each alone); B in bytes\n"
           "  --order   print each program as it finishes: its record, status and the steps it\n"
           "            took part in\n"
+          "  --steps   print one line per scheduler step: what it ran (programs, images,\n"
+          "            pieces, rows, tokens, readouts) and where its time went (µs)\n"
           "  --describe  run nothing (no --model): one line per record, the work its program\n"
           "            asks for: images, patches, merged (patches/4), patch_pairs (sum of\n"
           "            patches^2 per image), prefixes, prefix_tokens, rows, row_tokens, launched\n"
@@ -158,6 +160,14 @@ static void describe_program(uint64_t seq, const struct proto_program *p) {
          (unsigned long long)logprob_positions, (unsigned long long)heads);
 }
 
+/* --steps: one line per scheduler step (ex_sched_step_format). */
+static void print_step(void *ctx, const struct ex_sched_step_info *info) {
+  (void)ctx;
+  char line[512];
+  ex_sched_step_format(info, line, sizeof line);
+  printf("%s\n", line);
+}
+
 int main(int argc, char **argv) {
   if (cm_version_requested(argc, argv, "s1-replay"))
     return 0;
@@ -172,12 +182,13 @@ int main(int argc, char **argv) {
                                        {"vision-cache-bytes", required_argument, 0, 'v'},
                                        {"order", no_argument, 0, 'o'},
                                        {"describe", no_argument, 0, 'd'},
+                                       {"steps", no_argument, 0, 'S'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *model = NULL;
   struct ex_runner_options ro = {0};
   struct ex_sched_options so = {0};
-  bool batch = false, ok = true, order = false, describe = false;
+  bool batch = false, ok = true, order = false, describe = false, steps = false;
   size_t repeat = 1;
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -192,6 +203,7 @@ int main(int argc, char **argv) {
     case 'B': batch = true; break;
     case 'o': order = true; break;
     case 'd': describe = true; break;
+    case 'S': steps = true; break;
     case 'k': ok = ok && count_arg(optarg, &repeat) && repeat >= 1 && repeat <= 100; break;
     case 't': ok = ok && count_arg(optarg, &so.max_batch_tokens); break;
     case 's': ok = ok && count_arg(optarg, &ro.engine.max_seqs) && ro.engine.max_seqs; break;
@@ -259,6 +271,8 @@ int main(int argc, char **argv) {
       proto_result_fini(&got);
     }
   } else {
+    if (steps)
+      so.on_step = print_step;
     if (ex_sched_new(runner, &so, &sched, &diag)) {
       fprintf(stderr, "s1-replay: %s\n", diag.msg ? diag.msg : "scheduler");
       goto out;

@@ -153,6 +153,9 @@ struct ex_sched {
   struct ex_lm_batch lmb;          /* a launch's batched LM log-probs (ex_job.h) */
   size_t cap_hid;
   struct ex_sched_stats st;        /* counters */
+  struct ex_sched_step_info cur;   /* this step's, for on_step */
+  void (*on_step)(void *ctx, const struct ex_sched_step_info *info);
+  void *on_step_ctx;
 };
 
 /* ---- small helpers ------------------------------------------------------------------------- */
@@ -918,6 +921,7 @@ static int run_vision(struct ex_sched *s, struct cm_diag *diag) {
     int r = s->eng->ops->vision(s->eng, im->pixels, im->n_patches, im->grid_thw,
                                 j->p->deadline_us, m->rows, &d);
     j->t_vision += mono_us() - t0;
+    s->cur.vision_us += mono_us() - t0;
     if (r == -CM_ETIMEOUT) { /* the deadline passed mid-tower: the rest is not run */
       s->st.deadline_dropped++;
       finish(s, j, -CM_ETIMEOUT, "deadline passed in the vision tower (images[%u])", i);
@@ -1034,6 +1038,7 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
   r = s->eng->ops->forward(s->eng, s->seqs, ns, at_img ? s->img : NULL, at_img, s->reads, n_read,
                            s->hid, &d);
   int64_t dt = mono_us() - t0;
+  s->cur.forward_us += dt;
   if (r && program_fault(r)) {
     if (!only) {
       /* one program's fault: each program alone finds it (nothing was advanced: the engines
@@ -1054,6 +1059,8 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
     return r;
   }
   s->st.step_tokens += tokens;
+  s->cur.tokens += tokens;
+  s->cur.readouts += n_read;
   /* the launch's time, shared by tokens: a prefix piece's share is prefix time, a row's rows time */
   for (size_t k = 0; k < b->n_pieces; k++) {
     struct piece *pc = &b->pieces[k];
@@ -1091,6 +1098,7 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
   if (r)
     return r;
   tl = mono_us() - tl;
+  s->cur.logprob_us += tl;
   for (size_t g = 0; g < s->lmb.n_seg && s->lmb.n; g++) {
     size_t e = g + 1 < s->lmb.n_seg ? s->lmb.seg[g + 1] : s->lmb.n;
     struct sjob *j = (struct sjob *)((char *)s->lmb.seg_job[g] - offsetof(struct sjob, job));
@@ -1115,6 +1123,7 @@ static int run_launch(struct ex_sched *s, struct sjob *only, struct cm_diag *dia
     struct cm_diag d2 = {0};
     int rr = ex_job_row_readouts(&j->job, ri->row, ri->rd, s->hid, &s->lmb, &d2);
     j->t_readout += mono_us() - t1;
+    s->cur.readout_us += mono_us() - t1;
     if (rr == -CM_EPROGRAM || rr == -EINVAL) {
       finish(s, j, -CM_EPROGRAM, "rows[%u]: %s", ri->row, d2.msg ? d2.msg : cm_strerror(rr));
     } else if (rr) {
@@ -1157,6 +1166,7 @@ static int try_finish(struct ex_sched *s, struct sjob *j, struct cm_diag *diag) 
 }
 
 int ex_sched_step(struct ex_sched *s, struct cm_diag *diag) {
+  int64_t t_step = mono_us();
   drain_cancels(s);
   int64_t now = proto_now_us();
   /* 1. work past its deadline is dropped, nothing more of it runs */
@@ -1217,21 +1227,47 @@ int ex_sched_step(struct ex_sched *s, struct cm_diag *diag) {
   }
   s->st.steps++;
   s->st.step_programs += touched;
+  s->cur = (struct ex_sched_step_info){.step = s->st.steps, .programs = (uint32_t)touched,
+                                       .active = (uint32_t)s->n_active,
+                                       .waiting = (uint32_t)s->n_waiting,
+                                       .images = (uint32_t)b->n_vis, .image_rows = b->vis_tokens,
+                                       .pieces = (uint32_t)b->n_pieces,
+                                       .rows = (uint32_t)b->n_rows};
+  uint64_t finished0 = s->st.finished;
   /* 4. vision, then one launch of pieces and rows, then the finished programs */
   if ((r = run_vision(s, diag)))
     goto sticky;
   r = run_launch(s, NULL, diag);
   if (r < 0)
     goto sticky;
+  int64_t t_heads = mono_us();
   for (struct sjob *j = s->head, *next; j; j = next) {
     next = j->next;
     if ((r = try_finish(s, j, diag)))
       goto sticky;
   }
+  if (s->on_step) {
+    s->cur.heads_us = mono_us() - t_heads;
+    s->cur.finished = (uint32_t)(s->st.finished - finished0);
+    s->cur.total_us = mono_us() - t_step;
+    s->on_step(s->on_step_ctx, &s->cur);
+  }
   return 0;
 sticky:
   ex_sched_fail_all(s, -CM_EUNAVAILABLE, "executor retired");
   return r;
+}
+
+void ex_sched_step_format(const struct ex_sched_step_info *i, char *buf, size_t n) {
+  snprintf(buf, n,
+           "step=%llu programs=%u active=%u waiting=%u images=%u image_rows=%llu pieces=%u "
+           "rows=%u tokens=%llu readouts=%llu finished=%u vision_us=%lld forward_us=%lld "
+           "logprob_us=%lld readout_us=%lld heads_us=%lld total_us=%lld",
+           (unsigned long long)i->step, i->programs, i->active, i->waiting, i->images,
+           (unsigned long long)i->image_rows, i->pieces, i->rows, (unsigned long long)i->tokens,
+           (unsigned long long)i->readouts, i->finished, (long long)i->vision_us,
+           (long long)i->forward_us, (long long)i->logprob_us, (long long)i->readout_us,
+           (long long)i->heads_us, (long long)i->total_us);
 }
 
 void ex_sched_fail_all(struct ex_sched *s, int code, const char *msg) {
@@ -1315,6 +1351,8 @@ int ex_sched_new(struct ex_runner *x, const struct ex_sched_options *opt, struct
   s->budget = budget;
   s->read_budget = reads;
   s->max_programs = maxp;
+  s->on_step = opt->on_step;
+  s->on_step_ctx = opt->on_step_ctx;
   pthread_mutex_init(&s->inbox_mu, NULL);
   int r = key_root(s);
   if (!r && opt->prefix_cache_bytes &&

@@ -25,6 +25,28 @@
 #define EX_SCHED_GRID 64            /* prefix pieces and cached snapshots sit on this grid */
 #define EX_SCHED_MAX_PROGRAMS 1024  /* most programs held at once (--max-programs) */
 
+/* What one step did and where its time went (µs, monotonic clock), for ex_sched_options.on_step:
+ * the step log of s1-executor (S1_EXECUTOR_STEPS=1) and s1-replay --batch --steps. */
+struct ex_sched_step_info {
+  uint64_t step;        /* its number (ex_sched_stats.steps after it) */
+  uint32_t programs;    /* programs with work in it */
+  uint32_t active;      /* programs in flight when it formed (admitted) */
+  uint32_t waiting;     /* programs still waiting for snapshot memory */
+  uint32_t images;      /* vision items (cache hits included) */
+  uint64_t image_rows;  /* their merged rows */
+  uint32_t pieces;      /* prefix pieces in the launch */
+  uint32_t rows;        /* rows in the launch */
+  uint64_t tokens;      /* tokens launched: pieces and rows */
+  uint64_t readouts;    /* readout rows of the launch */
+  uint32_t finished;    /* programs answered at its end (every status) */
+  int64_t vision_us;    /* the vision tower */
+  int64_t forward_us;   /* the launch (ex_engine.forward), per-program re-runs included */
+  int64_t logprob_us;   /* the launch's batched LM log-probs */
+  int64_t readout_us;   /* the rows' readouts */
+  int64_t heads_us;     /* heads and results of the programs finished */
+  int64_t total_us;     /* the whole step, batch forming included */
+};
+
 /* Zero values take the defaults. */
 struct ex_sched_options {
   size_t max_batch_tokens;   /* tokens of one step (vision merged rows, prefix pieces, rows);
@@ -36,6 +58,9 @@ struct ex_sched_options {
   size_t prefix_cache_bytes; /* prefix-snapshot cache budget, from the snapshot pool; 0: none */
   size_t vision_cache_bytes; /* vision-output cache budget, host memory; 0: none */
   size_t max_programs;       /* programs held (waiting + in flight) at most (default 64) */
+  /* Called on the compute thread after every step that ran work, or NULL. */
+  void (*on_step)(void *ctx, const struct ex_sched_step_info *info);
+  void *on_step_ctx;
 };
 
 /* Counters since start, and gauges. */
@@ -99,5 +124,9 @@ size_t ex_sched_held(const struct ex_sched *s);
 void ex_sched_fail_all(struct ex_sched *s, int code, const char *msg);
 
 void ex_sched_stats(const struct ex_sched *s, struct ex_sched_stats *ret);
+
+/* One log line (no newline) of a step's info, "step=N programs=P ... total_us=T" (the keys are
+ * the field names of struct ex_sched_step_info), into buf of n bytes (truncated to fit). */
+void ex_sched_step_format(const struct ex_sched_step_info *info, char *buf, size_t n);
 
 #endif

@@ -319,6 +319,14 @@ static void usage(void) {
           EX_SCHED_MAX_PROGRAMS);
 }
 
+/* S1_EXECUTOR_STEPS=1: one stderr line per step (ex_sched_step_format), for benchmarks. */
+static void log_step(void *ctx, const struct ex_sched_step_info *info) {
+  (void)ctx;
+  char line[512];
+  ex_sched_step_format(info, line, sizeof line);
+  fprintf(stderr, "s1-executor: %s\n", line);
+}
+
 /* Publishes the scheduler's counters for health replies. */
 static void publish_stats(const struct ex_sched *sched) {
   struct ex_sched_stats st;
@@ -567,6 +575,9 @@ int main(int argc, char **argv) {
     snprintf(g.reason, sizeof(g.reason), "warm-up");
     r = warmup(runner, &diag);
   }
+  const char *ls = getenv("S1_EXECUTOR_STEPS");
+  if (ls && strcmp(ls, "1") == 0)
+    so.on_step = log_step; /* one stderr line per step, for benchmarks */
   if (!r)
     r = ex_sched_new(runner, &so, &sched, &diag);
   atomic_store(&g.sched, sched);

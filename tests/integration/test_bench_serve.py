@@ -35,6 +35,16 @@ def test(t):
         assert {"ready", "first", "feasibility", "request", "run", "memory"} <= kinds, (f, kinds)
         req = [x for x in mine if x.get("kind") == "request"]
         assert {(x["concurrency"], x["run"]) for x in req} == {(1, 1), (1, 2), (8, 1), (8, 2)}, f
+        # the executor's step log, one line per run: it answered every request of the run, ran
+        # at most its steps' tokens, and its step time fits in the run's wall time
+        for run in [x for x in mine if x.get("kind") == "run"]:
+            st = [x for x in mine if x.get("kind") == "steps" and
+                  (x["concurrency"], x["run"]) == (run["concurrency"], run["run"])]
+            assert len(st) == 1 and st[0]["executor"] == "executor0", (run, st)
+            st = st[0]
+            assert st["finished"] == run["requests"] and st["steps"] >= 1, (run, st)
+            assert st["max_programs"] <= run["concurrency"] and st["tokens"] >= st["max_tokens"] > 0
+            assert 0 < st["forward_us"] <= st["total_us"] <= run["wall_s"] * 1e6, st
         assert all(x["status"] == 200 and x["ok"] for x in req), [x for x in req if not x["ok"]][:2]
         assert all(x["latency_s"] > 0 and x["decisions"] >= 1 for x in req)
         ready = [x for x in mine if x.get("kind") == "ready"][0]
@@ -54,6 +64,7 @@ def test(t):
     summary = open(os.path.join(out, "summary.md")).read()
     for f in models:
         assert "### %s (cpu;" % f in summary, summary
+    assert summary.count("executor steps per measured run") == 2, summary
     rows = [x for x in summary.splitlines() if x.startswith("| 1 |") or x.startswith("| 8 |")]
     assert len(rows) >= 4, summary
     for f, names in (("open_jev", ("noul_60w", "mixed_4q")), ("jemm", ("img0_cand2", "img1_cand4"))):

@@ -43,7 +43,9 @@ def test(t):
     t.make_model()
     other = other_head(t.model, os.path.join(t.tmp, "other"))
     rec = os.path.join(t.tmp, "rec")
+    os.environ["S1_EXECUTOR_STEPS"] = "1"  # the executor's step log (one stderr line per step)
     t.start_all(credits=2, record=rec)
+    del os.environ["S1_EXECUTOR_STEPS"]
     score = copy.deepcopy(trio.VALID)
     score["questions"] = {"lvl": {"type": "score", "instructions": {"scale": [1, 2]},
                                   "criteria": ["low", {"mid": True}, ["high"]]}}
@@ -78,6 +80,20 @@ def test(t):
         if k["rows"] == 1 and k["prefixes"] == 0:  # one causal sequence: n(n+1)/2 query-key pairs
             assert k["pairs"] == k["launched"] * (k["launched"] + 1) // 2, d
     assert sum(int(d["rows"]) for d in lines) >= 4, desc
+    launched = sum(int(d["launched"]) for d in lines)
+    # the executor's step log: every token the programs ask for launched once, each program
+    # answered once, each step's parts within its whole
+    with open(t.logs["ex"]) as f:
+        steps = [dict(kv.split("=", 1) for kv in ln.split()[1:])
+                 for ln in f if ln.startswith("s1-executor: step=")]
+    steps = [{k: int(v) for k, v in st.items()} for st in steps]
+    assert steps and [st["step"] for st in steps] == list(range(1, len(steps) + 1)), steps
+    assert sum(st["tokens"] for st in steps) == launched, (steps, launched)
+    assert sum(st["finished"] for st in steps) == 3, steps
+    assert sum(st["rows"] for st in steps) == sum(int(d["rows"]) for d in lines), steps
+    for st in steps:
+        assert 1 <= st["programs"] <= st["active"] and st["images"] == 0, st
+        assert st["forward_us"] + st["readout_us"] + st["heads_us"] <= st["total_us"], st
     r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", t.model],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = r.stdout.decode()
@@ -89,9 +105,21 @@ def test(t):
                         "--repeat", "2", "--max-batch-tokens", "300", "--max-seqs", "4"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out_b = r.stdout.decode()
-    m = re.search(r"(\d+) steps, (\d+) program-steps", out_b)
+    m = re.search(r"(\d+) steps, (\d+) program-steps .*, (\d+) tokens launched", out_b)
     assert r.returncode == 0 and "6 records, 6 identical, 0 differ" in out_b and m, out_b
     assert int(m.group(2)) > int(m.group(1)) * 1.5, out_b  # programs mixed in steps
+    assert int(m.group(3)) == 2 * launched, (out_b, launched)  # no cache: every token twice
+    # --steps: the same run, one line per step, adding up to the scheduler's counters
+    r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", t.model, "--batch",
+                        "--repeat", "2", "--max-batch-tokens", "300", "--max-seqs", "4", "--steps"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out_s = r.stdout.decode()
+    st = [{k: int(v) for k, v in (kv.split("=", 1) for kv in ln.split())}
+          for ln in out_s.splitlines() if ln.startswith("step=")]
+    assert r.returncode == 0 and m.group(0) in out_s, (out_s, out_b)
+    assert len(st) == int(m.group(1)) and sum(x["programs"] for x in st) == int(m.group(2)), out_s
+    assert sum(x["tokens"] for x in st) == 2 * launched and sum(x["finished"] for x in st) == 6
+    assert all(x["tokens"] <= 300 or x["pieces"] + x["rows"] == 1 for x in st), out_s
     r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", other],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out2 = r.stdout.decode()
