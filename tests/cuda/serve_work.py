@@ -12,8 +12,9 @@ measured run used: the arithmetic the note on concurrency rests on (notes/2026-1
       row's whole-sequence tokens, the causal query-key pairs, the image patches and readouts,
       and the answer's usage.input_tokens.
   serve_work.py roofline --work WORK.json --raw RAW.jsonl --shape 4b|9b|27b [--roof-tflops 790]
-      Prints the tables: per workload the FLOPs of one request on the shape's real dimensions and
-      the rate its median execute time at concurrency 1 implies; per measured run, the FLOPs the
+      Prints the tables: per workload the FLOPs of one request on the shape's real dimensions, the
+      rate its median execute time at concurrency 1 implies and spec/benchmark.md's floor for it
+      (max(bf16 weights / 4.3 TB/s, FLOPs / the roof)); per measured run, the FLOPs the
       requests it completed asked for over its wall time, against the roof. Refuses a raw file
       whose token counts differ from WORK.json's (another tokenizer or workload set).
 
@@ -53,6 +54,7 @@ SHAPES = {
                 dv=128, vocab=248320, vdepth=27, V=1152, F=4304, O=5120),
 }
 PATCH_DIM = 1536  # 3 channels · 2 frames · 16 · 16
+COPY_TBS = 4.3    # the copy rate of spec/benchmark.md's floor, TB/s
 CHUNK = 64
 
 
@@ -66,6 +68,19 @@ def per_token_linear(s):
            + s["Hv"] * s["dv"] * H)
     mlp = 3 * H * s["I"]
     return 2 * (n_full * full + n_lin * gdn + s["L"] * mlp)
+
+
+def vision_params(s):
+    """Weights of the vision tower: patch embedding, layers, merger."""
+    V = s["V"]
+    return PATCH_DIM * V + s["vdepth"] * (4 * V * V + 2 * V * s["F"]) + 4 * V * 4 * V + 4 * V * s["O"]
+
+
+def floor_ms(s, d, flops, roof):
+    """spec/benchmark.md's floor of one request: max(bf16 weight bytes read once / 4.3 TB/s,
+    FLOPs / the roof), in ms; the tower's weights count when the program has images."""
+    params = per_token_linear(s) // 2 + (vision_params(s) if d["patches"] else 0)
+    return max(2 * params / (COPY_TBS * 1e12), flops / (roof * 1e12)) * 1e3
 
 
 def request_flops(s, d):
@@ -181,9 +196,10 @@ def roofline(a):
     print("Per request (%s dimensions; GFLOP; execute = median Server-Timing `execute` at "
           "concurrency 1):\n" % a.shape)
     print("| workload | tokens launched / usage | patches | GFLOP | of it linear / attention / "
-          "GDN / LM head / vision | execute ms | TFLOP/s while executing | of the roof |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|")
-    c1 = {}
+          "GDN / LM head / vision | execute ms | TFLOP/s while executing | of the roof | "
+          "floor ms | execute / floor |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    c1, c1_ms, floors = {}, {}, {}
     for name, w in work.items():
         ex = [r["server_timing_ms"].get("execute") for r in reqs
               if r["workload"] == name and r["concurrency"] == 1 and r.get("status") == 200]
@@ -193,10 +209,19 @@ def roofline(a):
         c1[name] = rate
         parts = " / ".join("%.1f" % (gf[name][k] / 1e9) for k in
                            ("linear", "attention", "gdn", "lm_head", "vision"))
-        print("| %s | %d / %d | %d | %.1f | %s | %s | %s | %s |" % (
+        fl = floors[name] = floor_ms(s, w, tot[name], roof)
+        c1_ms[name] = m
+        print("| %s | %d / %d | %d | %.1f | %s | %s | %s | %s | %.1f | %s |" % (
             name, w["launched"], w["usage_tokens"], w["patches"], tot[name] / 1e9, parts,
             "%.1f" % m if m else "–", "%.0f" % rate if rate else "–",
-            "%.0f %%" % (100 * rate / roof) if rate else "–"))
+            "%.0f %%" % (100 * rate / roof) if rate else "–", fl,
+            "%.2f" % (m / fl) if m else "–"))
+    one = [(name, c1_ms[name], floors[name]) for name, w in work.items()
+           if w["questions"] == 1 and c1_ms[name]]
+    if one:
+        print("\nSingle-question workloads (%s): mean execute %.1f ms, mean floor %.1f ms." % (
+            ", ".join(x[0] for x in one), sum(x[1] for x in one) / len(one),
+            sum(x[2] for x in one) / len(one)))
     print("\nPer measured run (FLOPs of the requests it completed over its wall time; the mix's "
           "ceiling is the requests/s at which the roof would be spent on this mix):\n")
     print("| concurrency | run | requests | wall s | requests/s | TFLOP/s | of the roof | "
