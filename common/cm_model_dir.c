@@ -122,6 +122,7 @@ void cm_model_dir_free(struct cm_model_dir *dir) {
 static int need(json_object *obj, const char *key, json_type t, const char *mpath,
                 const char *prefix, json_object **ret, struct cm_diag *diag) {
   json_object *v;
+  *ret = NULL; /* set on every path (the compiler cannot see that cm_diag_set returns non-zero) */
   if (!json_object_object_get_ex(obj, key, &v))
     return cm_diag_set(diag, -CM_EMISSING, "%s: key '%s%s' missing", mpath, prefix, key);
   if (!json_object_is_type(v, t))

@@ -492,6 +492,15 @@ static void on_status(struct fe_pool *pool, struct fe_slot *s, const void *d, si
   proto_bytes_free(&ack);
 }
 
+/* "what: reason" to the process's log (cfg.log), if it has one. */
+static void pool_log(const struct fe_pool *pool, const char *what, const struct cm_diag *diag) {
+  if (!pool->cfg.log)
+    return;
+  char line[512];
+  snprintf(line, sizeof line, "%s: %s", what, diag->msg ? diag->msg : "?");
+  pool->cfg.log(line);
+}
+
 static void on_recv_event(struct fe_pool *pool, struct fe_slot *s, nng_msg *m) {
   enum proto_kind kind;
   uint32_t pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(m));
@@ -499,7 +508,7 @@ static void on_recv_event(struct fe_pool *pool, struct fe_slot *s, nng_msg *m) {
   size_t n = nng_msg_len(m);
   struct cm_diag diag = {0};
   if (proto_peek(d, n, &kind, &diag) != 0) {
-    fprintf(stderr, "s1-frontend: refused a message: %s\n", diag.msg ? diag.msg : "?");
+    pool_log(pool, "refused a message", &diag);
     cm_diag_fini(&diag);
     slot_recv(s);
     return;
@@ -514,7 +523,7 @@ static void on_recv_event(struct fe_pool *pool, struct fe_slot *s, nng_msg *m) {
   }
   struct proto_ask ask = {0};
   if (proto_ask_decode(d, n, &ask, &diag) != 0) {
-    fprintf(stderr, "s1-frontend: refused an ask: %s\n", diag.msg ? diag.msg : "?");
+    pool_log(pool, "refused an ask", &diag);
     cm_diag_fini(&diag);
     slot_recv(s);
     return;

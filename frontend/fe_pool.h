@@ -49,6 +49,7 @@ struct fe_pool_config {
   size_t *entity_limit;     /* h2o's max_request_entity_size: kept at the largest model limit + 1 */
   fe_pool_answer_fn answer; /* a job's HTTP answer */
   void *answer_arg;         /* its first argument */
+  void (*log)(const char *msg); /* what the process logs (a refused message), or NULL */
 };
 
 /* One preprocessor as its messages describe it (read-only outside fe_pool.c). */

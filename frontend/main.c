@@ -48,6 +48,9 @@ static void on_term(int sig) {
 }
 
 /* Every TICK_MS: the pool's deadlines and preprocessors, then SIGTERM: admission stops. */
+/* The pool's log (fe_pool_config.log): one stderr line. */
+static void log_line(const char *msg) { fprintf(stderr, "s1-frontend: %s\n", msg); }
+
 static void on_tick(h2o_timeout_entry_t *entry) {
   (void)entry;
   fe_pool_tick(&g.pool);
@@ -223,7 +226,8 @@ int main(int argc, char **argv) {
                               .timeout_us = timeout_ms * 1000, .loop = g.ctx.loop,
                               .metrics = &g.metrics,
                               .entity_limit = &g.config.max_request_entity_size,
-                              .answer = fe_routes_answer_job, .answer_arg = &g.routes};
+                              .answer = fe_routes_answer_job, .answer_arg = &g.routes,
+                              .log = log_line};
   if (fe_pool_init(&g.pool, &pc, &diag)) {
     fprintf(stderr, "s1-frontend: %s\n", diag.msg);
     cm_diag_fini(&diag);
