@@ -12,6 +12,7 @@
 
 static int get_key(json_object *o, const char *key, json_type t, const char *where,
                    json_object **ret, struct cm_diag *diag) {
+  *ret = NULL; /* on every path: the compiler cannot see that cm_diag_set returns non-zero */
   json_object *v = NULL;
   if (!json_object_object_get_ex(o, key, &v))
     return cm_diag_set(diag, -CM_EMISSING, "manifest: key '%s%s' is missing", where, key);

@@ -72,6 +72,7 @@ static int refuse(struct cm_diag *diag, int code, struct where w, const char *fm
 
 static int get_key(json_object *o, const char *key, json_type t, const char *where,
                    json_object **ret, struct cm_diag *diag) {
+  *ret = NULL; /* on every path: the compiler cannot see that cm_diag_set returns non-zero */
   json_object *v;
   if (!json_object_object_get_ex(o, key, &v))
     return cm_diag_set(diag, -CM_EMISSING, "manifest: key '%s%s' missing", where, key);
