@@ -353,6 +353,13 @@ static int check_f32_rows(struct cm_model_dir *md, json_object *blk, json_object
 }
 
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag) {
+  return cm_model_dir_open_for(path, CM_MODEL_DIR_SERVE, ret_dir, diag);
+}
+
+int cm_model_dir_open_for(const char *path, enum cm_model_dir_use use,
+                          struct cm_model_dir **ret_dir, struct cm_diag *diag) {
+  if (use != CM_MODEL_DIR_SERVE && use != CM_MODEL_DIR_COMPILE)
+    return cm_diag_set(diag, -EINVAL, "%s: unknown model directory use %d", path, (int)use);
   struct cm_model_dir *md = calloc(1, sizeof *md);
   char *mpath = NULL, *wpath = NULL, *abs_dir = NULL;
   struct cm_verify_cache *vc = NULL;
@@ -430,6 +437,9 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
     goto fail;
   abs_dir = vc ? realpath(path, NULL) : NULL; /* NULL: no cache use (hash everything) */
   json_object_object_foreach(files, fname, fentry) {
+    /* compiling reads the tokenizer alone: the other files are neither hashed nor required */
+    if (use == CM_MODEL_DIR_COMPILE && strcmp(fname, json_object_get_string(tfile)) != 0)
+      continue;
     rc = verify_file(md, abs_dir, vc, mpath, fname, fentry, diag);
     if (rc)
       goto fail;
@@ -440,9 +450,6 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
     rc = -ENOMEM;
     goto fail;
   }
-  rc = cm_safetensors_open(wpath, &md->weights, diag);
-  if (rc)
-    goto fail;
   rc = cm_qwen35_dims_read(md->config, mpath, &dims, diag);
   if (rc)
     goto fail;
@@ -451,6 +458,11 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
                      mpath);
     goto fail;
   }
+  if (use == CM_MODEL_DIR_COMPILE)
+    goto done;
+  rc = cm_safetensors_open(wpath, &md->weights, diag);
+  if (rc)
+    goto fail;
   rc = cm_qwen35_check(&dims, md->vision, md->weights, wpath, diag);
   if (!rc && md->adapter_info)
     rc = check_adapter(md, mpath, diag);
@@ -459,6 +471,7 @@ int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm
     rc = check_f32_rows(md, f32r, files, &dims, mpath, diag);
   if (rc)
     goto fail;
+done:
   cm_qwen35_dims_fini(&dims);
   cm_verify_cache_free(vc);
   free(abs_dir);

@@ -86,6 +86,23 @@ struct cm_model_dir {
  * cm_safetensors_open error.
  * `diag` names the file (and tensor or key). */
 int cm_model_dir_open(const char *path, struct cm_model_dir **ret_dir, struct cm_diag *diag);
+
+/* What a process reads of a model directory, for cm_model_dir_open_for. */
+enum cm_model_dir_use {
+  CM_MODEL_DIR_SERVE,   /* everything (executors, tools): cm_model_dir_open */
+  CM_MODEL_DIR_COMPILE, /* what compiling requests reads (preprocessors): the manifest, checked as
+                           cm_model_dir_open checks it (keys, format, family, config, the required
+                           files listed), and the tokenizer file, hashed; no other listed file is
+                           read, and it may be absent, so a preprocessor host needs only
+                           s1-model.json and tokenizer.json. weights, adapter and f32_rows stay
+                           NULL. The executors that run its programs verify everything and are
+                           matched to it by manifest_sha256, which lists every file's hash. */
+};
+
+/* cm_model_dir_open for one use: CM_MODEL_DIR_SERVE is cm_model_dir_open; CM_MODEL_DIR_COMPILE
+ * verifies the manifest and the tokenizer only (above). Same ownership, returns and messages. */
+int cm_model_dir_open_for(const char *path, enum cm_model_dir_use use,
+                          struct cm_model_dir **ret_dir, struct cm_diag *diag);
 void cm_model_dir_free(struct cm_model_dir *dir);
 
 /* The request body limit of a model, bytes: manifest limits.max_body_bytes (an integer in

@@ -920,7 +920,7 @@ static void *close_watchdog(void *arg) {
 
 static int load_model(const char *path, struct model *md) {
   struct cm_diag diag = {0};
-  int r = cm_model_dir_open(path, &md->dir, &diag);
+  int r = cm_model_dir_open_for(path, CM_MODEL_DIR_COMPILE, &md->dir, &diag);
   if (!r)
     r = pp_model_load(md->dir, &md->pm, &diag);
   if (!r)

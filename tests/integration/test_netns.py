@@ -1,16 +1,19 @@
 """More than one host, on this machine: network namespaces as hosts, joined by veth pairs on a
 bridge, everything over tcp://. The frontend and this test's HTTP client run in namespace H0 (made
 for the test and entered by re-running this script with `ip netns exec`, so the machine's own
-network is never touched), the preprocessor in P, one executor of the tiny Open-Jev model in each
-of A and B. (1) Requests are served across the hosts, by both executors. (2) kill -9 the
+network is never touched), the preprocessor in P (with a copy of the model directory that holds
+only s1-model.json and tokenizer.json, all a preprocessor reads), one executor of the tiny
+Open-Jev model in each of A and B. (1) Requests are served across the hosts, by both executors. (2) kill -9 the
 executor of host A under load: no wrong answer (each is identical to its answer alone, timing
 fields aside), no hang, later requests are served by B. (3) A back, then host B cut off silently
 (its link down: no FIN, no RST reaches the preprocessor) under load: after 5 unanswered probes
 the preprocessor closes B's connection and fails B's requests over to A; again no wrong answer
-and no hang. Skipped (exit 77, counted as SKIP by meson) only when namespaces, veth or bridges
+and no hang. (4) The preprocessor restarted with the whole directory answers the same bytes.
+Skipped (exit 77, counted as SKIP by meson) only when namespaces, veth or bridges
 cannot be made here, with the reason; any later failure fails."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -132,7 +135,13 @@ def test_inner(t, prefix):
     start_ex("b", "b")
     t.start_frontend(queue=64, timeout_ms=60000)
     t.client_timeout = 90
-    t.start_pp("pp", [urls["a"], urls["b"]], [model], credits=4, prefix=ns["p"])
+    # host P holds only what a preprocessor reads of the model directory: the manifest and the
+    # tokenizer (no weights); its programs still go to A and B, matched by the manifest's digest
+    light = os.path.join(t.tmp, "model-p")
+    os.makedirs(light)
+    for f in ("s1-model.json", "tokenizer.json"):
+        shutil.copy(os.path.join(model, f), light)
+    t.start_pp("pp", [urls["a"], urls["b"]], [light], credits=4, prefix=ns["p"])
     t.wait_health(200, want="ready")
     body = json.dumps(trio.VALID)
     s, h, b = t.post(body)
@@ -184,6 +193,14 @@ def test_inner(t, prefix):
     assert ran("a2") >= na + 3, "A did not serve the requests after B was cut off"
     print("B cut off silently under load: %d answers, all identical, slowest %.2f s (the probes "
           "closed B's connection); A serves" % (len(results), worst))
+
+    # (4) a preprocessor with the whole model directory in place of the light one: the same answer
+    t.kill("pp", signal.SIGTERM)
+    t.start_pp("pp2", [urls["a"]], [model], credits=4, prefix=ns["p"])
+    t.wait_health(200, want="ready")
+    s, _, b = t.post(body)
+    assert s == 200 and trio.norm_timing(b) == want, (s, b[:200])
+    print("the light copy (manifest and tokenizer) compiles what the whole directory compiles")
 
 
 if __name__ == "__main__":

@@ -331,6 +331,38 @@ def case_baddir(tmp):
     expect("gone", lambda d: os.remove(d + "/tokenizer.json"),
            "{d}/tokenizer.json: missing (listed in {d}/s1-model.json)", fix_hash=False)
 
+    # as a preprocessor opens it (--compile): the manifest and the tokenizer are checked, the
+    # weights are not read (a host may lack them), the same messages for what it does check
+    env = dict(os.environ, S1_VERIFY="always")
+
+    def compiled(d, ok=True):
+        r = subprocess.run([OPEN_DIR, "--counts", "--compile", d], capture_output=True, text=True,
+                           env=env)
+        check((r.returncode == 0) == ok, f"--compile {d}: {r.stdout!r}")
+        return r.stdout.strip().splitlines()
+    check(compiled(good) == ["ok qwen3_5 compile", "hashed 1 cached 0"], "compile opens, hashing "
+          "the tokenizer alone")
+    for name in ("missing", "shape", "truncated", "hash"):  # weight faults: not its business
+        check(compiled(os.path.join(tmp, name))[0] == "ok qwen3_5 compile", f"compile {name}")
+    nw = os.path.join(tmp, "noweights")
+    shutil.copytree(good, nw)
+    os.remove(os.path.join(nw, W))
+    check(compiled(nw) == ["ok qwen3_5 compile", "hashed 1 cached 0"], "compile without weights")
+    r = run(OPEN_DIR, nw, ok=False)
+    check(r.stdout.strip().endswith(f"{nw}/{W}: missing (listed in {nw}/s1-model.json)"),
+          f"serving without weights is refused: {r.stdout!r}")
+    for name in ("family", "format", "nokey", "config", "mrope", "unlisted", "json", "gone"):
+        d = os.path.join(tmp, name)
+        full = run(OPEN_DIR, d, ok=False).stdout.strip()
+        check(compiled(d, ok=False) == [full], f"compile {name}: the same refusal as serving")
+    tk = os.path.join(tmp, "tokflip")
+    shutil.copytree(nw, tk)
+    b = bytearray(open(tk + "/tokenizer.json", "rb").read())
+    b[-3] ^= 1
+    open(tk + "/tokenizer.json", "wb").write(b)
+    line = compiled(tk, ok=False)[0]
+    check(line.startswith(f"error -{1000 + 3}: {tk}/tokenizer.json: SHA-256 "), f"tokflip: {line!r}")
+
 
 def lora_setup(tmp, name, *extra):
     base, ad = os.path.join(tmp, name), os.path.join(tmp, name + "-lora")
