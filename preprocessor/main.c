@@ -950,7 +950,9 @@ static void usage(void) {
           "             gets only that model's programs (several per model share the load)\n"
           "  --model    a model directory this process compiles for (several: requests pick\n"
           "             one by \"model\"); every preprocessor of a frontend loads the same ones\n"
-          "  --credits  jobs this process works on at once (default 4)\n");
+          "  --credits  jobs this process works on at once (default 4)\n"
+          "  --id       NAME in this process's name HOST:PID:NAME, which logs, request ids\n"
+          "             and the frontend's /metrics show (default pp)\n");
 }
 
 int main(int argc, char **argv) {

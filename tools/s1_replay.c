@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cm_args.h"
 #include "cm_version.h"
 #include "ex_program.h"
 #include "ex_record.h"
@@ -25,7 +26,10 @@ static void usage(void) {
           "       s1-replay RECORD_DIR --describe\n"
           "  --numerics  the mode the executor served (default: the directory's);\n"
           "              --bf16-rounding is --numerics bf16\n"
-          "  --batch   every program to one scheduler at once (default: each alone); B in bytes\n"
+          "  --batch   every program to one scheduler at once (default: each alone); B: bytes,\n"
+          "            or with K, M, G. Both caches are off unless given (s1-executor's defaults\n"
+          "            are --prefix-cache-bytes 1G --vision-cache-bytes 256M: pass them to replay\n"
+          "            what a default executor did)\n"
           "  --order   print each program as it finishes: its record, status and the steps it\n"
           "            took part in\n"
           "  --steps   print one line per scheduler step: what it ran (programs, images,\n"
@@ -35,17 +39,31 @@ static void usage(void) {
           "            patches^2 per image), prefixes, prefix_tokens, rows, row_tokens, launched\n"
           "            (prefix + row tokens), seq_tokens (each row's whole sequence: chain +\n"
           "            own), pairs (causal query-key pairs over each piece's context), hidden,\n"
-          "            label_ids, logprob_positions (full-vocabulary rows), heads\n");
+          "            label_ids, logprob_positions (full-vocabulary rows of TOKEN_LOGPROB\n"
+          "            readouts), heads (HEAD readouts; a group head's own LM log-probs, as\n"
+          "            OmniJev's features, are inside it)\n");
 }
 
-static bool count_arg(const char *s, size_t *ret) {
+/* A count of at most 2^40 for option `opt`, or a message naming it. */
+static bool count_arg(const char *opt, const char *s, size_t *ret) {
   char *end = NULL;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || !*s || *end || *s == '-' || v > (1ull << 40))
+  if (errno || !*s || *end || *s == '-' || v > (1ull << 40)) {
+    fprintf(stderr, "s1-replay: --%s \"%s\": not a count\n", opt, s);
     return false;
+  }
   *ret = (size_t)v;
   return true;
+}
+
+/* A byte count (digits, optionally K, M or G: cm_args_bytes) for option `opt`. */
+static bool bytes_arg(const char *opt, const char *s, size_t *ret) {
+  if (cm_args_bytes(s, ret) == 0)
+    return true;
+  fprintf(stderr, "s1-replay: --%s \"%s\": not a byte count (digits, optionally K, M or G)\n",
+          opt, s);
+  return false;
 }
 
 struct record {
@@ -61,9 +79,12 @@ struct record {
 static bool same(const struct record *x, const struct proto_result *got, int round) {
   const struct proto_result *want = &x->want;
   const char *why = NULL;
-  char buf[160];
+  char buf[640];
   if (got->status != want->status) {
-    snprintf(buf, sizeof(buf), "status %d, recorded %d", got->status, want->status);
+    snprintf(buf, sizeof(buf), "status %d (%s), recorded %d%s%s%s", got->status,
+             got->message ? got->message : cm_strerror(got->status), want->status,
+             want->message ? " (" : "", want->message ? want->message : "",
+             want->message ? ")" : "");
     why = buf;
   } else if (got->n_outputs != want->n_outputs) {
     why = "readout count differs";
@@ -204,11 +225,23 @@ int main(int argc, char **argv) {
     case 'o': order = true; break;
     case 'd': describe = true; break;
     case 'S': steps = true; break;
-    case 'k': ok = ok && count_arg(optarg, &repeat) && repeat >= 1 && repeat <= 100; break;
-    case 't': ok = ok && count_arg(optarg, &so.max_batch_tokens); break;
-    case 's': ok = ok && count_arg(optarg, &ro.engine.max_seqs) && ro.engine.max_seqs; break;
-    case 'c': ok = ok && count_arg(optarg, &so.prefix_cache_bytes); break;
-    case 'v': ok = ok && count_arg(optarg, &so.vision_cache_bytes); break;
+    case 'k':
+      ok = ok && count_arg("repeat", optarg, &repeat);
+      if (ok && (repeat < 1 || repeat > 100)) {
+        fprintf(stderr, "s1-replay: --repeat %s: 1 to 100\n", optarg);
+        ok = false;
+      }
+      break;
+    case 't': ok = ok && count_arg("max-batch-tokens", optarg, &so.max_batch_tokens); break;
+    case 's':
+      ok = ok && count_arg("max-seqs", optarg, &ro.engine.max_seqs);
+      if (ok && !ro.engine.max_seqs) {
+        fprintf(stderr, "s1-replay: --max-seqs 0: at least 1\n");
+        ok = false;
+      }
+      break;
+    case 'c': ok = ok && bytes_arg("prefix-cache-bytes", optarg, &so.prefix_cache_bytes); break;
+    case 'v': ok = ok && bytes_arg("vision-cache-bytes", optarg, &so.vision_cache_bytes); break;
     case 'h': usage(); return 0;
     default: usage(); return 2;
     }
@@ -245,6 +278,14 @@ int main(int argc, char **argv) {
     x[i].decode = proto_program_decode(x[i].pb, x[i].pn, &x[i].p, NULL);
     x[i].p.deadline_us = 0; /* a replay is not bound by the original deadline */
   }
+  for (size_t i = 0; runner && i < n; i++) /* the first record compiled for another model */
+    if (!x[i].decode && x[i].p.model_id &&
+        strcmp(x[i].p.model_id, ex_runner_model_id(runner)) != 0) {
+      printf("s1-replay: record %08llu was compiled for model \"%s\"; --model %s is \"%s\": "
+             "expect differences\n", (unsigned long long)x[i].seq, x[i].p.model_id, model,
+             ex_runner_model_id(runner));
+      break;
+    }
   if (describe) {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {

@@ -22,6 +22,7 @@
 
 #include "cm_nng.h"
 #include "cm_alloc.h"
+#include "cm_args.h"
 #include "cm_runtime.h"
 #include "cm_version.h"
 #include "ex_head.h"
@@ -263,21 +264,12 @@ static bool size_arg(const char *s, size_t *ret) {
   return true;
 }
 
-/* A byte count with an optional binary suffix (K, M, G), 0 allowed (off). */
+/* A byte count with an optional binary suffix (K, M, G), 0 allowed (off): cm_args_bytes. */
 static bool bytes_arg(const char *s, size_t *ret) {
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  int shift = 0;
-  if (end && *end && !end[1])
-    shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : -1;
-  if (errno || !*s || *s == '-' || end == s || shift < 0 || (*end && end[1]) ||
-      v > (1ull << 50) >> shift) {
-    fprintf(stderr, "s1-executor: \"%s\" is not a byte count (digits, optionally K, M or G)\n", s);
-    return false;
-  }
-  *ret = (size_t)(v << shift);
-  return true;
+  if (cm_args_bytes(s, ret) == 0)
+    return true;
+  fprintf(stderr, "s1-executor: \"%s\" is not a byte count (digits, optionally K, M or G)\n", s);
+  return false;
 }
 
 static void usage(void) {
@@ -292,6 +284,8 @@ static void usage(void) {
           "  --listen        nng URL to serve (default ipc://RUNTIME/executor-0.sock, RUNTIME as\n"
           "                  s1-frontend's: a private 0700 directory)\n"
           "  --device        cpu (default) or cuda:N (the bf16 CUDA engine)\n"
+          "  --record        write every program and its result to DIR (made 0700: it holds\n"
+          "                  the requests' tokens and images), for s1-replay\n"
           "  --numerics      fp32 (the float32 reference run) or bf16 (the bf16 reference run);\n"
           "                  default: the model directory's on the CPU, bf16 on CUDA (its only\n"
           "                  mode); --bf16-rounding is --numerics bf16\n"
@@ -508,7 +502,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   ro.device = device;
-  if (record && mkdir(record, 0755) != 0 && errno != EEXIST) {
+  if (record && mkdir(record, 0700) != 0 && errno != EEXIST) { /* request contents: private */
     fprintf(stderr, "s1-executor: --record %s: %s\n", record, strerror(errno));
     return 2;
   }

@@ -59,6 +59,7 @@ def test(t):
     s, h, b = t.post({"state": "s", "questions": {}})  # refused by compile: never reaches the executor
     assert s == 422
     t.kill("ex", 15)
+    assert os.stat(rec).st_mode & 0o777 == 0o700, oct(os.stat(rec).st_mode)  # request contents
     files = sorted(os.listdir(rec))
     assert files == ["%08d.%s.msgpack" % (i, k) for i in range(3) for k in ("program", "result")], files
     # --describe reads the records without a model: each program's whole-sequence tokens are the
@@ -109,9 +110,15 @@ def test(t):
     assert r.returncode == 0 and "6 records, 6 identical, 0 differ" in out_b and m, out_b
     assert int(m.group(2)) > int(m.group(1)) * 1.5, out_b  # programs mixed in steps
     assert int(m.group(3)) == 2 * launched, (out_b, launched)  # no cache: every token twice
+    # a bad option value is named (byte counts take K, M, G as the executor's do)
+    r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", t.model, "--batch",
+                        "--prefix-cache-bytes", "1Q"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    assert r.returncode == 2 and b'--prefix-cache-bytes "1Q": not a byte count' in r.stdout, r.stdout
     # --steps: the same run, one line per step, adding up to the scheduler's counters
     r = subprocess.run([t.bin("tools/s1-replay"), rec, "--model", t.model, "--batch",
-                        "--repeat", "2", "--max-batch-tokens", "300", "--max-seqs", "4", "--steps"],
+                        "--repeat", "2", "--max-batch-tokens", "300", "--max-seqs", "4", "--steps",
+                        "--prefix-cache-bytes", "0K"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out_s = r.stdout.decode()
     st = [{k: int(v) for k, v in (kv.split("=", 1) for kv in ln.split())}

@@ -333,8 +333,9 @@ static void usage(FILE *f) {
          "                 [--lora merge|keep] [--chat CHAT.json] --out DIR\n"
          "  --lora: qwen3_5 merges by default; jemm keeps the adapter as fp32 factors\n"
          "  --chat: jemm's chat wrapper {prefix, suffix} (recipe/jemm/chat_wrapper.py)\n"
-         "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR (see --help)\n"
-         "       s1-export --family omnijev --base HF_DIR --checkpoint DIR --out DIR (see --help)\n"
+         "       s1-export --family open_jev --package PKG --base HF_DIR --out DIR\n"
+         "       s1-export --family omnijev --base HF_DIR --checkpoint DIR --out DIR\n"
+         "  (s1-export --family open_jev --help, --family omnijev --help: their options)\n"
          "  every family: [--numerics fp32|bf16] the directory's default numerics (fp32, the\n"
          "       float32 reference run, what the CPU serves; bf16 for a directory meant for\n"
          "       the bf16 numerics)\n");

@@ -371,7 +371,13 @@ static int check_template(const char *base) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: s1-export --family open_jev --package PKG_CHECKPOINT_DIR --base HF_DIR\n"
-             "                 --out DIR [--lora keep|merge] [--max-length N] [--alias NAME]...\n");
+             "                 --out DIR [--lora keep|merge] [--max-length N] [--alias NAME]...\n"
+             "  --lora        keep the package's adapter as fp32 factors (default) or merge it\n"
+             "                into the bf16 weights\n"
+             "  --max-length  longest accepted sequence in tokens, 1 to 16384 (default: the\n"
+             "                package's model.json; never truncated)\n"
+             "  --alias       one more request \"model\" name for this directory (repeatable)\n"
+             "  (recipe/open_jev/README.md)\n");
 }
 
 int ex_open_jev_manifest_add(json_object *m, const char *model_id, const char *base_revision,
