@@ -172,6 +172,9 @@ static int check_head(struct fe_framer *f, const char *buf, size_t len, int mino
     uint64_t v = 0;
     for (size_t k = 0; k < cl->value_len; k++)
       v = v * 10 + (uint64_t)(cl->value[k] - '0');
+    if (f->max_body && v > f->max_body)
+      return refuse(f, 413, "too_large", ret, "body: %llu bytes; no model here accepts more "
+                    "than %llu", (unsigned long long)v, (unsigned long long)f->max_body);
     if (v) {
       f->left = v;
       f->state = FR_LENGTH;
@@ -184,7 +187,7 @@ static int check_head(struct fe_framer *f, const char *buf, size_t len, int mino
     if (te->value_len == 7 && strncasecmp(te->value, "chunked", 7) == 0) {
       f->state = FR_CHUNK_SIZE;
       f->chunk_size = 0, f->hex_digits = 0, f->ext_started = false;
-      f->line_bytes = 0, f->trailer_bytes = 0;
+      f->line_bytes = 0, f->trailer_bytes = 0, f->body_bytes = 0;
       return 0;
     }
     size_t e = te->value_len;
@@ -321,7 +324,12 @@ int fe_framer_feed(struct fe_framer *f, const char *data, size_t n, struct fe_fr
         return refuse(f, 400, "bad_request", ret, "chunked body: the chunk-size line ends in CR "
                       "without LF");
       f->line_bytes = 0, f->hex_digits = 0, f->ext_started = false;
+      if (f->chunk_size && f->max_body &&
+          (f->chunk_size > f->max_body || f->body_bytes > f->max_body - f->chunk_size))
+        return refuse(f, 413, "too_large", ret, "body: chunks of more than %llu bytes; no "
+                      "model here accepts more", (unsigned long long)f->max_body);
       if (f->chunk_size) {
+        f->body_bytes += f->chunk_size;
         f->left = f->chunk_size;
         f->state = FR_CHUNK_DATA;
       } else {

@@ -3,7 +3,9 @@
  * Content-Length, Content-Length with Transfer-Encoding, obs-fold, bare LF, malformed chunks. The
  * head is parsed with the parser h2o itself runs (picohttpparser, exported by libh2o-evloop), so
  * on every message this framer passes, it and h2o agree where the message ends. Pure: no sockets
- * (fe_http1.c feeds it). Body size limits stay with h2o and the routes. */
+ * (fe_http1.c feeds it). A body over max_body (the largest any model accepts) is refused here, at
+ * its head (Content-Length) or as its chunks arrive, so the client gets the 413 before it sends
+ * the rest; each model's own limit stays with the routes. */
 #ifndef S1_FE_FRAMING_H
 #define S1_FE_FRAMING_H
 
@@ -20,7 +22,7 @@
 /* Why a connection's bytes were refused: the answer the client gets before the connection
  * closes (RFC 9112 §6.3: a request with invalid framing gets 400 and then the close). */
 struct fe_framing_refusal {
-  int status;                      /* 400, 431 or 501 */
+  int status;                      /* 400, 413, 431 or 501 */
   const char *type;                /* wire error type: "bad_request", "too_large", "not_implemented" */
   char message[200];               /* what was wrong, naming the header or the body part */
   char request_id[FE_FRAMING_MAX_ID_BYTES + 1]; /* the client's x-request-id, "" when none */
@@ -41,6 +43,9 @@ struct fe_framer {
   size_t trailer_bytes; /* bytes of the trailer section so far */
   uint64_t n_messages;  /* requests fully framed on this connection */
   bool expect;          /* a head carried Expect (h2o then writes 100 Continue); cleared by the user */
+  uint64_t max_body;    /* body bytes a request may carry, 0: no limit; set by the user (it may
+                           change between calls: it applies from the next head or chunk) */
+  uint64_t body_bytes;  /* chunk data of the current chunked body so far */
   struct fe_framing_refusal refusal; /* the refusal once the state is failed */
 };
 
@@ -53,7 +58,8 @@ void fe_framer_fini(struct fe_framer *f);
  * Host; at most one Content-Length, 1*DIGIT of at most 19 digits; at most one Transfer-Encoding,
  * never with Content-Length nor in HTTP/1.0, exactly "chunked" (a final chunked after other
  * codings: 501); chunked bodies: chunk-size 1*16HEXDIG, extensions after ';', CRLF after the line
- * and after the data, trailer fields as field lines, the final CRLF.
+ * and after the data, trailer fields as field lines, the final CRLF; a Content-Length or chunked
+ * body over max_body (413 too_large).
  * Returns 0 when every byte so far frames validly (complete or not), -1 once the bytes cannot be
  * a valid request stream: *ret (and f->refusal) says why; every later call returns -1 at once.
  * A head that arrives in pieces is checked as h2o checks it (picohttpparser's last_len), so a

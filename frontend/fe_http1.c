@@ -16,7 +16,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define LINGER_MS 1000        /* after a refusal: read and drop what the client still sends */
+#define LINGER_MS 1000        /* after a refusal: read and drop what the client still sends, */
+#define LINGER_MAX_MS 10000   /* until it pauses that long, for at most LINGER_MAX_MS in all */
+#define LINGER_MAX_BYTES ((uint64_t)80 << 20) /* and at most this much (a refused body: ≤ 64 MiB) */
 #define HANDSHAKE_MS 10000    /* TLS handshake limit */
 
 struct fe_conn {
@@ -31,6 +33,8 @@ struct fe_conn {
   char *answer;                /* [answer_len] refusal bytes being written (heap) */
   size_t answer_len;           /* their length */
   h2o_timeout_entry_t timer;   /* linger or TLS handshake deadline */
+  uint64_t linger_end;         /* h2o loop time (ms) the linger ends at the latest */
+  uint64_t drained;            /* bytes read and dropped while lingering */
 };
 
 static struct {
@@ -77,11 +81,20 @@ static void close_conn(struct fe_conn *c, const char *why) {
     h2o_socket_close(c->sock);
 }
 
+/* Lingering: what the client still sends (the rest of a refused body) is dropped; each read
+ * restarts the LINGER_MS pause, within LINGER_MAX_MS and LINGER_MAX_BYTES in all. */
 static void on_linger_read(h2o_socket_t *sock, const char *err) {
   struct fe_conn *c = sock->on_close.data;
+  c->drained += sock->input->size;
   h2o_buffer_consume(&sock->input, sock->input->size);
-  if (err)
-    close_conn(c, err);
+  if (err || c->drained > LINGER_MAX_BYTES ||
+      h2o_now(s.accept_ctx->ctx->loop) >= c->linger_end) {
+    close_conn(c, err ? err : "s1: refused");
+    return;
+  }
+  if (h2o_timeout_is_linked(&c->timer))
+    h2o_timeout_unlink(&c->timer);
+  h2o_timeout_link(s.accept_ctx->ctx->loop, &s.linger, &c->timer);
 }
 
 static void on_timer(h2o_timeout_entry_t *entry) {
@@ -99,6 +112,7 @@ static void on_answer_written(h2o_socket_t *sock, const char *err) {
    * answer before the client reads it */
   shutdown(h2o_socket_get_fd(sock), SHUT_WR);
   h2o_buffer_consume(&sock->input, sock->input->size);
+  c->linger_end = h2o_now(s.accept_ctx->ctx->loop) + LINGER_MAX_MS;
   h2o_socket_read_start(sock, on_linger_read);
   h2o_timeout_link(s.accept_ctx->ctx->loop, &s.linger, &c->timer);
 }
@@ -117,6 +131,15 @@ static void refuse(struct fe_conn *c, bool answer) {
   close_conn(c, "s1: refused");
 }
 
+/* The framer refuses a body larger than any model accepts (h2o's max_request_entity_size, which
+ * main and the pool keep at the largest model limit + 1, less one): with the answer in the error
+ * shape and a lingering close, where h2o's own 413 closes at once and resets a client still
+ * sending. A body within the largest limit but over its model's is the routes' 413. */
+static void set_body_limit(struct fe_conn *c) {
+  size_t h2o_limit = s.accept_ctx->ctx->globalconf->max_request_entity_size;
+  c->framer.max_body = h2o_limit > 1 ? h2o_limit - 1 : 0;
+}
+
 static void on_read(h2o_socket_t *sock, const char *err) {
   struct fe_conn *c = sock->on_close.data;
   if (err) {
@@ -125,6 +148,7 @@ static void on_read(h2o_socket_t *sock, const char *err) {
   }
   size_t n = sock->bytes_read <= sock->input->size ? sock->bytes_read : sock->input->size;
   uint64_t at = c->framer.n_messages;
+  set_body_limit(c);
   struct fe_framing_refusal r;
   if (fe_framer_feed(&c->framer, sock->input->bytes + sock->input->size - n, n, &r) != 0) {
     refuse(c, r.message_index == at);
@@ -142,6 +166,7 @@ static void start_http1(struct fe_conn *c) {
   h2o_socket_t *sock = c->sock;
   if (sock->input->size) { /* TLS: application data that came with the handshake */
     struct fe_framing_refusal r;
+    set_body_limit(c);
     if (fe_framer_feed(&c->framer, sock->input->bytes, sock->input->size, &r) != 0) {
       refuse(c, r.message_index == 0);
       return;

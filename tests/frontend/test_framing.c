@@ -233,6 +233,46 @@ int main(void) {
   const char *e = POST "Content-Length: 2\r\nExpect: 100-continue\r\n\r\n";
   CHECK(frame(e, strlen(e), NULL, 0, &f, &r) == 0 && f.expect && !fe_framer_idle(&f), "expect");
   fe_framer_fini(&f);
+  /* max_body (the largest body any model accepts): more is refused at the head or the chunk line
+   * that passes it, in one call and byte by byte; the count restarts with each request */
+  static const struct {
+    const char *bytes;
+    int status;
+    uint64_t n_messages;
+    const char *message;
+  } lim[] = {
+      {POST "Content-Length: 10\r\n\r\n0123456789" GET, 0, 2, NULL},
+      {POST "Content-Length: 11\r\n\r\n", 413, 0, "body: 11 bytes; no model here accepts more "
+                                                  "than 10"},
+      {POST "Content-Length: 9999999999999999999\r\n\r\n", 413, 0, "9999999999999999999 bytes"},
+      {POST "Transfer-Encoding: chunked\r\n\r\n5\r\n01234\r\n5\r\n56789\r\n0\r\n\r\n"
+       POST "Transfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n0\r\n\r\n", 0, 2, NULL},
+      {POST "Transfer-Encoding: chunked\r\n\r\n5\r\n01234\r\n6\r\n", 413, 0,
+       "body: chunks of more than 10 bytes"},
+      {POST "Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n", 413, 0, "more than 10"},
+      {GET POST "Content-Length: 12\r\n\r\n", 413, 1, "12 bytes"},
+  };
+  for (size_t i = 0; i < sizeof lim / sizeof *lim; i++) {
+    size_t n = strlen(lim[i].bytes);
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+      fe_framer_init(&f);
+      f.max_body = 10;
+      int rc = 0;
+      memset(&r, 0, sizeof r);
+      for (size_t at = 0; at < n && !rc; at += bytewise ? 1 : n)
+        rc = fe_framer_feed(&f, lim[i].bytes + at, bytewise ? 1 : n, &r);
+      if (!lim[i].status) {
+        CHECK(rc == 0 && f.n_messages == lim[i].n_messages, "limit case %zu: rc %d, %s", i, rc,
+              r.message);
+      } else {
+        CHECK(rc == -1 && r.status == 413 && strcmp(r.type, "too_large") == 0 &&
+                  r.message_index == lim[i].n_messages && strstr(r.message, lim[i].message),
+              "limit case %zu (%s): rc %d, status %d, message \"%s\"", i,
+              bytewise ? "byte by byte" : "one call", rc, r.status, r.message);
+      }
+      fe_framer_fini(&f);
+    }
+  }
   printf("%zu framing cases, each one call, byte by byte and split in two\n",
          sizeof(cases) / sizeof(*cases));
   return failures ? 1 : 0;
