@@ -72,8 +72,17 @@ struct record {
   size_t pn, rn;
   struct proto_program p;     /* decoded program (deadline cleared) */
   struct proto_result want;   /* recorded result */
-  int decode;                 /* the program's decode status */
+  int decode;                 /* 0, or why the record cannot run: its program or result unreadable */
+  char *why;                  /* that reason (heap), or NULL */
+  bool skip;                  /* recorded an outcome of its moment (replayable_status) */
 };
+
+/* Statuses that depend on the moment, not the program: a deadline, a cancel, a full or retired
+ * executor. A replay runs without deadlines on an idle runner, so it cannot reproduce them. */
+static bool replayable_status(int status) {
+  return status != -CM_ETIMEOUT && status != -CM_ECANCELLED && status != -CM_EOVERLOADED &&
+         status != -CM_EUNAVAILABLE;
+}
 
 /* Compares a replayed result with the recorded one; prints and returns false when they differ. */
 static bool same(const struct record *x, const struct proto_result *got, int round) {
@@ -112,6 +121,11 @@ static bool same(const struct record *x, const struct proto_result *got, int rou
   return !why;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
 /* Tokens of prefix i's whole chain (its ancestors' and its own). */
 static uint64_t chain_tokens(const struct proto_program *p, int32_t i) {
   uint64_t n = 0;
@@ -138,6 +152,7 @@ static uint64_t causal_pairs(uint64_t c, uint64_t n) { return n * c + n * (n + 1
 static void describe_program(uint64_t seq, const struct proto_program *p) {
   uint64_t patches = 0, patch_pairs = 0, prefix_tokens = 0, row_tokens = 0, seq_tokens = 0;
   uint64_t pairs = 0, hidden = 0, label_ids = 0, logprob_positions = 0, heads = 0;
+  size_t n_lp = 0;
   for (uint32_t i = 0; i < p->n_images; i++) {
     patches += p->images[i].n_patches;
     patch_pairs += (uint64_t)p->images[i].n_patches * p->images[i].n_patches;
@@ -158,17 +173,25 @@ static void describe_program(uint64_t seq, const struct proto_program *p) {
     case PROTO_READOUT_HIDDEN: hidden++; break;
     case PROTO_READOUT_LABEL_LOGITS: label_ids += r->n_ids; break;
     case PROTO_READOUT_HEAD: heads++; break;
-    case PROTO_READOUT_TOKEN_LOGPROB: {
-      bool seen = false; /* one full-vocabulary row per (row, position), however many targets */
-      for (uint32_t j = 0; j < i && !seen; j++)
-        seen = p->readouts[j].kind == PROTO_READOUT_TOKEN_LOGPROB &&
-               p->readouts[j].row == r->row && p->readouts[j].position == r->position;
-      logprob_positions += !seen;
-      break;
-    }
+    case PROTO_READOUT_TOKEN_LOGPROB: n_lp++; break;
     default: break;
     }
   }
+  /* one full-vocabulary row per distinct (row, position), however many targets read it */
+  uint64_t *lp = n_lp ? malloc(n_lp * sizeof *lp) : NULL;
+  if (n_lp && !lp) {
+    printf("record %08llu: out of memory\n", (unsigned long long)seq);
+    return;
+  }
+  size_t k = 0;
+  for (uint32_t i = 0; i < p->n_readouts; i++)
+    if (p->readouts[i].kind == PROTO_READOUT_TOKEN_LOGPROB)
+      lp[k++] = (uint64_t)p->readouts[i].row << 32 | (uint32_t)p->readouts[i].position;
+  if (n_lp)
+    qsort(lp, n_lp, sizeof *lp, cmp_u64);
+  for (size_t i = 0; i < n_lp; i++)
+    logprob_positions += i == 0 || lp[i] != lp[i - 1];
+  free(lp);
   printf("record %08llu request=%s images=%u patches=%llu merged=%llu patch_pairs=%llu "
          "prefixes=%u prefix_tokens=%llu rows=%u row_tokens=%llu launched=%llu seq_tokens=%llu "
          "pairs=%llu hidden=%llu label_ids=%llu logprob_positions=%llu heads=%llu\n",
@@ -179,6 +202,45 @@ static void describe_program(uint64_t seq, const struct proto_program *p) {
          (unsigned long long)(prefix_tokens + row_tokens), (unsigned long long)seq_tokens,
          (unsigned long long)pairs, (unsigned long long)hidden, (unsigned long long)label_ids,
          (unsigned long long)logprob_positions, (unsigned long long)heads);
+}
+
+/* --describe: each record's program read, decoded and described in turn (one in memory at a
+ * time; the result files are not read). Returns 0, 1 when a program is unreadable, 2 when DIR
+ * cannot be listed or holds no record. */
+static int describe_dir(const char *rec) {
+  struct cm_diag diag = {0};
+  uint64_t *seqs = NULL;
+  size_t n = 0, bad = 0;
+  if (ex_record_list(rec, &seqs, &n, &diag)) {
+    fprintf(stderr, "s1-replay: %s\n", diag.msg ? diag.msg : "cannot list");
+    cm_diag_fini(&diag);
+    return 2;
+  }
+  if (!n) {
+    fprintf(stderr, "s1-replay: %s holds no record (NNNNNNNN.program.msgpack and "
+            ".result.msgpack files of s1-executor --record)\n", rec);
+    free(seqs);
+    return 2;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char *pb = NULL;
+    size_t pn = 0;
+    struct proto_program p = {0};
+    if (ex_record_read(rec, seqs[i], &pb, &pn, NULL, NULL, &diag) ||
+        proto_program_decode(pb, pn, &p, &diag)) {
+      printf("record %08llu: unreadable program: %s\n", (unsigned long long)seqs[i],
+             diag.msg ? diag.msg : cm_strerror(diag.code));
+      bad++;
+    } else {
+      describe_program(seqs[i], &p);
+    }
+    cm_diag_fini(&diag);
+    proto_program_fini(&p);
+    free(pb);
+  }
+  printf("s1-replay: %zu records described, %zu unreadable\n", n, bad);
+  free(seqs);
+  return bad ? 1 : 0;
 }
 
 /* --steps: one line per scheduler step (ex_sched_step_format). */
@@ -251,6 +313,19 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *rec = argv[optind];
+  bool batch_opts = order || steps || repeat != 1 || so.max_batch_tokens ||
+                    so.prefix_cache_bytes || so.vision_cache_bytes;
+  if (describe && (model || batch || batch_opts || ro.numerics || ro.engine.max_seqs)) {
+    fprintf(stderr, "s1-replay: --describe runs nothing: it takes RECORD_DIR alone\n");
+    return 2;
+  }
+  if (describe)
+    return describe_dir(rec);
+  if (!batch && batch_opts) {
+    fprintf(stderr, "s1-replay: --order, --steps, --repeat, --max-batch-tokens and the cache "
+            "sizes are options of --batch\n");
+    return 2;
+  }
   struct cm_diag diag = {0};
   struct cm_model_dir *dir = NULL;
   struct ex_runner *runner = NULL;
@@ -259,23 +334,38 @@ int main(int argc, char **argv) {
   uint64_t *seqs = NULL;
   size_t n = 0, identical = 0, differ = 0;
   int rc = 2;
-  if ((!describe && (cm_model_dir_open(model, &dir, &diag) ||
-                     ex_runner_new(dir, &ro, &runner, &diag))) ||
-      ex_record_list(rec, &seqs, &n, &diag)) {
+  if (ex_record_list(rec, &seqs, &n, &diag) || cm_model_dir_open(model, &dir, &diag) ||
+      ex_runner_new(dir, &ro, &runner, &diag)) {
     fprintf(stderr, "s1-replay: %s\n", diag.msg ? diag.msg : "cannot start");
+    goto out;
+  }
+  if (!n) {
+    fprintf(stderr, "s1-replay: %s holds no record (NNNNNNNN.program.msgpack and "
+            ".result.msgpack files of s1-executor --record)\n", rec);
     goto out;
   }
   if (!(x = calloc(n + 1, sizeof(*x))))
     goto out;
   for (size_t i = 0; i < n; i++) {
     x[i].seq = seqs[i];
-    if (ex_record_read(rec, seqs[i], &x[i].pb, &x[i].pn, &x[i].rb, &x[i].rn, &diag) ||
-        proto_result_decode(x[i].rb, x[i].rn, &x[i].want, &diag)) {
-      fprintf(stderr, "s1-replay: record %llu: %s\n", (unsigned long long)seqs[i],
-              diag.msg ? diag.msg : "unreadable");
-      goto out;
+    const char *what = "record";
+    if (!(x[i].decode = ex_record_read(rec, seqs[i], &x[i].pb, &x[i].pn, &x[i].rb, &x[i].rn,
+                                       &diag))) {
+      what = "result";
+      if (!(x[i].decode = proto_result_decode(x[i].rb, x[i].rn, &x[i].want, &diag))) {
+        what = "program";
+        x[i].decode = proto_program_decode(x[i].pb, x[i].pn, &x[i].p, &diag);
+      }
     }
-    x[i].decode = proto_program_decode(x[i].pb, x[i].pn, &x[i].p, NULL);
+    if (x[i].decode) {
+      char buf[600];
+      snprintf(buf, sizeof buf, "unreadable %s: %s", what,
+               diag.msg ? diag.msg : cm_strerror(x[i].decode));
+      x[i].why = strdup(buf);
+    } else {
+      x[i].skip = !replayable_status(x[i].want.status);
+    }
+    cm_diag_fini(&diag);
     x[i].p.deadline_us = 0; /* a replay is not bound by the original deadline */
   }
   for (size_t i = 0; runner && i < n; i++) /* the first record compiled for another model */
@@ -286,27 +376,25 @@ int main(int argc, char **argv) {
              ex_runner_model_id(runner));
       break;
     }
-  if (describe) {
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-      if (x[i].decode) {
-        printf("record %08llu: unreadable program\n", (unsigned long long)x[i].seq);
-        bad++;
-      } else {
-        describe_program(x[i].seq, &x[i].p);
-      }
+  size_t skipped = 0, unreadable = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (x[i].decode) {
+      printf("record %08llu: DIFFERS: %s\n", (unsigned long long)x[i].seq, x[i].why);
+      unreadable++;
+    } else if (x[i].skip) {
+      printf("record %08llu (request %s): skipped: it recorded %s (%s), an outcome of its moment "
+             "that a replay does not reproduce\n", (unsigned long long)x[i].seq,
+             x[i].p.request_id ? x[i].p.request_id : "?", cm_strerror(x[i].want.status),
+             x[i].want.message ? x[i].want.message : "");
+      skipped++;
     }
-    printf("s1-replay: %zu records described, %zu unreadable\n", n, bad);
-    rc = bad ? 1 : 0;
-    goto out;
   }
   if (!batch) {
     for (size_t i = 0; i < n; i++) {
+      if (x[i].decode || x[i].skip)
+        continue;
       struct proto_result got = {0};
-      if (!x[i].decode)
-        ex_runner_run(runner, &x[i].p, &got, &diag);
-      else
-        proto_result_set_error(&got, -CM_EPROGRAM, "unreadable program");
+      ex_runner_run(runner, &x[i].p, &got, &diag);
       cm_diag_fini(&diag);
       same(&x[i], &got, 1) ? identical++ : differ++;
       proto_result_fini(&got);
@@ -323,7 +411,7 @@ int main(int argc, char **argv) {
     int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     for (size_t k = 0; k < repeat; k++) {
       for (size_t i = 0; i < n; i++)
-        if (!x[i].decode && ex_sched_submit(sched, &x[i].p, &x[i], now))
+        if (!x[i].decode && !x[i].skip && ex_sched_submit(sched, &x[i].p, &x[i], now))
           goto out;
       int r = 0;
       while (ex_sched_held(sched) && !(r = ex_sched_step(sched, &diag)))
@@ -344,13 +432,6 @@ int main(int argc, char **argv) {
         memset(&got, 0, sizeof(got));
       }
     }
-    for (size_t i = 0; i < n; i++)
-      if (x[i].decode) {
-        struct proto_result got = {0};
-        proto_result_set_error(&got, -CM_EPROGRAM, "unreadable program");
-        same(&x[i], &got, 1) ? identical++ : differ++;
-        proto_result_fini(&got);
-      }
     struct ex_sched_stats st;
     ex_sched_stats(sched, &st);
     printf("s1-replay: scheduler: %llu steps, %llu program-steps (%.2f programs per step), "
@@ -363,8 +444,12 @@ int main(int argc, char **argv) {
            (unsigned long long)st.prefix_tokens_reused, (unsigned long long)st.vision.hits,
            (unsigned long long)st.vision.misses);
   }
-  printf("s1-replay: %zu records, %zu identical, %zu differ\n", n * (batch ? repeat : 1), identical,
-         differ);
+  size_t rounds = batch ? repeat : 1;
+  differ += unreadable * rounds;
+  printf("s1-replay: %zu records, %zu identical, %zu differ", n * rounds, identical, differ);
+  if (skipped)
+    printf(", %zu skipped (a deadline, cancel or overload recorded)", skipped * rounds);
+  printf("\n");
   rc = differ ? 1 : 0;
 out:
   cm_diag_fini(&diag);
@@ -372,7 +457,7 @@ out:
   for (size_t i = 0; x && i < n; i++) {
     proto_program_fini(&x[i].p);
     proto_result_fini(&x[i].want);
-    free(x[i].pb), free(x[i].rb);
+    free(x[i].pb), free(x[i].rb), free(x[i].why);
   }
   free(x);
   free(seqs);

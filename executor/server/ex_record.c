@@ -3,10 +3,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int write_file(const char *path, const void *data, size_t n, struct cm_diag *diag) {
   size_t lp = strlen(path) + 8;
@@ -59,6 +62,24 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* A record's result file name: the canonical zero-padded number (at least 8 digits, as
+ * record_path writes it) then ".result.msgpack"; anything else in the directory is not a record. */
+static bool record_name(const char *name, uint64_t *ret_seq) {
+  size_t d = 0;
+  while (name[d] >= '0' && name[d] <= '9')
+    d++;
+  if (d < 8 || d > 20 || strcmp(name + d, ".result.msgpack") != 0)
+    return false;
+  errno = 0;
+  unsigned long long s = strtoull(name, NULL, 10);
+  char canon[32];
+  snprintf(canon, sizeof canon, "%08llu", s);
+  if (errno || strlen(canon) != d || strncmp(canon, name, d) != 0)
+    return false;
+  *ret_seq = s;
+  return true;
+}
+
 int ex_record_list(const char *dir, uint64_t **ret_seqs, size_t *ret_n, struct cm_diag *diag) {
   DIR *d = opendir(dir);
   if (!d)
@@ -68,9 +89,8 @@ int ex_record_list(const char *dir, uint64_t **ret_seqs, size_t *ret_n, struct c
   int r = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
-    unsigned long long s;
-    char tail[32];
-    if (sscanf(e->d_name, "%llu.%31s", &s, tail) != 2 || strcmp(tail, "result.msgpack") != 0)
+    uint64_t s;
+    if (!record_name(e->d_name, &s))
       continue;
     if (n == cap) {
       cap = cap ? 2 * cap : 64;
@@ -95,30 +115,50 @@ int ex_record_list(const char *dir, uint64_t **ret_seqs, size_t *ret_n, struct c
   return 0;
 }
 
+int ex_record_next(const char *dir, uint64_t *ret_seq, struct cm_diag *diag) {
+  uint64_t *seqs = NULL;
+  size_t n = 0;
+  int r = ex_record_list(dir, &seqs, &n, diag);
+  if (r)
+    return r;
+  *ret_seq = n ? seqs[n - 1] + 1 : 0;
+  free(seqs);
+  return 0;
+}
+
+/* A whole regular file (a FIFO or device is refused, never waited on). */
 static int read_file(const char *path, char **ret, size_t *ret_n, struct cm_diag *diag) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return cm_diag_set(diag, -errno, "%s: cannot open", path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return cm_diag_set(diag, -errno, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
   int r = 0;
   char *buf = NULL;
-  long n = -1;
-  if (fseek(f, 0, SEEK_END) == 0)
-    n = ftell(f);
-  if (n < 0 || fseek(f, 0, SEEK_SET) != 0)
-    r = cm_diag_set(diag, -EIO, "%s: cannot size", path);
-  else if ((unsigned long)n > (4ul << 30))
+  size_t got = 0;
+  if (fstat(fd, &sb) != 0)
+    r = cm_diag_set(diag, -errno, "%s: cannot stat: %s", path, strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    r = cm_diag_set(diag, -CM_EFORMAT, "%s: not a regular file", path);
+  else if ((uint64_t)sb.st_size > (4ull << 30))
     r = cm_diag_set(diag, -CM_ELIMIT, "%s: larger than 4 GiB", path);
-  else if (!(buf = malloc((size_t)n + 1)))
+  else if (!(buf = malloc((size_t)sb.st_size + 1)))
     r = -ENOMEM;
-  else if (fread(buf, 1, (size_t)n, f) != (size_t)n)
-    r = cm_diag_set(diag, -EIO, "%s: short read", path);
-  fclose(f);
+  while (!r && got < (size_t)sb.st_size) {
+    ssize_t k = read(fd, buf + got, (size_t)sb.st_size - got);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      r = cm_diag_set(diag, -EIO, "%s: short read", path);
+    else
+      got += (size_t)k;
+  }
+  close(fd);
   if (r) {
     free(buf);
     return r;
   }
   *ret = buf;
-  *ret_n = (size_t)n;
+  *ret_n = got;
   return 0;
 }
 
@@ -130,7 +170,7 @@ int ex_record_read(const char *dir, uint64_t seq, char **ret_program, size_t *re
   int r = pp && rp ? 0 : -ENOMEM;
   if (!r)
     r = read_file(pp, &pb, &pn, diag);
-  if (!r)
+  if (!r && ret_result)
     r = read_file(rp, &rb, &rn, diag);
   free(pp);
   free(rp);
@@ -141,7 +181,9 @@ int ex_record_read(const char *dir, uint64_t seq, char **ret_program, size_t *re
   }
   *ret_program = pb;
   *ret_n_program = pn;
-  *ret_result = rb;
-  *ret_n_result = rn;
+  if (ret_result) {
+    *ret_result = rb;
+    *ret_n_result = rn;
+  }
   return 0;
 }

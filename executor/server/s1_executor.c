@@ -506,6 +506,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "s1-executor: --record %s: %s\n", record, strerror(errno));
     return 2;
   }
+  uint64_t seq = 0; /* the next record's number: after those DIR already holds */
+  if (record) {
+    struct cm_diag d = {0};
+    if (ex_record_next(record, &seq, &d)) {
+      fprintf(stderr, "s1-executor: --record %s: %s\n", record, d.msg ? d.msg : "unreadable");
+      cm_diag_fini(&d);
+      return 2;
+    }
+    if (seq)
+      fprintf(stderr, "s1-executor: --record %s holds records up to %08llu; numbering from %08llu\n",
+              record, (unsigned long long)seq - 1, (unsigned long long)seq);
+  }
   signal(SIGPIPE, SIG_IGN);
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGTERM, &sa, NULL);
@@ -595,7 +607,6 @@ int main(int argc, char **argv) {
   }
   cm_diag_fini(&diag);
 
-  uint64_t seq = 0;
   int rc = 0;
   while (!g.stop) {
     if (retired_us && mono_us() - retired_us > (int64_t)RETIRE_EXIT_S * 1000000) {

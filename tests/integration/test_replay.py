@@ -132,15 +132,85 @@ def test(t):
     out2 = r.stdout.decode()
     assert r.returncode == 1 and "DIFFERS" in out2 and "0 identical, 3 differ" in out2, out2
     # the same requests answered again by a restarted executor give the same bytes (modulo timing)
-    t.start_executor(name="ex")
+    # ... recording into the same directory: it continues the numbering, overwriting nothing
+    kept = {f: hashlib.sha256(open(os.path.join(rec, f), "rb").read()).hexdigest() for f in files}
+    t.logs.pop("ex")
+    t.start_executor(name="ex", record=rec)
     t.wait_health(200, want="ready")
     for body, before in zip((trio.VALID, score, noul), answers):
         s, h, b = t.post(body)
         assert s == 200
         strip = lambda x: x.split(b'"inference_seconds"')[0]
         assert strip(b) == strip(before), (b, before)
+    t.kill("ex", 15)
+    files2 = sorted(os.listdir(rec))
+    assert files2 == ["%08d.%s.msgpack" % (i, k) for i in range(6) for k in ("program", "result")]
+    assert all(hashlib.sha256(open(os.path.join(rec, f), "rb").read()).hexdigest() == h
+               for f, h in kept.items()), "a restarted executor overwrote records"
+    with open(t.logs["ex"]) as f:
+        assert "holds records up to 00000002; numbering from 00000003" in f.read()
+    records_dir_faults(t, rec)
     print(desc.strip())
     print(out.strip())
+
+
+def msgpack_result(status, message):
+    """A RESULT message (proto_result_encode's layout) with no outputs, encoded by hand."""
+    def s(x):
+        return bytes([0xa0 | len(x)]) + x.encode()
+    return (b"\x87" + s("v") + b"\x04" + s("k") + s("result") + s("status") +
+            b"\xd2" + struct.pack(">i", status) + s("message") + s(message) + s("outputs") +
+            b"\x90" + s("t") + b"\x99" + b"\x00" * 9 + s("numerics") + s("fp32"))
+
+
+def records_dir_faults(t, rec):
+    """s1-replay on record directories that are not what it expects: it lists only the files
+    named as records, never waits on a FIFO, names an unreadable program, refuses a directory
+    with no record and options that do nothing, and skips a record whose recorded outcome was a
+    deadline (a replay runs without deadlines)."""
+    replay = t.bin("tools/s1-replay")
+
+    def run(*args):
+        r = subprocess.run([replay] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=60)
+        return r.returncode, r.stdout.decode()
+    odd = os.path.join(t.tmp, "odd")
+    os.makedirs(odd)
+    for i in range(2):
+        for k in ("program", "result"):
+            shutil.copy(os.path.join(rec, "%08d.%s.msgpack" % (i, k)), odd)
+    for junk in ("1.result.msgpack", "+00000001.result.msgpack", "x.result.msgpack",
+                 "00000001.result.msgpack.tmp", "000000001.result.msgpack"):
+        shutil.copy(os.path.join(rec, "00000001.result.msgpack"), os.path.join(odd, junk))
+    os.mkfifo(os.path.join(odd, "00000007.program.msgpack"))
+    shutil.copy(os.path.join(rec, "00000001.result.msgpack"), odd + "/00000007.result.msgpack")
+    with open(os.path.join(odd, "00000008.program.msgpack"), "wb") as f:
+        f.write(b"\x81\xa1v\x04")  # a map without a kind
+    shutil.copy(os.path.join(rec, "00000001.result.msgpack"), odd + "/00000008.result.msgpack")
+    rc, out = run(odd, "--describe")
+    assert rc == 1 and "4 records described, 2 unreadable" in out, out
+    assert "record 00000007: unreadable program: %s/00000007.program.msgpack: not a regular " \
+        "file" % odd in out, out
+    assert re.search(r"record 00000008: unreadable program: .+", out), out
+    rc, out = run(odd, "--model", t.model)
+    assert rc == 1 and "4 records, 2 identical, 2 differ" in out, out
+    empty = os.path.join(t.tmp, "empty")
+    os.makedirs(empty)
+    rc, out = run(empty, "--describe")
+    assert rc == 2 and "holds no record" in out, out
+    rc, out = run(rec, "--model", t.model, "--steps")
+    assert rc == 2 and "are options of --batch" in out, out
+    rc, out = run(rec, "--describe", "--model", t.model)
+    assert rc == 2 and "--describe runs nothing" in out, out
+    late = os.path.join(t.tmp, "late")
+    os.makedirs(late)
+    shutil.copy(os.path.join(rec, "00000000.program.msgpack"), late)
+    with open(os.path.join(late, "00000000.result.msgpack"), "wb") as f:
+        f.write(msgpack_result(-1015, "deadline passed while in flight"))
+    for extra in ([], ["--batch", "--steps"]):
+        rc, out = run(late, "--model", t.model, *extra)
+        assert rc == 0 and "1 records, 0 identical, 0 differ, 1 skipped" in out, out
+        assert "skipped: it recorded deadline passed (deadline passed while in flight)" in out, out
 
 
 if __name__ == "__main__":
