@@ -25,6 +25,7 @@
 #include "fe_security.h"
 
 #define TICK_MS 20
+#define ACCEPT_PAUSE_MS 100 /* out of descriptors: accepting stops this long */
 
 static struct {
   h2o_globalconf_t config;         /* h2o configuration (one host, one path) */
@@ -40,6 +41,8 @@ static struct {
   int listen_loopback;             /* --listen is a 127.0.0.0/8 address */
   char *default_pool;              /* the default --pool URL (heap), NULL when given */
   volatile sig_atomic_t term;      /* SIGTERM seen (signal handler) */
+  uint64_t accept_resume_ms;       /* accepting paused (out of descriptors) until this loop time */
+  uint64_t accept_logged_ms;       /* when that was last logged */
 } g;
 
 static void on_term(int sig) {
@@ -50,6 +53,8 @@ static void on_term(int sig) {
 /* Every TICK_MS: the pool's deadlines and preprocessors, then SIGTERM: admission stops. */
 /* The pool's log (fe_pool_config.log): one stderr line. */
 static void log_line(const char *msg) { fprintf(stderr, "s1-frontend: %s\n", msg); }
+
+static void on_accept(h2o_socket_t *listener, const char *err);
 
 static void on_tick(h2o_timeout_entry_t *entry) {
   (void)entry;
@@ -64,6 +69,11 @@ static void on_tick(h2o_timeout_entry_t *entry) {
       g.listener = NULL;
     }
   }
+  if (g.accept_resume_ms && h2o_now(g.ctx.loop) >= g.accept_resume_ms) {
+    g.accept_resume_ms = 0;
+    if (g.listener)
+      h2o_socket_read_start(g.listener, on_accept);
+  }
   h2o_timeout_link(g.ctx.loop, &g.tick, &g.tick_entry);
 }
 
@@ -73,6 +83,19 @@ static void on_accept(h2o_socket_t *listener, const char *err) {
   h2o_socket_t *sock;
   while ((sock = h2o_evloop_socket_accept(listener)) != NULL)
     fe_http1_accept(sock);
+  if (errno == EMFILE || errno == ENFILE) {
+    /* out of descriptors: the connection stays in the backlog and the listener stays readable,
+     * so accepting again at once would spin the loop; it resumes after ACCEPT_PAUSE_MS (on_tick),
+     * once idle connections have closed, while the open ones are served */
+    uint64_t now = h2o_now(g.ctx.loop);
+    h2o_socket_read_stop(listener);
+    g.accept_resume_ms = now + ACCEPT_PAUSE_MS;
+    if (!g.accept_logged_ms || now - g.accept_logged_ms >= 10000) {
+      fprintf(stderr, "s1-frontend: out of file descriptors (%s): not accepting connections for "
+              "%d ms at a time until some close\n", strerror(errno), ACCEPT_PAUSE_MS);
+      g.accept_logged_ms = now;
+    }
+  }
 }
 
 static int listen_http(const char *hostport) {
