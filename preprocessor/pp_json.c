@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 struct key_ref {
   size_t off; /* offset of the unescaped key in keys */
@@ -253,8 +254,11 @@ static int number(struct scanner *sc) {
   else if (s[i] >= '1' && s[i] <= '9')
     while (i < sc->n && s[i] >= '0' && s[i] <= '9')
       i++;
-  else
+  else if (i < sc->n && (s[i] == 'N' || s[i] == 'n' || s[i] == 'I' || s[i] == 'i'))
     return fail(sc, "unexpected character (NaN and Infinity are not JSON)");
+  else
+    return fail(sc, i < sc->n && s[i] >= 0x20 && s[i] < 0x7f ? "unexpected character where a "
+                "value should start" : "unexpected byte where a value should start");
   size_t nd = i - digits;
   bool integer = !(i < sc->n && (s[i] == '.' || s[i] == 'e' || s[i] == 'E'));
   /* json-c holds integers as int64 or uint64 and clamps wider ones to exactly -2**63 and
@@ -383,7 +387,9 @@ static int array(struct scanner *sc, int depth) {
 static int literal(struct scanner *sc, const char *lit) {
   size_t n = strlen(lit);
   if (sc->n - sc->i < n || memcmp(sc->s + sc->i, lit, n) != 0)
-    return fail(sc, "unexpected character");
+    return fail(sc, sc->n - sc->i >= 3 && strncasecmp((const char *)sc->s + sc->i, "nan", 3) == 0
+                        ? "unexpected character (NaN and Infinity are not JSON)"
+                        : "unexpected character");
   sc->i += n;
   return 0;
 }

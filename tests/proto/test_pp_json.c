@@ -48,6 +48,28 @@ int main(void) {
       fprintf(stderr, "accepted: %s\n", bad[i]);
     CHECK(r == -CM_EJSON);
   }
+  /* the NaN/Infinity hint only where a NaN or Infinity literal starts (attack finding S3) */
+  static const struct {
+    const char *json, *message;
+  } why[] = {{"NaN", "invalid JSON at byte 0: unexpected character (NaN and Infinity are not JSON)"},
+             {"[nan]", "at byte 1: unexpected character (NaN and Infinity are not JSON)"},
+             {"[-Infinity]", "at byte 1: unexpected character (NaN and Infinity are not JSON)"},
+             {"[inf]", "(NaN and Infinity are not JSON)"},
+             {"[.5]", "at byte 1: unexpected character where a value should start"},
+             {"[+1]", "at byte 1: unexpected character where a value should start"},
+             {"{\"a\":@}", "at byte 5: unexpected character where a value should start"},
+             {"[-]", "at byte 1: unexpected character where a value should start"},
+             {"[nul]", "at byte 1: unexpected character"},
+             {"\xef\xbb\xbf{}", "at byte 0: unexpected byte where a value should start"}};
+  for (size_t i = 0; i < sizeof(why) / sizeof(*why); i++) {
+    struct cm_diag d = {0};
+    int r = pp_json_check(why[i].json, strlen(why[i].json), &d);
+    if (r != -CM_EJSON || !d.msg || !strstr(d.msg, why[i].message))
+      fprintf(stderr, "%s: %d \"%s\", want \"%s\"\n", why[i].json, r, d.msg ? d.msg : "",
+              why[i].message);
+    CHECK(r == -CM_EJSON && d.msg && strstr(d.msg, why[i].message));
+    cm_diag_fini(&d);
+  }
   /* long strings (the scanner skips plain ASCII 8 bytes at a time): one special byte at every
    * offset of a 40-byte string must be seen there; plain strings of every length pass, also as
    * keys, whose duplicates are still found */
