@@ -126,16 +126,6 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Tokens of prefix i's whole chain (its ancestors' and its own). */
-static uint64_t chain_tokens(const struct proto_program *p, int32_t i) {
-  uint64_t n = 0;
-  for (uint32_t hops = 0; i >= 0 && (uint32_t)i < p->n_prefixes && hops <= p->n_prefixes; hops++) {
-    n += p->prefixes[i].n_tokens;
-    i = p->prefixes[i].parent;
-  }
-  return n;
-}
-
 /* Query-key pairs of a causal piece of n new tokens after c tokens of context: sum over its
  * tokens of the keys each one reads, n·c + n(n+1)/2. */
 static uint64_t causal_pairs(uint64_t c, uint64_t n) { return n * c + n * (n + 1) / 2; }
@@ -157,16 +147,28 @@ static void describe_program(uint64_t seq, const struct proto_program *p) {
     patches += p->images[i].n_patches;
     patch_pairs += (uint64_t)p->images[i].n_patches * p->images[i].n_patches;
   }
+  /* each prefix's whole chain in one pass: a parent precedes its children (proto_program_decode
+   * checks it), so chain[i] = chain[parent] + its own tokens */
+  uint64_t *chain = p->n_prefixes ? malloc(p->n_prefixes * sizeof *chain) : NULL;
+  if (p->n_prefixes && !chain) {
+    printf("record %08llu: out of memory\n", (unsigned long long)seq);
+    return;
+  }
   for (uint32_t i = 0; i < p->n_prefixes; i++) {
+    int32_t par = p->prefixes[i].parent;
+    uint64_t c = par >= 0 && (uint32_t)par < i ? chain[par] : 0;
+    chain[i] = c + p->prefixes[i].n_tokens;
     prefix_tokens += p->prefixes[i].n_tokens;
-    pairs += causal_pairs(chain_tokens(p, p->prefixes[i].parent), p->prefixes[i].n_tokens);
+    pairs += causal_pairs(c, p->prefixes[i].n_tokens);
   }
   for (uint32_t i = 0; i < p->n_rows; i++) {
-    uint64_t c = chain_tokens(p, p->rows[i].prefix);
+    int32_t pr = p->rows[i].prefix;
+    uint64_t c = pr >= 0 && (uint32_t)pr < p->n_prefixes ? chain[pr] : 0;
     row_tokens += p->rows[i].n_tokens;
     seq_tokens += c + p->rows[i].n_tokens;
     pairs += causal_pairs(c, p->rows[i].n_tokens);
   }
+  free(chain);
   for (uint32_t i = 0; i < p->n_readouts; i++) {
     const struct proto_readout *r = &p->readouts[i];
     switch (r->kind) {
